@@ -1,0 +1,236 @@
+//! The event ABI between gpudirect-trace's eBPF programs and its loader.
+//!
+//! Everything here is `#[repr(C)]` with explicit padding and compile-time size
+//! checks: the kernel side writes these bytes into a BPF ring buffer or map and
+//! userspace reads them back on the same machine, so layout is the contract.
+//! Fields are fixed-width integers only (no `bool`, no enums) so that any bit
+//! pattern is a valid value and decoding can never be undefined behaviour.
+#![no_std]
+
+/// Length of a device name buffer (`dev_name()`, e.g. `0000:00:06.0`, `nvme0`).
+pub const DEV_NAME_LEN: usize = 32;
+/// Bytes of an NVIDIA Xid message kept per event (the driver's text is longer
+/// only for rare Xids; the tail is cut, and `XidEvent::msg_truncated` says so).
+pub const XID_MSG_LEN: usize = 160;
+/// Scatter-gather entry lengths carried per `dma_map_sg`/`dma_unmap_sg` event.
+pub const SG_LENS: usize = 16;
+/// Upper bound of scatterlist entries walked in-kernel for the byte total.
+pub const SG_WALK_MAX: u32 = 128;
+
+/// Event kinds (first field of every record in the ring buffer).
+pub mod kind {
+    pub const IOMMU_MAP: u16 = 1;
+    pub const IOMMU_UNMAP: u16 = 2;
+    pub const IO_PAGE_FAULT: u16 = 3;
+    pub const GROUP_ADD_DEVICE: u16 = 4;
+    pub const GROUP_REMOVE_DEVICE: u16 = 5;
+    pub const DOMAIN_ATTACH: u16 = 6;
+    pub const DOMAIN_DETACH: u16 = 7;
+    /// dma_map_page (5.x-6.17), dma_map_phys (6.18+), dma_map_resource.
+    pub const DMA_MAP: u16 = 8;
+    pub const DMA_UNMAP: u16 = 9;
+    pub const DMA_MAP_SG: u16 = 10;
+    pub const DMA_UNMAP_SG: u16 = 11;
+    pub const DMA_MAP_SG_ERR: u16 = 12;
+    pub const DMA_ALLOC: u16 = 13;
+    pub const DMA_FREE: u16 = 14;
+    pub const SWIOTLB_BOUNCED: u16 = 15;
+    pub const NV_XID: u16 = 16;
+    /// One past the largest kind: sizes per-kind counter arrays.
+    pub const COUNT: u32 = 17;
+}
+
+/// Bits of `Event::flags`.
+pub mod flags {
+    /// `Event::dev` was null or its name could not be read.
+    pub const NO_DEVICE: u16 = 1 << 0;
+    /// The DMA mapping is of MMIO/resource space (dma_map_resource, DMA_ATTR_MMIO).
+    pub const RESOURCE: u16 = 1 << 1;
+    /// A coherent allocation (dma_alloc*/dma_free*), not a streaming mapping.
+    pub const COHERENT: u16 = 1 << 2;
+    /// The scatterlist had more entries than were walked (`SG_WALK_MAX`).
+    pub const SG_TRUNCATED: u16 = 1 << 3;
+}
+
+/// The common fixed-size event: 64 bytes, one per tracepoint hit.
+///
+/// Meaning of the generic fields by kind:
+///
+/// | kind | addr | phys | size | aux |
+/// |---|---|---|---|---|
+/// | IOMMU_MAP | iova | paddr | size | 0 |
+/// | IOMMU_UNMAP | iova | 0 | size asked | unmapped size |
+/// | IO_PAGE_FAULT | iova | 0 | 0 | fault flags (IOMMU_FAULT_READ/WRITE) |
+/// | GROUP_* | 0 | 0 | 0 | group id |
+/// | DMA_MAP | dma addr | phys addr | size | attrs |
+/// | DMA_UNMAP | dma addr | 0 | size | attrs |
+/// | DMA_ALLOC / DMA_FREE | dma addr | kernel virt addr | size | 0 |
+/// | SWIOTLB_BOUNCED | dma addr | 0 | size | 0 |
+/// | DMA_MAP_SG_ERR | 0 | 0 | 0 | errno (negative, as i64) |
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    pub kind: u16,
+    pub flags: u16,
+    /// `enum dma_data_direction` (0 bidirectional, 1 to device, 2 from device, 3 none).
+    pub dir: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the same clock as /dev/kmsg stamps.
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    /// Kernel address of the `struct device`; the key of the `DEVICES` name map.
+    pub dev: u64,
+    pub addr: u64,
+    pub phys: u64,
+    pub size: u64,
+    pub aux: u64,
+}
+
+/// A scatter-gather mapping (dma_map_sg / dma_unmap_sg): the common event plus
+/// entry counts and the first `SG_LENS` entry lengths. `Event::size` holds the
+/// total of all walked entries, `Event::addr` the first entry's DMA address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SgEvent {
+    pub event: Event,
+    /// Entries handed to the DMA API (`nents`).
+    pub nents: u32,
+    /// Entries after mapping (`ents`, may be fewer when the IOMMU merged them);
+    /// 0 for unmap.
+    pub ents: u32,
+    /// Number of valid values in `lens`.
+    pub n_lens: u32,
+    pub _pad: u32,
+    pub lens: [u32; SG_LENS],
+}
+
+/// nvidia:nvidia_dev_xid(struct pci_dev *dev, NvU32 error_number, const char *msg).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XidEvent {
+    pub event: Event,
+    pub xid: u32,
+    /// 1 when the message did not fit into `msg`.
+    pub msg_truncated: u32,
+    pub msg: [u8; XID_MSG_LEN],
+}
+
+/// Value of the `DEVICES` map: the device's name as read in-kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceName {
+    pub name: [u8; DEV_NAME_LEN],
+}
+
+/// Kernel structure offsets the programs need, filled from the running
+/// kernel's BTF by the loader (defaults are the layout of every kernel from
+/// 5.10 to 6.18 on x86_64, see docs/architecture.md).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// offsetof(struct device, kobj) + offsetof(struct kobject, name).
+    pub device_name: u32,
+    /// offsetof(struct pci_dev, dev).
+    pub pci_dev_device: u32,
+    /// sizeof(struct scatterlist).
+    pub sg_stride: u32,
+    /// offsetof(struct scatterlist, page_link).
+    pub sg_page_link: u32,
+    /// offsetof(struct scatterlist, length).
+    pub sg_length: u32,
+    /// offsetof(struct scatterlist, dma_address).
+    pub sg_dma_address: u32,
+    /// offsetof(struct scatterlist, dma_length), or `u32::MAX` when the
+    /// kernel has no CONFIG_NEED_SG_DMA_LENGTH (then `length` is used).
+    pub sg_dma_length: u32,
+    pub _pad: u32,
+}
+
+impl KernelOffsets {
+    pub const DEFAULT: Self = Self {
+        device_name: 0,
+        pci_dev_device: 200,
+        sg_stride: 32,
+        sg_page_link: 0,
+        sg_length: 12,
+        sg_dma_address: 16,
+        sg_dma_length: 24,
+        _pad: 0,
+    };
+}
+
+/// Runtime settings written into the programs' read-only data at load time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub offsets: KernelOffsets,
+    /// Wake the reader only once this many bytes are waiting in the ring
+    /// buffer (a wake-up per event costs the traced CPU ~1 us); the reader
+    /// also drains on a timer, so nothing waits longer than its tick.
+    pub wakeup_bytes: u64,
+    /// 1: stream events to the ring buffer; 0: aggregate-only (maps only).
+    pub stream: u32,
+    pub _pad: u32,
+}
+
+impl Config {
+    pub const DEFAULT: Self = Self {
+        offsets: KernelOffsets::DEFAULT,
+        wakeup_bytes: 256 * 1024,
+        stream: 1,
+        _pad: 0,
+    };
+}
+
+/// Key of the in-kernel per-device counters (`DEV_COUNTERS`, per-CPU hash):
+/// one slot per (device, event kind, DMA direction). `dev` 0 collects events
+/// that carry no device (iommu:map/unmap before attribution).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CounterKey {
+    pub dev: u64,
+    pub kind: u32,
+    pub dir: u32,
+}
+
+/// Value of `DEV_COUNTERS`: how many events and how many bytes they covered.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// Per-CPU self-metrics kept by the programs (array map `STATS`, one slot per
+/// index below).
+pub mod stat {
+    /// Ring buffer reservations that failed: events lost before userspace.
+    pub const RINGBUF_LOST: u32 = 0;
+    /// Device names that could not be read (null or bad pointer).
+    pub const DEVICE_NAME_FAILED: u32 = 1;
+    /// Insertions into the DEVICES map that failed (map full).
+    pub const DEVICE_MAP_FULL: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+const _: () = assert!(core::mem::size_of::<Event>() == 64);
+const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
+const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
+const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 32);
+const _: () = assert!(core::mem::size_of::<Config>() == 48);
+const _: () = assert!(core::mem::align_of::<Event>() == 8);
+const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
+const _: () = assert!(core::mem::size_of::<Counter>() == 16);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain-old-data, repr(C), no padding holes, every bit pattern valid.
+    unsafe impl aya::Pod for super::Event {}
+    unsafe impl aya::Pod for super::SgEvent {}
+    unsafe impl aya::Pod for super::XidEvent {}
+    unsafe impl aya::Pod for super::DeviceName {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::CounterKey {}
+    unsafe impl aya::Pod for super::Counter {}
+}

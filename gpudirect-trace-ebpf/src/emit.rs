@@ -1,0 +1,163 @@
+//! Building events and handing them to userspace: the ring buffer for the
+//! event stream, per-CPU maps for counters that need no streaming.
+
+use aya_ebpf::{
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::{PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use gpudirect_trace_common::{flags, kind, stat, Config, Counter, CounterKey, Event};
+
+use crate::device::remember_device;
+
+/// Settings patched in by the loader (`EbpfLoader::set_global`).
+#[no_mangle]
+static CONFIG: Config = Config::DEFAULT;
+
+/// The event stream. Its size is set by the loader (`--ring-size`).
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+
+/// Self-metrics, indexed by `gpudirect_trace_common::stat`.
+#[map]
+static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// Hits per event kind, whether streamed or not.
+#[map]
+static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
+
+/// Per (device, kind, direction) event and byte counts: the aggregate that
+/// survives any ring buffer overflow.
+#[map]
+static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> =
+    PerCpuHashMap::with_max_entries(8192, 0);
+
+#[inline(always)]
+pub fn config() -> Config {
+    // SAFETY: CONFIG is plain data in .rodata; the volatile read stops the
+    // compiler from folding the default values into the code.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+fn bump(map: &PerCpuArray<u64>, index: u32) {
+    if let Some(slot) = map.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *slot += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn stat_inc(index: u32) {
+    bump(&STATS, index);
+}
+
+#[inline(always)]
+pub fn lost() {
+    stat_inc(stat::RINGBUF_LOST);
+}
+
+#[inline(always)]
+pub fn count(k: u16) {
+    bump(&HITS, k as u32);
+}
+
+/// The common part of every event: kind, time, task, device.
+#[inline(always)]
+pub fn base_event(k: u16, dev: u64, extra_flags: u16) -> Event {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut f = extra_flags;
+    if !remember_device(dev, &config().offsets) {
+        f |= flags::NO_DEVICE;
+    }
+    Event {
+        kind: k,
+        flags: f,
+        dir: 0,
+        // SAFETY: helper without preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        dev,
+        addr: 0,
+        phys: 0,
+        size: 0,
+        aux: 0,
+    }
+}
+
+/// Wake the reader only when enough is waiting; rare events always wake it.
+#[inline(always)]
+pub fn wakeup_flag(cfg: &Config, rare: bool) -> u64 {
+    if rare || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= cfg.wakeup_bytes {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
+}
+
+#[inline(always)]
+pub fn add_counter(ev: &Event) {
+    let key = CounterKey {
+        dev: ev.dev,
+        kind: ev.kind as u32,
+        dir: ev.dir,
+    };
+    match DEV_COUNTERS.get_ptr_mut(&key) {
+        Some(c) => {
+            // SAFETY: per-CPU value, no concurrent writer on this CPU.
+            unsafe {
+                (*c).count += 1;
+                (*c).bytes += ev.size;
+            }
+        }
+        None => {
+            let c = Counter {
+                count: 1,
+                bytes: ev.size,
+            };
+            let _ = DEV_COUNTERS.insert(&key, &c, BPF_NOEXIST as u64);
+        }
+    }
+}
+
+/// A high-rate event: counted in maps always, streamed unless aggregate-only.
+#[inline(always)]
+pub fn emit_hot(ev: &Event) {
+    count(ev.kind);
+    add_counter(ev);
+    let cfg = config();
+    if cfg.stream != 0 {
+        output(ev, &cfg, false);
+    }
+}
+
+/// A rare, important event (faults, group changes): always streamed, and it
+/// wakes the reader at once.
+#[inline(always)]
+pub fn emit_rare(ev: &Event) {
+    count(ev.kind);
+    add_counter(ev);
+    output(ev, &config(), true);
+}
+
+#[inline(always)]
+fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
+    match EVENTS.reserve::<T>(0) {
+        Some(mut entry) => {
+            entry.write(*ev);
+            entry.submit(wakeup_flag(cfg, rare));
+        }
+        None => lost(),
+    }
+}
+
+/// Stream an arbitrary record (scatter-gather events).
+#[inline(always)]
+pub fn output_hot<T: 'static + Copy>(ev: &T) {
+    let cfg = config();
+    if cfg.stream != 0 {
+        output(ev, &cfg, false);
+    }
+}

@@ -1,0 +1,281 @@
+//! gpudirect-trace's eBPF programs.
+//!
+//! Every program is a raw tracepoint (BPF_PROG_TYPE_RAW_TRACEPOINT): the
+//! cheapest kind of tracepoint program, typed by the kernel's TP_PROTO rather
+//! than by the tracefs record, and runnable with BPF_PROG_TEST_RUN. A raw
+//! tracepoint program sees the TP_PROTO arguments as an array of u64; the
+//! kernel refuses to attach a program that reads past the tracepoint's last
+//! argument, so each program reads only the arguments that every supported
+//! kernel (5.10 to 6.18) has at that position. docs/probes.md lists them.
+#![no_std]
+#![no_main]
+
+mod device;
+mod emit;
+mod sg;
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel_str_bytes, macros::raw_tracepoint,
+    programs::RawTracePointContext, EbpfContext,
+};
+use gpudirect_trace_common::{flags, kind, XidEvent, XID_MSG_LEN};
+
+use crate::emit::{base_event, config, count, emit_hot, emit_rare, EVENTS};
+
+/// The `n`th TP_PROTO argument of a raw tracepoint.
+#[inline(always)]
+fn arg(ctx: &RawTracePointContext, n: usize) -> u64 {
+    // SAFETY: the ctx of a raw tracepoint is `u64 args[]`; the kernel checks at
+    // attach time that `n` is below the tracepoint's argument count.
+    unsafe { *(ctx.as_ptr() as *const u64).add(n) }
+}
+
+// ---- iommu:* (include/trace/events/iommu.h) ----
+
+/// iommu:map(unsigned long iova, phys_addr_t paddr, size_t size)
+#[raw_tracepoint]
+pub fn iommu_map(ctx: RawTracePointContext) -> i32 {
+    let mut ev = base_event(kind::IOMMU_MAP, 0, 0);
+    ev.addr = arg(&ctx, 0);
+    ev.phys = arg(&ctx, 1);
+    ev.size = arg(&ctx, 2);
+    emit_hot(&ev);
+    0
+}
+
+/// iommu:unmap(unsigned long iova, size_t size, size_t unmapped_size)
+#[raw_tracepoint]
+pub fn iommu_unmap(ctx: RawTracePointContext) -> i32 {
+    let mut ev = base_event(kind::IOMMU_UNMAP, 0, 0);
+    ev.addr = arg(&ctx, 0);
+    ev.size = arg(&ctx, 1);
+    ev.aux = arg(&ctx, 2);
+    emit_hot(&ev);
+    0
+}
+
+/// iommu:io_page_fault(struct device *dev, unsigned long iova, int flags)
+#[raw_tracepoint]
+pub fn iommu_io_page_fault(ctx: RawTracePointContext) -> i32 {
+    let dev = arg(&ctx, 0);
+    let mut ev = base_event(kind::IO_PAGE_FAULT, dev, 0);
+    ev.addr = arg(&ctx, 1);
+    ev.aux = arg(&ctx, 2) as u32 as u64;
+    emit_rare(&ev);
+    0
+}
+
+/// iommu:add_device_to_group(int group_id, struct device *dev)
+#[raw_tracepoint]
+pub fn iommu_add_device_to_group(ctx: RawTracePointContext) -> i32 {
+    group_event(&ctx, kind::GROUP_ADD_DEVICE)
+}
+
+/// iommu:remove_device_from_group(int group_id, struct device *dev)
+#[raw_tracepoint]
+pub fn iommu_remove_device_from_group(ctx: RawTracePointContext) -> i32 {
+    group_event(&ctx, kind::GROUP_REMOVE_DEVICE)
+}
+
+#[inline(always)]
+fn group_event(ctx: &RawTracePointContext, k: u16) -> i32 {
+    let dev = arg(ctx, 1);
+    let mut ev = base_event(k, dev, 0);
+    ev.aux = arg(ctx, 0) as u32 as u64;
+    emit_rare(&ev);
+    0
+}
+
+/// iommu:attach_device_to_domain(struct device *dev)
+#[raw_tracepoint]
+pub fn iommu_attach_device_to_domain(ctx: RawTracePointContext) -> i32 {
+    let ev = base_event(kind::DOMAIN_ATTACH, arg(&ctx, 0), 0);
+    emit_rare(&ev);
+    0
+}
+
+/// iommu:detach_device_from_domain(struct device *dev) (kernels before 5.16)
+#[raw_tracepoint]
+pub fn iommu_detach_device_from_domain(ctx: RawTracePointContext) -> i32 {
+    let ev = base_event(kind::DOMAIN_DETACH, arg(&ctx, 0), 0);
+    emit_rare(&ev);
+    0
+}
+
+// ---- dma:* (include/trace/events/dma.h, 6.8+) ----
+
+/// dma:dma_map_page / dma_map_phys (struct device *dev, phys_addr_t phys_addr,
+/// dma_addr_t dma_addr, size_t size, enum dma_data_direction dir, unsigned long attrs)
+#[raw_tracepoint]
+pub fn dma_map(ctx: RawTracePointContext) -> i32 {
+    dma_map_common(&ctx, 0)
+}
+
+/// dma:dma_map_resource, same TP_PROTO as dma_map_page: MMIO (peer BAR) mappings.
+#[raw_tracepoint]
+pub fn dma_map_resource(ctx: RawTracePointContext) -> i32 {
+    dma_map_common(&ctx, flags::RESOURCE)
+}
+
+#[inline(always)]
+fn dma_map_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
+    let mut ev = base_event(kind::DMA_MAP, arg(ctx, 0), extra);
+    ev.phys = arg(ctx, 1);
+    ev.addr = arg(ctx, 2);
+    ev.size = arg(ctx, 3);
+    ev.dir = arg(ctx, 4) as u32;
+    ev.aux = arg(ctx, 5);
+    emit_hot(&ev);
+    0
+}
+
+/// dma:dma_unmap_page / dma_unmap_phys (struct device *dev, dma_addr_t addr,
+/// size_t size, enum dma_data_direction dir, unsigned long attrs)
+#[raw_tracepoint]
+pub fn dma_unmap(ctx: RawTracePointContext) -> i32 {
+    dma_unmap_common(&ctx, 0)
+}
+
+/// dma:dma_unmap_resource, same TP_PROTO as dma_unmap_page.
+#[raw_tracepoint]
+pub fn dma_unmap_resource(ctx: RawTracePointContext) -> i32 {
+    dma_unmap_common(&ctx, flags::RESOURCE)
+}
+
+#[inline(always)]
+fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
+    let mut ev = base_event(kind::DMA_UNMAP, arg(ctx, 0), extra);
+    ev.addr = arg(ctx, 1);
+    ev.size = arg(ctx, 2);
+    ev.dir = arg(ctx, 3) as u32;
+    ev.aux = arg(ctx, 4);
+    emit_hot(&ev);
+    0
+}
+
+/// dma:dma_map_sg(struct device *dev, struct scatterlist *sgl, int nents,
+/// int ents, enum dma_data_direction dir, unsigned long attrs)
+#[raw_tracepoint]
+pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
+    let nents = arg(&ctx, 2) as u32;
+    let ents = arg(&ctx, 3) as u32;
+    sg::sg_event(
+        kind::DMA_MAP_SG,
+        arg(&ctx, 0),
+        arg(&ctx, 1),
+        nents,
+        ents,
+        arg(&ctx, 4) as u32,
+        arg(&ctx, 5),
+    );
+    0
+}
+
+/// dma:dma_unmap_sg(struct device *dev, struct scatterlist *sgl, int nents,
+/// enum dma_data_direction dir, unsigned long attrs)
+#[raw_tracepoint]
+pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
+    let nents = arg(&ctx, 2) as u32;
+    sg::sg_event(
+        kind::DMA_UNMAP_SG,
+        arg(&ctx, 0),
+        arg(&ctx, 1),
+        nents,
+        0,
+        arg(&ctx, 3) as u32,
+        arg(&ctx, 4),
+    );
+    0
+}
+
+/// dma:dma_map_sg_err(struct device *dev, struct scatterlist *sgl, int nents,
+/// int err, enum dma_data_direction dir, unsigned long attrs)
+#[raw_tracepoint]
+pub fn dma_map_sg_err(ctx: RawTracePointContext) -> i32 {
+    let mut ev = base_event(kind::DMA_MAP_SG_ERR, arg(&ctx, 0), 0);
+    ev.size = arg(&ctx, 2) as u32 as u64;
+    ev.aux = arg(&ctx, 3) as i32 as i64 as u64;
+    ev.dir = arg(&ctx, 4) as u32;
+    emit_rare(&ev);
+    0
+}
+
+/// dma:dma_alloc / dma_alloc_pages (struct device *dev, void *virt_addr,
+/// dma_addr_t dma_addr, size_t size, ...). Arguments after `size` changed in
+/// 6.13 (dir added before gfp flags), so only the first four are read.
+#[raw_tracepoint]
+pub fn dma_alloc(ctx: RawTracePointContext) -> i32 {
+    coherent_event(&ctx, kind::DMA_ALLOC)
+}
+
+/// dma:dma_free / dma_free_pages (struct device *dev, void *virt_addr,
+/// dma_addr_t dma_addr, size_t size, ...).
+#[raw_tracepoint]
+pub fn dma_free(ctx: RawTracePointContext) -> i32 {
+    coherent_event(&ctx, kind::DMA_FREE)
+}
+
+#[inline(always)]
+fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
+    let mut ev = base_event(k, arg(ctx, 0), flags::COHERENT);
+    ev.phys = arg(ctx, 1);
+    ev.addr = arg(ctx, 2);
+    ev.size = arg(ctx, 3);
+    emit_hot(&ev);
+    0
+}
+
+// ---- swiotlb:swiotlb_bounced ----
+
+/// swiotlb:swiotlb_bounced(struct device *dev, dma_addr_t dev_addr, size_t size
+/// [, enum swiotlb_force swiotlb_force on kernels before 5.18])
+#[raw_tracepoint]
+pub fn swiotlb_bounced(ctx: RawTracePointContext) -> i32 {
+    let mut ev = base_event(kind::SWIOTLB_BOUNCED, arg(&ctx, 0), 0);
+    ev.addr = arg(&ctx, 1);
+    ev.size = arg(&ctx, 2);
+    emit_hot(&ev);
+    0
+}
+
+// ---- nvidia:nvidia_dev_xid (NVIDIA kernel module, nv-tracepoint.h) ----
+
+/// nvidia:nvidia_dev_xid(struct pci_dev *dev, NvU32 error_number, const char *msg)
+#[raw_tracepoint]
+pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
+    let cfg = config();
+    let pci_dev = arg(&ctx, 0);
+    let dev = if pci_dev == 0 {
+        0
+    } else {
+        pci_dev + cfg.offsets.pci_dev_device as u64
+    };
+    let ev = base_event(kind::NV_XID, dev, 0);
+    count(kind::NV_XID);
+    let Some(mut entry) = EVENTS.reserve::<XidEvent>(0) else {
+        emit::lost();
+        return 0;
+    };
+    let out = entry.as_mut_ptr();
+    // SAFETY: `out` points at a reserved, exclusively owned ring buffer record.
+    unsafe {
+        (*out).event = ev;
+        (*out).xid = arg(&ctx, 1) as u32;
+        (*out).msg_truncated = 0;
+        (*out).msg[0] = 0;
+        let msg = arg(&ctx, 2) as *const u8;
+        if let Ok(s) = bpf_probe_read_kernel_str_bytes(msg, &mut (*out).msg) {
+            if s.len() + 1 >= XID_MSG_LEN {
+                (*out).msg_truncated = 1;
+            }
+        }
+    }
+    entry.submit(emit::wakeup_flag(&cfg, true));
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
