@@ -34,6 +34,8 @@ pub struct Level {
     pub bytes_mapped: u64,
     pub bytes_unmapped: u64,
     pub sizes: Histogram<u64>,
+    /// Exact largest size (the histogram's max is rounded up to its bucket).
+    pub max_size: u64,
     outstanding: HashMap<u64, u64>,
     pub outstanding_bytes: u64,
     /// Mappings not tracked because `MAX_TRACKED` was reached.
@@ -50,6 +52,7 @@ impl Default for Level {
             bytes_mapped: 0,
             bytes_unmapped: 0,
             sizes: Histogram::new(3).expect("3 significant digits is a valid histogram"),
+            max_size: 0,
             outstanding: HashMap::new(),
             outstanding_bytes: 0,
             untracked: 0,
@@ -69,7 +72,8 @@ impl Level {
         self.maps += 1;
         self.bytes_mapped += size;
         for s in entry_sizes {
-            self.sizes.saturating_record(s.max(1));
+            record(&mut self.sizes, s);
+            self.max_size = self.max_size.max(s);
         }
         if self.outstanding.len() >= MAX_TRACKED {
             self.untracked += 1;
@@ -109,7 +113,10 @@ impl Level {
             unmaps: self.unmaps,
             bytes_mapped: self.bytes_mapped,
             bytes_unmapped: self.bytes_unmapped,
-            size: Percentiles::of(&self.sizes),
+            size: Percentiles {
+                max: self.max_size,
+                ..Percentiles::of(&self.sizes)
+            },
             outstanding_mappings: self.outstanding.len() as u64 + self.untracked,
             outstanding_bytes: self.outstanding_bytes,
         }
@@ -461,6 +468,15 @@ impl Aggregator {
     }
 }
 
+/// Records into an auto-resizing histogram (saturating_record would clamp to
+/// the current, initially tiny, range instead of growing it).
+pub fn record(h: &mut Histogram<u64>, value: u64) {
+    let v = value.max(1);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}
+
 /// iommu:io_page_fault flags: IOMMU_FAULT_READ 0x0, IOMMU_FAULT_WRITE 0x1
 /// (include/linux/iommu.h).
 pub fn fault_access(flags: u64) -> &'static str {
@@ -555,7 +571,7 @@ mod tests {
         let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.001;
         assert!(near(s.map_size.p50, 4096 * 50), "p50 {}", s.map_size.p50);
         assert!(near(s.map_size.p99, 4096 * 99), "p99 {}", s.map_size.p99);
-        assert!(near(s.map_size.max, 4096 * 100), "max {}", s.map_size.max);
+        assert_eq!(s.map_size.max, 4096 * 100, "max is exact");
     }
 
     #[test]
