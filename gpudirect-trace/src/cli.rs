@@ -12,8 +12,19 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Check the host's DMA/IOMMU/PCIe setup for GPUDirect RDMA and GPU P2P.
+    ///
+    /// Reads /sys and /proc only (or a captured tree with --root): IOMMU mode and
+    /// groups, kernel parameters, PCIe links, MaxPayload/MaxReadReq, ACS on the
+    /// bridges between GPUs and NICs, BAR sizes, NUMA and IRQ affinity, NVIDIA
+    /// driver parameters. Each finding shows the file and value it came from.
+    /// `--capture OUT.tar.gz` saves that data for a bug report.
+    Doctor(crate::doctor::DoctorArgs),
+}
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Doctor(args) => crate::doctor::run(&args),
+    }
 }

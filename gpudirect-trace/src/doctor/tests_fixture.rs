@@ -1,0 +1,1 @@
+//! Tests against the real 2x H200 host snapshot.
