@@ -17,6 +17,7 @@ pub fn check_device(tree: &Tree, d: &Device, f: &mut Findings) {
     check_link(tree, d, f);
     check_config(d, f);
     check_bars(d, f);
+    check_rebar(d, f);
     check_numa_irqs(tree, d, f);
 }
 
@@ -291,27 +292,42 @@ fn check_bars(d: &Device, f: &mut Findings) {
                 },
             );
         }
-        if let Some(c) = d.config.as_deref() {
-            let c = Config::new(c);
-            for r in c.rebar() {
-                f.add(
-                    "bar.resizable",
-                    Severity::Info,
-                    &d.bdf,
-                    format!(
-                        "{}: Resizable BAR{} at {}, largest supported {}",
-                        d.label(),
-                        r.bar,
-                        human_size(r.current),
-                        r.max_supported
-                            .map(human_size)
-                            .unwrap_or_else(|| "?".into())
-                    ),
-                    vec![format!("{}/config: extended capability 0x15", d.dir())],
-                    "",
-                );
-            }
-        }
+    }
+}
+
+/// Resizable BAR capability (0x15): current vs largest supported size.
+fn check_rebar(d: &Device, f: &mut Findings) {
+    let Some(cfg) = d.config.as_deref() else {
+        return;
+    };
+    for r in Config::new(cfg).rebar() {
+        let grown = r.max_supported.is_none_or(|m| r.current >= m);
+        f.add(
+            "bar.resizable",
+            if grown {
+                Severity::Info
+            } else {
+                Severity::Warn
+            },
+            &d.bdf,
+            format!(
+                "{}: Resizable BAR{} at {}, largest supported {}",
+                d.label(),
+                r.bar,
+                human_size(r.current),
+                r.max_supported
+                    .map(human_size)
+                    .unwrap_or_else(|| "?".into())
+            ),
+            vec![format!("{}/config: extended capability 0x15", d.dir())],
+            if grown {
+                ""
+            } else {
+                "the BAR was not resized to what the device supports: enable Resizable BAR \
+                 (and Above 4G Decoding) in the BIOS; for NVIDIA GPUs also \
+                 NVreg_EnableResizableBar=1"
+            },
+        );
     }
 }
 
@@ -365,7 +381,7 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
                 }
                 seen.push(ev(&p, &a));
             }
-            Err(e) => return f.unreadable("irq.affinity", &d.bdf, &p, &e),
+            Err(e) => f.unreadable("irq.affinity", &d.bdf, &p, &e),
         }
     }
     if seen.is_empty() {

@@ -84,7 +84,7 @@ pub fn diagnose(tree: &Tree) -> anyhow::Result<Report> {
             "",
         );
     }
-    f.list.sort_by(|a, b| b.severity.cmp(&a.severity));
+    f.list.sort_by_key(|f| std::cmp::Reverse(f.severity));
     Ok(Report {
         root: tree.root().display().to_string(),
         findings: f.list,

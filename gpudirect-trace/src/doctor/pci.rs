@@ -29,6 +29,10 @@ impl<'a> Config<'a> {
         self.b.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+
     pub fn u8(&self, off: usize) -> Option<u8> {
         self.b.get(off).copied()
     }

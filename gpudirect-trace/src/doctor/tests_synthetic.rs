@@ -142,6 +142,17 @@ fn synthetic_paths_pxb_phb_node_sys() {
     assert_eq!(r.topology.matrix[0], ["X", "PXB", "SYS", "PHB"]);
     assert_eq!(r.topology.matrix[1][3], "PHB");
     assert_eq!(r.topology.matrix[2][3], "SYS");
+    // GPU on node 1, InfiniBand NIC on node 0: GPUDirect RDMA crosses sockets.
+    let x = one(&r, "topology.cross_numa");
+    assert_eq!(
+        (x.severity, x.device.as_str()),
+        (Severity::Warn, "0000:81:00.0")
+    );
+    assert!(
+        x.summary.contains("NIC0 (0000:07:00.0, NUMA 0)"),
+        "{}",
+        x.summary
+    );
     // Same host bridge count would give NODE with equal NUMA nodes.
     s.file("/sys/bus/pci/devices/0000:81:00.0/numa_node", "0\n");
     let r = diagnose(&s.tree()).expect("diagnose");
@@ -270,6 +281,38 @@ fn synthetic_small_bar1_256mib_below_4g_without_above_4g_decoding() {
     assert!(b.summary.contains("256 MiB"), "{}", b.summary);
     assert!(b.evidence[0].contains("line 1"), "{:?}", b.evidence);
     assert_eq!(one(&r, "bar.below_4g").severity, Severity::Warn);
+}
+
+#[test]
+fn synthetic_resizable_bar_left_at_256mib_of_64gib() {
+    let s = Synth::new("quiet");
+    // ReBAR entry: BAR 1, one resizable BAR, current size code 8 (256 MiB),
+    // sizes 1 MiB..64 GiB supported (capability bits 4..20).
+    let cap: u32 = ((1 << 17) - 1) << 4;
+    let ctl: u32 = 1 | (1 << 5) | (8 << 8);
+    let mut body = cap.to_le_bytes().to_vec();
+    body.extend_from_slice(&ctl.to_le_bytes());
+    let cfg = config_with(
+        0x2030,
+        0x0000_0105,
+        0x0105,
+        &[(super::pci::EXT_REBAR, &body)],
+    );
+    s.device(
+        "pci0000:00/0000:00:02.0/0000:02:00.0",
+        GPU_CLASS,
+        0x10de,
+        &cfg,
+    );
+    let r = diagnose(&s.tree()).expect("diagnose");
+    let b = one(&r, "bar.resizable");
+    assert_eq!(b.severity, Severity::Warn);
+    assert!(
+        b.summary
+            .contains("BAR1 at 256 MiB, largest supported 64 GiB"),
+        "{}",
+        b.summary
+    );
 }
 
 #[test]

@@ -202,6 +202,28 @@ pub fn build(tree: &Tree, devs: &[Device], f: &mut Findings) -> Topology {
     for (i, (na, a)) in ordered.iter().enumerate() {
         for (j, (nb, b)) in ordered.iter().enumerate().skip(i + 1) {
             check_acs_between(tree, (na, a), (nb, b), &matrix[i][j], f);
+            if matrix[i][j] == "SYS" && a.kind != b.kind {
+                f.add(
+                    "topology.cross_numa",
+                    Severity::Warn,
+                    &a.bdf,
+                    format!(
+                        "{na} ({}, NUMA {}) and {nb} ({}, NUMA {}) are on different NUMA nodes: \
+                         GPUDirect RDMA between them crosses the CPU interconnect (SYS)",
+                        a.bdf,
+                        a.numa_node.unwrap_or(-1),
+                        b.bdf,
+                        b.numa_node.unwrap_or(-1)
+                    ),
+                    vec![
+                        format!("{}/numa_node = {}", a.dir(), a.numa_node.unwrap_or(-1)),
+                        format!("{}/numa_node = {}", b.dir(), b.numa_node.unwrap_or(-1)),
+                    ],
+                    "pair each GPU with a NIC on its own NUMA node (NCCL does this when it \
+                     sees the topology; check NCCL_IB_HCA / CUDA_VISIBLE_DEVICES), and pin \
+                     the process to that node",
+                );
+            }
         }
     }
     Topology {
