@@ -6,13 +6,14 @@
 //! Modules: [`tree`] reads the live host or a captured tree; [`pci`] decodes
 //! config space; [`devices`] builds the PCI inventory; [`platform`] (IOMMU,
 //! kernel parameters, NVIDIA driver), [`checks`] (per GPU/NIC) and [`topology`]
-//! (P2P path matrix, ACS) produce [`findings`]; [`report`] renders them;
+//! (P2P path matrix, ACS) and [`klog`] (kernel log) produce [`findings`]; [`report`] renders them;
 //! [`capture`] writes a snapshot for bug reports.
 
 pub mod capture;
 pub mod checks;
 pub mod devices;
 pub mod findings;
+pub mod klog;
 pub mod pci;
 pub mod platform;
 pub mod report;
@@ -71,6 +72,7 @@ pub fn diagnose(tree: &Tree) -> anyhow::Result<Report> {
     }
     let topology = topology::build(tree, &devs, &mut f);
     platform::check_nvidia(tree, &devs, iommu, &mut f);
+    klog::check(tree, iommu, &mut f);
     if !devs.iter().any(|d| d.is_endpoint_of_interest()) && !devs.is_empty() {
         f.add(
             "pci.no_gpu_nic",

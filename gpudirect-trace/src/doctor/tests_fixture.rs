@@ -183,6 +183,17 @@ fn fixture_host_no_iommu_swiotlb_noforce_driver_580() {
         .summary
         .contains("not loaded"));
     assert!(r.findings.iter().all(|f| f.severity != Severity::Problem));
+    // dmesg.txt: "iommu: Default domain type: Translated", no faults, no Xids.
+    let d = find(&r, "klog.iommu_default_domain", "host");
+    assert!(
+        d.summary.contains("Translated (no IOMMU present"),
+        "{}",
+        d.summary
+    );
+    assert!(r
+        .findings
+        .iter()
+        .all(|f| !f.id.starts_with("klog.xid") && f.id != "klog.iommu_fault"));
 }
 
 #[test]
