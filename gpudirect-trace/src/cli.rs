@@ -19,7 +19,8 @@ pub enum Command {
     /// groups, kernel parameters, PCIe links, MaxPayload/MaxReadReq, ACS on the
     /// bridges between GPUs and NICs, BAR sizes, NUMA and IRQ affinity, NVIDIA
     /// driver parameters. Each finding shows the file and value it came from.
-    /// `--capture OUT.tar.gz` saves that data for a bug report.
+    /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
+    /// problem found, 2 some finding is a `problem`, 1 error.
     Doctor(crate::doctor::DoctorArgs),
 }
 

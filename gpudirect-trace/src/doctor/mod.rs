@@ -47,7 +47,7 @@ pub struct DoctorArgs {
     /// Print `{"findings":[...],"topology":...}` instead of the text report.
     #[arg(long)]
     pub json: bool,
-    /// Also print evidence and advice for `ok` and `info` findings.
+    /// Also print evidence and advice for `ok` findings.
     #[arg(long, short)]
     pub verbose: bool,
     /// Write a snapshot of everything the doctor reads to OUT.tar.gz (mode 0600)
