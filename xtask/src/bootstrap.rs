@@ -44,8 +44,11 @@ pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 fn rust_src() -> anyhow::Result<()> {
-    let installed = output("rustup", &["component", "list", "--installed", "--toolchain", "nightly"])
-        .context("rustup with a nightly toolchain is required (`rustup toolchain install nightly`)")?;
+    let installed = output(
+        "rustup",
+        &["component", "list", "--installed", "--toolchain", "nightly"],
+    )
+    .context("rustup with a nightly toolchain is required (`rustup toolchain install nightly`)")?;
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         eprintln!("xtask: nightly rust-src: present");
         return Ok(());
@@ -60,7 +63,10 @@ fn bpf_linker() -> anyhow::Result<()> {
             eprintln!("xtask: bpf-linker {BPF_LINKER_VERSION}: present");
             return Ok(());
         }
-        eprintln!("xtask: bpf-linker is {}, need {BPF_LINKER_VERSION}: reinstalling", v.trim());
+        eprintln!(
+            "xtask: bpf-linker is {}, need {BPF_LINKER_VERSION}: reinstalling",
+            v.trim()
+        );
     } else {
         eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} (cargo install, ~2-3 min)");
     }

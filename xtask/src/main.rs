@@ -8,7 +8,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "gpudirect-trace's build, bootstrap and test driver")]
+#[command(
+    name = "cargo xtask",
+    about = "gpudirect-trace's build, bootstrap and test driver"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
