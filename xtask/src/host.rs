@@ -1,8 +1,10 @@
 //! Host helpers shared by xtask subcommands: paths, running tools, installing
 //! missing Debian packages.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use anyhow::{bail, Context, Result};
 

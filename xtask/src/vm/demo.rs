@@ -1,14 +1,12 @@
 //! `cargo xtask demo`: a VM with VT-d, NVMe and edu, the tracer's live view while
 //! the disk is read and a faulting DMA is injected.
 
-use std::process::ExitCode;
-use std::time::Duration;
+use std::{process::ExitCode, time::Duration};
 
 use anyhow::Result;
 use clap::Args;
 
-use super::qemu::Device;
-use super::{boot, build_binaries, BootOpts, RunSpec};
+use super::{boot, build_binaries, qemu::Device, BootOpts, RunSpec};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {

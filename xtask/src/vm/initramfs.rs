@@ -2,15 +2,16 @@
 //! shared libraries, the kernel modules in load order, the scenarios, and an init
 //! that runs one command and reports it with a sentinel line.
 
-use std::collections::BTreeSet;
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::{
+    collections::BTreeSet,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{bail, Context, Result};
 
-use super::cpio::Writer;
-use super::kernel::Kernel;
+use super::{cpio::Writer, kernel::Kernel};
 use crate::host;
 
 /// The guest's /init. `/etc/gdt-modules` lists modules to insmod, in order;

@@ -3,9 +3,11 @@
 //! unpacked with `dpkg-deb -x`, indexed with `depmod`, cached by version under
 //! `.cache/vm/kernels/<version>/`.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{bail, Context, Result};
 

@@ -10,15 +10,17 @@ pub mod probe_matrix;
 pub mod qemu;
 pub mod scenario;
 
-use std::path::PathBuf;
-use std::process::{Command, ExitCode};
-use std::time::Duration;
+use std::{
+    path::PathBuf,
+    process::{Command, ExitCode},
+    time::Duration,
+};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use qemu::{Device, Iommu};
 
 use crate::host;
-use qemu::{Device, Iommu};
 
 /// Options shared by every subcommand that boots a VM.
 #[derive(Args, Debug, Clone)]

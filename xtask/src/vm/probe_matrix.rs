@@ -1,18 +1,13 @@
 //! `cargo xtask probe-matrix`: runs `gpudirect-trace probes --json` on every
 //! kernel the harness knows and writes docs/probe-compatibility.md from it.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::process::ExitCode;
-use std::time::Duration;
+use std::{collections::BTreeMap, fmt::Write as _, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use super::qemu::Device;
-use super::scenario::ALL_KERNELS;
-use super::{boot, build_binaries, BootOpts, RunSpec};
+use super::{boot, build_binaries, qemu::Device, scenario::ALL_KERNELS, BootOpts, RunSpec};
 use crate::host;
 
 #[derive(Args, Debug)]

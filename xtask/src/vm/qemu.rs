@@ -1,11 +1,13 @@
 //! Runs qemu (TCG, q35, optional emulated VT-d) with a watchdog, streaming the
 //! serial console and watching for the init's sentinel lines.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;

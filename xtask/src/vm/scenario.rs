@@ -7,15 +7,20 @@
 //! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `timeout=SECS`,
 //! `check=NAME` (a host-side check of the console output, see [`host_check`]).
 
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::time::Duration;
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
-use super::qemu::{Device, Iommu};
-use super::{boot, build_binaries, BootOpts, RunSpec};
+use super::{
+    boot, build_binaries,
+    qemu::{Device, Iommu},
+    BootOpts, RunSpec,
+};
 use crate::host;
 
 pub const DEFAULT_KERNELS: &[&str] = &["6.1", "6.12"];

@@ -2,10 +2,11 @@
 //! of BAR0 through /sys/bus/pci/devices/BDF/resource0. The device stays bound to no
 //! driver; the IOMMU puts it in a DMA domain with nothing mapped, so any IOVA faults.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::{
+    fs::{File, OpenOptions},
+    os::{fd::AsRawFd, unix::fs::FileExt},
+    path::PathBuf,
+};
 
 use anyhow::{bail, Context, Result};
 
