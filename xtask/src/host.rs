@@ -99,5 +99,5 @@ pub const VM_PACKAGES: &[&str] = &[
     "kmod",
     "xz-utils",
     "zstd",
-    "ca-certificates",
+    "debian-archive-keyring",
 ];
