@@ -153,11 +153,12 @@ fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
     }
 }
 
-/// Stream an arbitrary record (scatter-gather events).
+/// Stream a larger record that lives in map memory (scatter-gather events):
+/// bpf_ringbuf_output copies it without a trip through the stack.
 #[inline(always)]
-pub fn output_hot<T: 'static + Copy>(ev: &T) {
+pub fn output_hot<T: 'static>(ev: &T) {
     let cfg = config();
-    if cfg.stream != 0 {
-        output(ev, &cfg, false);
+    if cfg.stream != 0 && EVENTS.output(ev, wakeup_flag(&cfg, false)).is_err() {
+        lost();
     }
 }

@@ -1,10 +1,16 @@
 //! Scatter-gather mappings: walk the scatterlist for the byte total and the
 //! per-entry lengths, following chained lists (sg_next() semantics).
 
-use aya_ebpf::helpers::bpf_probe_read_kernel;
+use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
 use gpudirect_trace_common::{flags, SgEvent, SG_LENS, SG_WALK_MAX};
 
 use crate::emit::{add_counter, base_event, config, count, output_hot};
+
+/// The record is built in a per-CPU map value, not on the stack: the
+/// verifier tracks each stack slot's type (zero vs. written) per path, and a
+/// 16-entry array written on some paths only gives it 2^16 states to explore.
+#[map]
+static SG_SCRATCH: PerCpuArray<SgEvent> = PerCpuArray::with_max_entries(1, 0);
 
 /// `page_link` bit 0: this entry is a chain pointer to the next array.
 const SG_CHAIN: u64 = 0x01;
@@ -27,54 +33,61 @@ fn read_u32(addr: u64) -> Option<u32> {
 pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, attrs: u64) {
     let cfg = config();
     let off = cfg.offsets;
-    let mut ev = SgEvent {
-        event: base_event(k, dev, 0),
-        nents,
-        ents,
-        n_lens: 0,
-        _pad: 0,
-        lens: [0; SG_LENS],
+    let Some(scratch) = SG_SCRATCH.get_ptr_mut(0) else {
+        return;
     };
+    // SAFETY: this CPU's slot, used only for the duration of this program.
+    let ev = unsafe { &mut *scratch };
+    ev.event = base_event(k, dev, 0);
+    ev.nents = nents;
+    ev.ents = ents;
+    ev.n_lens = 0;
     ev.event.dir = dir;
     ev.event.aux = attrs;
     if let Some(a) = read_u64(sgl + off.sg_dma_address as u64) {
         ev.event.addr = a;
     }
+    // One loop counter only: a second counter that diverges from it at chain
+    // entries multiplies the verifier's states past its 1M-instruction limit.
+    // The list ends at the entry marked SG_END (sg_mark_end(), set on the
+    // last entry of every table); `nents` is kept for the record only.
     let mut sg = sgl;
-    let mut walked: u32 = 0;
     let mut total: u64 = 0;
-    let mut n_lens: usize = 0;
-    let mut i: u32 = 0;
-    while i < SG_WALK_MAX * 2 {
-        i += 1;
-        if walked >= nents || sg == 0 {
+    let mut ended = false;
+    let mut n_lens: u32 = 0;
+    for i in 0..SG_WALK_MAX {
+        if sg == 0 {
+            ended = true;
             break;
         }
         let Some(page_link) = read_u64(sg + off.sg_page_link as u64) else {
+            ended = true;
             break;
         };
+        let mut len: u32 = 0;
         if page_link & SG_CHAIN != 0 {
             sg = page_link & !(SG_CHAIN | SG_END);
-            continue;
+        } else {
+            len = read_u32(sg + off.sg_length as u64).unwrap_or(0);
+            total += len as u64;
+            sg += off.sg_stride as u64;
         }
-        let len = read_u32(sg + off.sg_length as u64).unwrap_or(0);
-        total += len as u64;
-        if n_lens < SG_LENS {
-            ev.lens[n_lens] = len;
-            n_lens += 1;
+        if (i as usize) < SG_LENS {
+            // Chain entries leave a 0 here; userspace skips zero lengths.
+            ev.lens[i as usize] = len;
+            n_lens = i + 1;
         }
-        walked += 1;
-        if page_link & SG_END != 0 {
+        if page_link & (SG_END | SG_CHAIN) == SG_END {
+            ended = true;
             break;
         }
-        sg += off.sg_stride as u64;
     }
-    if walked < nents {
+    if !ended {
         ev.event.flags |= flags::SG_TRUNCATED;
     }
-    ev.n_lens = n_lens as u32;
+    ev.n_lens = n_lens;
     ev.event.size = total;
     count(k);
     add_counter(&ev.event);
-    output_hot(&ev);
+    output_hot(ev);
 }

@@ -1,19 +1,107 @@
 //! Command-line interface: one subcommand per job.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+
+use crate::{live, probes};
+
+const ABOUT: &str = "Trace DMA, IOMMU and GPUDirect paths with eBPF: per-device DMA activity, \
+translation, faults and NVIDIA Xids.";
+
+const LONG_ABOUT: &str = "\
+Trace DMA, IOMMU and GPUDirect paths with eBPF.
+
+gpudirect-trace attaches eBPF programs to the kernel's iommu:*, dma:* and
+swiotlb:* tracepoints and the NVIDIA driver's nvidia:nvidia_dev_xid, and
+aggregates what they see per device (PCI bus id): mappings, bytes by
+direction, mapped sizes, outstanding mappings, bounce buffering, faults, Xids.
+
+Start with:
+  gpudirect-trace probes          what this kernel offers, what attached
+  gpudirect-trace live            per-device table, refreshed every second
+
+Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).";
 
 #[derive(Parser, Debug)]
-#[command(name = "gpudirect-trace", version, about, long_about = None)]
+#[command(name = "gpudirect-trace", version, about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// List every probe point with its status on this kernel (attached,
+    /// unavailable, failed) and why.
+    ///
+    /// Loads and attaches all programs once (so the verifier and the kernel
+    /// answer for real), prints the table and detaches.
+    Probes(ProbesArgs),
+    /// Live per-device DMA/IOMMU view, refreshed every interval.
+    ///
+    /// On a terminal the table redraws in place; piped, one plain snapshot is
+    /// printed per interval; with --json one JSON object per line. Ctrl-C or
+    /// --duration ends it with a final summary.
+    ///
+    /// Example: gpudirect-trace live --device 0000:00:06.0 --interval 2s
+    Live(LiveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ProbesArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit with status 3 if any probe failed (unavailable ones are fine).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TraceArgs {
+    /// Count in kernel maps only; stream rare events (faults, Xids) but not
+    /// every map/unmap. For hosts with millions of mappings per second.
+    #[arg(long)]
+    pub aggregate_only: bool,
+    /// BPF ring buffer size in bytes (rounded up to a power of two).
+    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
+    pub ring_size: u32,
+    /// Fail (exit 3) if any probe failed to load or attach.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LiveArgs {
+    /// Refresh interval (e.g. 500ms, 1s, 2m).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Stop after this long (default: until Ctrl-C).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Show only this device (PCI bus id such as 0000:00:06.0, or a device
+    /// name); repeat for several.
+    #[arg(long = "device", value_name = "BDF")]
+    pub devices: Vec<String>,
+    /// One JSON object per interval on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 1s, 2m)"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Probes(args) => probes::run(&args),
+        Command::Live(args) => live::run(&args),
+    }
 }

@@ -4,4 +4,15 @@
 //! (`gpudirect-trace-ebpf`) -> BPF ring buffer + per-CPU maps -> [`ebpf`]
 //! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`]).
 
+pub mod aggregate;
+pub mod btf;
+pub mod catalog;
 pub mod cli;
+pub mod decode;
+pub mod ebpf;
+pub mod kernel;
+pub mod live;
+pub mod output;
+pub mod probes;
+pub mod render;
+pub mod session;

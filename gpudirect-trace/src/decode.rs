@@ -1,0 +1,185 @@
+//! Ring buffer records to typed events. The first u16 of every record is its
+//! kind, which fixes the record's layout (gpudirect-trace-common).
+
+use std::fmt;
+
+use gpudirect_trace_common::{kind, Event, SgEvent, XidEvent};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    Event(Event),
+    Sg(SgEvent),
+    Xid(XidEvent),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    TooShort { kind: u16, len: usize, need: usize },
+    UnknownKind(u16),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::TooShort { kind, len, need } => {
+                write!(f, "record of kind {kind} is {len} bytes, expected {need}")
+            }
+            DecodeError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+fn read<T: Copy>(bytes: &[u8], kind: u16) -> Result<T, DecodeError> {
+    let need = std::mem::size_of::<T>();
+    if bytes.len() < need {
+        return Err(DecodeError::TooShort {
+            kind,
+            len: bytes.len(),
+            need,
+        });
+    }
+    // SAFETY: length checked; T is a repr(C) struct of integers, valid for
+    // any bit pattern; read_unaligned tolerates any alignment.
+    Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+    if bytes.len() < 2 {
+        return Err(DecodeError::TooShort {
+            kind: 0,
+            len: bytes.len(),
+            need: 2,
+        });
+    }
+    let k = u16::from_ne_bytes([bytes[0], bytes[1]]);
+    match k {
+        kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
+        kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
+        1..=16 => read::<Event>(bytes, k).map(Record::Event),
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+impl Record {
+    pub fn event(&self) -> &Event {
+        match self {
+            Record::Event(e) => e,
+            Record::Sg(s) => &s.event,
+            Record::Xid(x) => &x.event,
+        }
+    }
+}
+
+/// Human name of an event kind, as used in output and metrics labels.
+pub fn kind_name(k: u16) -> &'static str {
+    match k {
+        kind::IOMMU_MAP => "iommu_map",
+        kind::IOMMU_UNMAP => "iommu_unmap",
+        kind::IO_PAGE_FAULT => "io_page_fault",
+        kind::GROUP_ADD_DEVICE => "group_add_device",
+        kind::GROUP_REMOVE_DEVICE => "group_remove_device",
+        kind::DOMAIN_ATTACH => "domain_attach",
+        kind::DOMAIN_DETACH => "domain_detach",
+        kind::DMA_MAP => "dma_map",
+        kind::DMA_UNMAP => "dma_unmap",
+        kind::DMA_MAP_SG => "dma_map_sg",
+        kind::DMA_UNMAP_SG => "dma_unmap_sg",
+        kind::DMA_MAP_SG_ERR => "dma_map_sg_err",
+        kind::DMA_ALLOC => "dma_alloc",
+        kind::DMA_FREE => "dma_free",
+        kind::SWIOTLB_BOUNCED => "swiotlb_bounced",
+        kind::NV_XID => "nvidia_xid",
+        _ => "unknown",
+    }
+}
+
+/// `enum dma_data_direction` names.
+pub fn dir_name(dir: u32) -> &'static str {
+    match dir {
+        0 => "bidirectional",
+        1 => "to_device",
+        2 => "from_device",
+        3 => "none",
+        _ => "invalid",
+    }
+}
+
+/// The text of a NUL-terminated byte buffer.
+pub fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use gpudirect_trace_common::{SG_LENS, XID_MSG_LEN};
+
+    use super::*;
+
+    fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
+        // SAFETY: reading the bytes of a repr(C) POD value.
+        unsafe {
+            std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>())
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn round_trips_each_layout() {
+        let ev = Event {
+            kind: kind::DMA_MAP,
+            dir: 2,
+            ts_ns: 42,
+            dev: 0xffff_8880_0000_1000,
+            addr: 0xfff0_0000,
+            size: 4096,
+            ..Default::default()
+        };
+        assert_eq!(decode(&bytes_of(&ev)), Ok(Record::Event(ev)));
+
+        let mut sg = SgEvent {
+            event: Event {
+                kind: kind::DMA_MAP_SG,
+                ..Default::default()
+            },
+            nents: 3,
+            ents: 2,
+            n_lens: 3,
+            _pad: 0,
+            lens: [0; SG_LENS],
+        };
+        sg.lens[..3].copy_from_slice(&[4096, 8192, 512]);
+        assert_eq!(decode(&bytes_of(&sg)), Ok(Record::Sg(sg)));
+
+        let mut xid = XidEvent {
+            event: Event {
+                kind: kind::NV_XID,
+                ..Default::default()
+            },
+            xid: 79,
+            msg_truncated: 0,
+            msg: [0; XID_MSG_LEN],
+        };
+        xid.msg[..5].copy_from_slice(b"hello");
+        let Ok(Record::Xid(got)) = decode(&bytes_of(&xid)) else {
+            panic!("xid record did not decode as Xid");
+        };
+        assert_eq!(got.xid, 79);
+        assert_eq!(c_string(&got.msg), "hello");
+    }
+
+    #[test]
+    fn rejects_short_and_unknown_records() {
+        assert!(matches!(decode(&[1]), Err(DecodeError::TooShort { .. })));
+        let mut b = vec![0u8; 64];
+        b[0] = kind::DMA_MAP_SG as u8;
+        assert!(matches!(
+            decode(&b),
+            Err(DecodeError::TooShort { need: 144, .. })
+        ));
+        b[0] = 200;
+        assert_eq!(decode(&b), Err(DecodeError::UnknownKind(200)));
+    }
+}

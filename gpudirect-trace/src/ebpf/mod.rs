@@ -1,0 +1,387 @@
+//! Loading the embedded eBPF object, attaching what the running kernel has,
+//! and reading back events and maps.
+
+pub mod testrun;
+
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd as _, AsRawFd, BorrowedFd, RawFd},
+    sync::Arc,
+};
+
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{ProgramError, RawTracePoint},
+    Ebpf, EbpfLoader,
+};
+use gpudirect_trace_common::{
+    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, DEV_NAME_LEN,
+};
+use serde::Serialize;
+
+use crate::{
+    btf::Btf,
+    catalog::{self, ProbeSpec, Provider},
+    kernel::{self, KernelInfo},
+};
+
+/// The eBPF object built by build.rs (aya-build), embedded in the binary.
+static EBPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpudirect-trace"));
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Attached,
+    Unavailable,
+    Failed,
+    /// Loaded and verified but deliberately not attached (tests, benchmarks).
+    Loaded,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Attached => "attached",
+            Status::Unavailable => "unavailable",
+            Status::Failed => "failed",
+            Status::Loaded => "loaded",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProbeStatus {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub program: &'static str,
+    pub status: Status,
+    pub reason: String,
+    pub hot: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct TracerOptions {
+    /// Stream hot events through the ring buffer (false: aggregate-only).
+    pub stream: bool,
+    pub ring_bytes: u32,
+    pub wakeup_bytes: u64,
+    /// Attach to the kernel's tracepoints (false: load and verify only, for
+    /// tests that drive the programs with BPF_PROG_TEST_RUN).
+    pub attach: bool,
+}
+
+impl Default for TracerOptions {
+    fn default() -> Self {
+        Self {
+            stream: true,
+            ring_bytes: 8 << 20,
+            wakeup_bytes: Config::DEFAULT.wakeup_bytes,
+            attach: true,
+        }
+    }
+}
+
+/// Counts the programs keep about themselves, summed over CPUs.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SelfStats {
+    /// Events the ring buffer had no room for.
+    pub lost_events: u64,
+    pub device_name_failures: u64,
+    pub device_map_full: u64,
+    /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
+    pub hits: Vec<u64>,
+}
+
+impl SelfStats {
+    pub fn total_hits(&self) -> u64 {
+        self.hits.iter().sum()
+    }
+}
+
+pub struct Tracer {
+    ebpf: Ebpf,
+    pub kernel: KernelInfo,
+    pub probes: Vec<ProbeStatus>,
+    pub offsets: KernelOffsets,
+    ring: RingBuf<MapData>,
+    devices: BpfHashMap<MapData, u64, DeviceName>,
+    stats: PerCpuArray<MapData, u64>,
+    hits: PerCpuArray<MapData, u64>,
+    counters: PerCpuHashMap<MapData, CounterKey, Counter>,
+    names: HashMap<u64, Arc<str>>,
+}
+
+/// Structure offsets from BTF, falling back to the defaults (documented in
+/// `KernelOffsets::DEFAULT`) member by member.
+pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
+    let mut off = KernelOffsets::DEFAULT;
+    let Some(btf) = btf else { return off };
+    if let (Some(kobj), Some(name)) = (
+        btf.member_offset("device", "kobj"),
+        btf.member_offset("kobject", "name"),
+    ) {
+        off.device_name = kobj + name;
+    }
+    if let Some(o) = btf.member_offset("pci_dev", "dev") {
+        off.pci_dev_device = o;
+    }
+    if let Some(size) = btf.struct_size("scatterlist") {
+        off.sg_stride = size;
+        let m = |name| btf.member_offset("scatterlist", name);
+        off.sg_page_link = m("page_link").unwrap_or(off.sg_page_link);
+        off.sg_length = m("length").unwrap_or(off.sg_length);
+        off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
+        off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
+    }
+    off
+}
+
+impl Tracer {
+    pub fn load(opts: &TracerOptions) -> anyhow::Result<Self> {
+        kernel::check_privileges()?;
+        kernel::raise_memlock();
+        let kernel = KernelInfo::discover();
+        let offsets = offsets_from_btf(kernel.btf.as_ref());
+        let config = Config {
+            offsets,
+            wakeup_bytes: opts.wakeup_bytes,
+            stream: u32::from(opts.stream),
+            _pad: 0,
+        };
+        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
+        let mut ebpf = EbpfLoader::new()
+            .set_global("CONFIG", &config, true)
+            .set_max_entries("EVENTS", ring_bytes)
+            .load(EBPF_OBJECT)
+            .map_err(|e| explain_load_error(&e))?;
+
+        let mut probes = Vec::new();
+        let mut load_errors: HashMap<&str, String> = HashMap::new();
+        for name in catalog::programs() {
+            if let Err(e) = load_program(&mut ebpf, name) {
+                load_errors.insert(name, e);
+            }
+        }
+        for spec in catalog::CATALOG {
+            let (status, reason) = match load_errors.get(spec.program) {
+                Some(e) => (
+                    Status::Failed,
+                    format!("program {} did not load: {e}", spec.program),
+                ),
+                None if !opts.attach => (Status::Loaded, "verified; not attached".to_owned()),
+                None => attach_probe(&mut ebpf, &kernel, spec),
+            };
+            probes.push(ProbeStatus {
+                name: spec.name,
+                kind: spec.kind.as_str(),
+                program: spec.program,
+                status,
+                reason,
+                hot: spec.hot,
+            });
+        }
+
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
+        let devices =
+            BpfHashMap::try_from(ebpf.take_map("DEVICES").context("map DEVICES missing")?)?;
+        let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("map STATS missing")?)?;
+        let hits = PerCpuArray::try_from(ebpf.take_map("HITS").context("map HITS missing")?)?;
+        let counters = PerCpuHashMap::try_from(
+            ebpf.take_map("DEV_COUNTERS")
+                .context("map DEV_COUNTERS missing")?,
+        )?;
+        Ok(Self {
+            ebpf,
+            kernel,
+            probes,
+            offsets,
+            ring,
+            devices,
+            stats,
+            hits,
+            counters,
+            names: HashMap::new(),
+        })
+    }
+
+    pub fn attached(&self) -> usize {
+        self.probes
+            .iter()
+            .filter(|p| p.status == Status::Attached)
+            .count()
+    }
+
+    /// The file descriptor of a loaded program (for BPF_PROG_TEST_RUN).
+    pub fn program_fd(&self, name: &str) -> anyhow::Result<BorrowedFd<'_>> {
+        let prog = self
+            .ebpf
+            .program(name)
+            .with_context(|| format!("no program {name}"))?;
+        Ok(prog.fd()?.as_fd())
+    }
+
+    /// The ring buffer's fd, to wait for readiness (epoll/AsyncFd).
+    pub fn ring_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// Hands every waiting record to `f`; returns how many there were.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            f(&item);
+            n += 1;
+        }
+        n
+    }
+
+    /// The device's name (`dev_name()`), as read in-kernel. Devices whose
+    /// name could not be read show as `dev@<address>`.
+    pub fn device_name(&mut self, dev: u64) -> Arc<str> {
+        if dev == 0 {
+            return Arc::from(crate::aggregate::UNATTRIBUTED);
+        }
+        if let Some(n) = self.names.get(&dev) {
+            return n.clone();
+        }
+        let name: Arc<str> = match self.devices.get(&dev, 0) {
+            Ok(v) => Arc::from(c_str(&v.name)),
+            Err(_) => return Arc::from(format!("dev@{dev:#x}")),
+        };
+        self.names.insert(dev, name.clone());
+        name
+    }
+
+    pub fn self_stats(&self) -> SelfStats {
+        let sum = |map: &PerCpuArray<MapData, u64>, i: u32| -> u64 {
+            map.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
+        };
+        SelfStats {
+            lost_events: sum(&self.stats, stat::RINGBUF_LOST),
+            device_name_failures: sum(&self.stats, stat::DEVICE_NAME_FAILED),
+            device_map_full: sum(&self.stats, stat::DEVICE_MAP_FULL),
+            hits: (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect(),
+        }
+    }
+
+    /// The in-kernel per-(device, kind, direction) counters, summed over CPUs
+    /// and keyed by device name.
+    pub fn kernel_counters(&mut self) -> Vec<(Arc<str>, CounterKey, Counter)> {
+        let raw: Vec<(CounterKey, Counter)> = self
+            .counters
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| {
+                let total = per_cpu.iter().fold(Counter::default(), |a, c| Counter {
+                    count: a.count + c.count,
+                    bytes: a.bytes + c.bytes,
+                });
+                (k, total)
+            })
+            .collect();
+        raw.into_iter()
+            .map(|(k, c)| (self.device_name(k.dev), k, c))
+            .collect()
+    }
+}
+
+fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())?;
+    prog.load().map_err(|e| match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            format!("verifier rejected it ({io_error}): {verifier_log}")
+        }
+        other => other.to_string(),
+    })
+}
+
+/// Decides whether `spec` exists on this kernel and attaches it.
+fn attach_probe(ebpf: &mut Ebpf, kernel: &KernelInfo, spec: &ProbeSpec) -> (Status, String) {
+    if let Provider::Module(module) = spec.provider {
+        if !kernel.modules.iter().any(|m| m == module) {
+            return (
+                Status::Unavailable,
+                format!("module {module} is not loaded"),
+            );
+        }
+    }
+    let btf_args = kernel
+        .btf
+        .as_ref()
+        .and_then(|b| b.tracepoint_args(spec.event()));
+    let in_tracefs = kernel.tracefs_has(spec.group(), spec.event());
+    if btf_args.is_none() && in_tracefs == Some(false) {
+        return (
+            Status::Unavailable,
+            format!(
+                "this kernel ({}) has no tracepoint {}",
+                kernel.release, spec.name
+            ),
+        );
+    }
+    if let Some(n) = btf_args {
+        if n < spec.args_read {
+            return (
+                Status::Failed,
+                format!(
+                    "prototype mismatch: the kernel's {} has {n} arguments, the program reads {}",
+                    spec.name, spec.args_read
+                ),
+            );
+        }
+    }
+    let prog: &mut RawTracePoint = match ebpf.program_mut(spec.program).map(TryInto::try_into) {
+        Some(Ok(p)) => p,
+        _ => return (Status::Failed, format!("program {} missing", spec.program)),
+    };
+    match prog.attach(spec.event()) {
+        Ok(_) => {
+            let how = match btf_args {
+                Some(n) => format!("{n} args per BTF"),
+                None => "no BTF prototype; attached by name".to_owned(),
+            };
+            (Status::Attached, how)
+        }
+        Err(e) => {
+            let errno = match &e {
+                ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
+                _ => None,
+            };
+            if errno == Some(libc::ENOENT) {
+                (
+                    Status::Unavailable,
+                    format!(
+                        "this kernel ({}) has no tracepoint {}",
+                        kernel.release, spec.name
+                    ),
+                )
+            } else {
+                (Status::Failed, format!("attach failed: {e}"))
+            }
+        }
+    }
+}
+
+fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {
+    let text = e.to_string();
+    let hint = if text.contains("ring") || text.contains("Invalid argument") {
+        " (BPF ring buffers need Linux 5.8 or newer)"
+    } else {
+        ""
+    };
+    anyhow::anyhow!("loading the eBPF object failed: {text}{hint}")
+}

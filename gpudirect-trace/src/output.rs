@@ -1,0 +1,55 @@
+//! Writing to stdout without panicking when the reader goes away
+//! (`gpudirect-trace live | head`): a closed pipe ends the command cleanly.
+
+use std::io::{self, Write as _};
+
+/// Marker error: stdout was closed by the reader.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+pub fn write(text: &str) -> anyhow::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub fn line(text: &str) -> anyhow::Result<()> {
+    write(&format!("{text}\n"))
+}
+
+/// 1536 -> "1.5KiB".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n}B")
+    } else {
+        format!("{v:.1}{}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn human_bytes() {
+        assert_eq!(super::bytes(0), "0B");
+        assert_eq!(super::bytes(1536), "1.5KiB");
+        assert_eq!(super::bytes(64 << 20), "64.0MiB");
+    }
+}

@@ -1,0 +1,126 @@
+//! Text rendering of per-device snapshots (live view, and later reports).
+
+use std::fmt::Write as _;
+
+use crate::{
+    aggregate::{DeviceSnapshot, Notable},
+    output::bytes,
+};
+
+pub struct Totals<'a> {
+    pub kernel: &'a str,
+    pub attached: usize,
+    pub elapsed: f64,
+    /// Records received from the ring buffer.
+    pub events: u64,
+    /// Tracepoint hits counted in-kernel.
+    pub kernel_hits: u64,
+    pub lost: u64,
+    pub decode_errors: u64,
+    pub aggregate_only: bool,
+    pub final_summary: bool,
+}
+
+pub fn live_text<'a>(
+    devices: &[DeviceSnapshot],
+    recent: impl Iterator<Item = &'a Notable>,
+    t: &Totals<'_>,
+) -> String {
+    let mut s = String::new();
+    let title = if t.final_summary {
+        "gpudirect-trace: final summary"
+    } else {
+        "gpudirect-trace live"
+    };
+    let _ = writeln!(
+        s,
+        "{title}  kernel {}  {} probes  {:.1}s  mode {}",
+        t.kernel,
+        t.attached,
+        t.elapsed,
+        if t.aggregate_only {
+            "aggregate-only"
+        } else {
+            "streaming"
+        }
+    );
+    let _ = writeln!(
+        s,
+        "events: {} in kernel, {} streamed, {} LOST{}",
+        t.kernel_hits,
+        t.events,
+        t.lost,
+        if t.decode_errors > 0 {
+            format!(", {} undecodable", t.decode_errors)
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        s,
+        "{:<22} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9} {:>8} {:>6} {:>9}",
+        "DEVICE",
+        "LEVEL",
+        "MAPS",
+        "UNMAPS",
+        "MAPPED",
+        "TO_DEV",
+        "FROM_DEV",
+        "SIZE p50/p99",
+        "OUTST",
+        "OUT_B",
+        "BOUNCE",
+        "FAULT",
+        "EV/S"
+    );
+    if devices.is_empty() {
+        let _ = writeln!(s, "(no DMA activity seen yet)");
+    }
+    for d in devices {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9} {:>8} {:>6} {:>9.0}",
+            truncate(&d.device, 22),
+            d.level,
+            d.maps,
+            d.unmaps,
+            bytes(d.bytes_mapped),
+            bytes(d.bytes_to_device),
+            bytes(d.bytes_from_device),
+            format!("{}/{}", bytes(d.map_size.p50), bytes(d.map_size.p99)),
+            d.outstanding_mappings,
+            bytes(d.outstanding_bytes),
+            d.swiotlb_bounces,
+            d.faults + d.xids,
+            d.events_per_sec
+        );
+    }
+    let mut header = false;
+    for n in recent {
+        if !header {
+            let _ = writeln!(s, "\nlatest faults, Xids and IOMMU changes:");
+            header = true;
+        }
+        let _ = writeln!(
+            s,
+            "  {:>12.6}s  {:<18} {:<14} pid {:<7} {}{}",
+            n.ts_ns as f64 / 1e9,
+            n.kind,
+            n.device,
+            n.pid,
+            n.address
+                .as_deref()
+                .map(|a| format!("{a} "))
+                .unwrap_or_default(),
+            n.detail
+        );
+    }
+    s
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}

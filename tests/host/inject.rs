@@ -1,0 +1,121 @@
+//! Driving the loaded programs with BPF_PROG_TEST_RUN and collecting what
+//! comes out, exactly as a live session would.
+
+use std::sync::Arc;
+
+use gpudirect_trace::{
+    aggregate::{Aggregator, DeviceSnapshot},
+    decode::decode,
+    ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
+    kernel,
+};
+
+pub fn load_unattached(ring_bytes: u32) -> Tracer {
+    Tracer::load(&TracerOptions {
+        attach: false,
+        ring_bytes,
+        ..Default::default()
+    })
+    .expect("load the eBPF object")
+}
+
+/// A real kernel object standing in for a `struct device`: a location in
+/// kernel memory whose first word points at a string we know.
+///
+/// `dev_name(dev)` is `dev->kobj.name`, a `const char *` at offset 0 of
+/// struct device on every supported kernel (the loader checks this in BTF).
+/// Kernels without CONFIG_KALLSYMS_ALL (the CI host's) list no data symbols
+/// such as `platform_bus`, but they do list `__start___tracepoint_str`: an
+/// array of `const char *`, whose strings tracefs prints in `printk_formats`
+/// in section order, after the (possibly empty) trace_bprintk formats.
+pub struct KnownObject {
+    pub addr: u64,
+    pub name: String,
+    /// Address of the string itself (a `const char *` argument).
+    pub string_addr: u64,
+}
+
+pub fn known_kernel_object() -> KnownObject {
+    let sym =
+        |s| kernel::kallsyms_lookup(s).unwrap_or_else(|| panic!("{s} in /proc/kallsyms (root)"));
+    let start = sym("__start___tracepoint_str");
+    let stop = sym("__stop___tracepoint_str");
+    let bprintk = sym("__stop___trace_bprintk_fmt") - sym("__start___trace_bprintk_fmt");
+    let tracefs = kernel::ensure_tracefs().expect("tracefs");
+    let formats = std::fs::read_to_string(tracefs.join("printk_formats")).expect("printk_formats");
+    let lines: Vec<&str> = formats.lines().collect();
+    let skip = (bprintk / 8) as usize;
+    let entries = ((stop - start) / 8) as usize;
+    for i in 0..entries {
+        let Some(line) = lines.get(skip + i) else {
+            break;
+        };
+        let Some((addr, text)) = line.split_once(" : ") else {
+            continue;
+        };
+        let text = text.trim_matches('"');
+        // printk_formats escapes control characters: pick a plain one that
+        // fits DEV_NAME_LEN so the comparison is exact.
+        if text.is_empty() || text.len() >= 31 || text.contains('\\') {
+            continue;
+        }
+        let string_addr =
+            u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("hex address");
+        return KnownObject {
+            addr: start + 8 * i as u64,
+            name: text.to_owned(),
+            string_addr,
+        };
+    }
+    panic!("no usable __tracepoint_str entry in printk_formats");
+}
+
+pub struct Injector {
+    pub tracer: Tracer,
+    pub agg: Aggregator,
+    /// The stand-in device (see `known_kernel_object`).
+    pub device: KnownObject,
+}
+
+impl Injector {
+    pub fn new(tracer: Tracer) -> Self {
+        assert_eq!(
+            tracer.offsets.device_name, 0,
+            "the stand-in device relies on kobj.name at offset 0 of struct device"
+        );
+        Self {
+            tracer,
+            agg: Aggregator::new(),
+            device: known_kernel_object(),
+        }
+    }
+
+    /// Runs `program` once with `args` as its raw tracepoint arguments.
+    pub fn run(&self, program: &str, args: &[u64]) {
+        let fd = self
+            .tracer
+            .program_fd(program)
+            .unwrap_or_else(|e| panic!("program {program}: {e:#}"));
+        let ret = run_raw_tracepoint(fd, args, None)
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN {program}: {e}"));
+        assert_eq!(ret, 0, "{program} returned {ret}");
+    }
+
+    /// Drains the ring buffer into the aggregator; returns records received.
+    pub fn drain_all(&mut self) -> usize {
+        let mut records = Vec::new();
+        self.tracer
+            .drain(|b| records.push(decode(b).expect("decodable record")));
+        for r in &records {
+            let name: Arc<str> = self.tracer.device_name(r.event().dev);
+            self.agg.ingest(r, &name);
+        }
+        records.len()
+    }
+
+    pub fn snapshot(&mut self) -> Vec<DeviceSnapshot> {
+        let counters = self.tracer.kernel_counters();
+        self.agg.apply_kernel_counters(&counters);
+        self.agg.snapshot(1.0, &[])
+    }
+}
