@@ -52,7 +52,10 @@ pub fn statuses(v: &Value) -> Vec<(String, String)> {
                 .find_map(|k| p[*k].as_str())?
                 .to_string();
             let status = if let Some(s) = p["status"].as_str() {
-                s.to_string()
+                match p["reason"].as_str().filter(|_| s != "attached") {
+                    Some(r) if !r.is_empty() => format!("{s}: {r}"),
+                    _ => s.to_string(),
+                }
             } else if let Some(b) = ["available", "attached", "supported", "ok"]
                 .iter()
                 .find_map(|k| p[*k].as_bool())

@@ -114,34 +114,45 @@ pub fn load_all(dir: &Path) -> Result<Vec<Scenario>> {
     Ok(out)
 }
 
-/// Host-side checks of a scenario's console output.
-pub fn host_check(name: &str, lines: &[String]) -> Result<()> {
+/// Kernels whose DMA API tracepoints (dma:*) name the device, so the tracer can
+/// attribute bytes to a bus id. 6.1 (and 5.10) only have iommu:map/unmap, which
+/// carry no device: there the tracer reports the traffic as "(iommu, unattributed)".
+pub const ATTRIBUTING_KERNELS: &[&str] = &["6.12"];
+
+/// The last complete `live --json` interval object in the console output.
+fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
+    lines
+        .iter()
+        .rev()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .find(|v| v["devices"].is_array())
+}
+
+/// Host-side checks of a scenario's console output on kernel `series`.
+pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
-        // `gpudirect-trace live --json` intervals must attribute maps, unmaps and
-        // bytes to the NVMe controller.
+        // `gpudirect-trace live --json` (counters are cumulative; the last object
+        // is the final summary) must show the NVMe's maps, unmaps and bytes: by
+        // its bus id where the kernel makes that possible, else unattributed.
         "nvme-live-json" => {
-            let bdf = Device::Nvme.bdf();
-            let mut best = (0u64, 0u64, 0u64);
-            for line in lines.iter().filter(|l| l.trim_start().starts_with('{')) {
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(line.trim()) else {
-                    continue;
-                };
-                for d in v["devices"].as_array().into_iter().flatten() {
-                    if d["device"].as_str() == Some(bdf) {
-                        let n = |k: &str| d[k].as_u64().unwrap_or(0);
-                        best.0 += n("maps");
-                        best.1 += n("unmaps");
-                        best.2 += n("bytes_mapped");
-                    }
-                }
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            let want = if ATTRIBUTING_KERNELS.contains(&series) {
+                Device::Nvme.bdf()
+            } else {
+                "(iommu, unattributed)"
+            };
+            let devices = v["devices"].as_array().cloned().unwrap_or_default();
+            let d = devices
+                .iter()
+                .find(|d| d["device"].as_str() == Some(want))
+                .with_context(|| format!("no device entry {want:?} in the final interval"))?;
+            let n = |k: &str| d[k].as_u64().unwrap_or(0);
+            let (maps, unmaps, bytes) = (n("maps"), n("unmaps"), n("bytes_mapped"));
+            if maps == 0 || unmaps == 0 || bytes < 32 << 20 {
+                bail!("{want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} (want > 0, > 0, >= 32 MiB)");
             }
-            if best.0 == 0 || best.1 == 0 || best.2 == 0 {
-                bail!("no maps/unmaps/bytes for {bdf} in live --json output (got {best:?})");
-            }
-            eprintln!(
-                "xtask: {bdf}: maps={} unmaps={} bytes_mapped={}",
-                best.0, best.1, best.2
-            );
+            eprintln!("xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes}");
             Ok(())
         }
         other => bail!("unknown host check {other}"),
@@ -198,7 +209,7 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
             };
             if result == "pass" {
                 if let Some(c) = &s.check {
-                    if let Err(e) = host_check(c, &out.lines) {
+                    if let Err(e) = host_check(c, k, &out.lines) {
                         result = format!("FAIL (host check: {e:#})");
                     }
                 }
@@ -258,13 +269,21 @@ mod tests {
     }
 
     #[test]
-    fn live_json_check_needs_nvme_activity() {
-        let good = vec![
-            "[    3.1] random kernel line".to_string(),
-            r#"{"devices":[{"device":"0000:00:04.0","maps":12,"unmaps":12,"bytes_mapped":4096}],"events":24,"lost_events":0}"#.to_string(),
-        ];
-        host_check("nvme-live-json", &good).expect("good");
-        let bad = vec![r#"{"devices":[],"events":0,"lost_events":0}"#.to_string()];
-        assert!(host_check("nvme-live-json", &bad).is_err());
+    fn live_json_check_uses_the_final_interval() {
+        let nvme = r#"{"devices":[{"device":"0000:00:04.0","maps":256,"unmaps":256,"bytes_mapped":33554432}],"events":512,"final":true}"#;
+        let unattributed = r#"{"devices":[{"device":"(iommu, unattributed)","maps":224,"unmaps":64,"bytes_mapped":33554432}],"final":true}"#;
+        let empty = r#"{"devices":[],"events":0,"lost_events":0}"#;
+        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        host_check(
+            "nvme-live-json",
+            "6.12",
+            &lines(&["[ 3.1] noise", empty, nvme]),
+        )
+        .expect("6.12");
+        // A later empty object is the final word: activity must be in it.
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
+        // 6.1 cannot attribute: unattributed iommu totals are required instead.
+        host_check("nvme-live-json", "6.1", &lines(&[unattributed])).expect("6.1");
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[unattributed])).is_err());
     }
 }
