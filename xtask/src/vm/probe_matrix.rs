@@ -52,8 +52,14 @@ pub fn statuses(v: &Value) -> Vec<(String, String)> {
                 .find_map(|k| p[*k].as_str())?
                 .to_string();
             let status = if let Some(s) = p["status"].as_str() {
-                match p["reason"].as_str().filter(|_| s != "attached") {
-                    Some(r) if !r.is_empty() => format!("{s}: {r}"),
+                // "unavailable ... has no tracepoint X" says nothing the status
+                // does not; any other reason (module missing, failure) is shown.
+                match p["reason"].as_str() {
+                    Some(r)
+                        if s != "attached" && !r.is_empty() && !r.contains("has no tracepoint") =>
+                    {
+                        format!("{s} ({r})")
+                    }
                     _ => s.to_string(),
                 }
             } else if let Some(b) = ["available", "attached", "supported", "ok"]
@@ -99,10 +105,21 @@ pub fn render(results: &[(String, String, Value)]) -> String {
         }
         md.push('\n');
     }
-    md.push_str("\n## Raw reports\n");
+    md.push_str("\n## Per kernel\n\n");
     for (series, release, v) in results {
-        let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
-        let _ = write!(md, "\n### {series} ({release})\n\n```json\n{pretty}\n```\n");
+        let st = statuses(v);
+        let attached = st
+            .iter()
+            .filter(|(_, s)| s == "attached" || s == "yes")
+            .count();
+        let _ = writeln!(
+            md,
+            "- {series} (`{release}`): {attached} of {} probes attached, BTF: {}",
+            st.len(),
+            v["btf"]
+                .as_bool()
+                .map_or("?", |b| if b { "yes" } else { "no" })
+        );
     }
     md
 }
@@ -175,6 +192,7 @@ mod tests {
         assert_eq!(st[1].1, "missing");
         let md = render(&[("6.1".into(), "6.1.0-41-amd64".into(), v)]);
         assert!(md.contains("| `iommu:map` | yes |"));
+        assert!(md.contains("1 of 2 probes attached"));
         assert!(md.contains("| `dma:dma_map_page` | missing |"));
     }
 }
