@@ -188,8 +188,10 @@ pub fn build(spec: &Spec, out: &Path) -> Result<()> {
         }
     }
 
-    // Project binaries and their libraries.
-    let mut libs = BTreeSet::new();
+    // Project binaries and their libraries (busybox's too, should it be dynamic).
+    let mut libs: BTreeSet<String> = shared_libs(Path::new("/bin/busybox"))?
+        .into_iter()
+        .collect();
     for bin in &spec.binaries {
         let name = bin.file_name().context("binary name")?.to_string_lossy();
         let data = fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
