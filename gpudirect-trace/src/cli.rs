@@ -46,6 +46,15 @@ pub enum Command {
     ///
     /// Example: gpudirect-trace live --device 0000:00:06.0 --interval 2s
     Live(LiveArgs),
+    /// Check the host's DMA/IOMMU/PCIe setup for GPUDirect RDMA and GPU P2P.
+    ///
+    /// Reads /sys and /proc only (or a captured tree with --root): IOMMU mode and
+    /// groups, kernel parameters, PCIe links, MaxPayload/MaxReadReq, ACS on the
+    /// bridges between GPUs and NICs, BAR sizes, NUMA and IRQ affinity, NVIDIA
+    /// driver parameters. Each finding shows the file and value it came from.
+    /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
+    /// problem found, 2 some finding is a `problem`, 1 error.
+    Doctor(crate::doctor::DoctorArgs),
 }
 
 #[derive(Args, Debug)]
@@ -103,5 +112,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probes(args) => probes::run(&args),
         Command::Live(args) => live::run(&args),
+        Command::Doctor(args) => crate::doctor::run(&args),
     }
 }

@@ -9,6 +9,7 @@ pub mod btf;
 pub mod catalog;
 pub mod cli;
 pub mod decode;
+pub mod doctor;
 pub mod ebpf;
 pub mod kernel;
 pub mod live;

@@ -1,22 +1,35 @@
 //! `cargo xtask`: the project's one entry point for bootstrap, build, tests, VMs.
 //! Keep this file a small dispatcher: each subcommand lives in its own module.
 
+mod bootstrap;
 mod host;
+mod test;
 mod vm;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-#[derive(Parser, Debug)]
-#[command(name = "cargo xtask", about = "gpudirect-trace's development tasks")]
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "gpudirect-trace's build, bootstrap, test and VM driver"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand)]
 enum Cmd {
+    /// Install what building needs on a bare machine (idempotent; says what it
+    /// installs): the nightly's rust-src, bpf-linker 0.10.1, Debian packages.
+    Bootstrap,
+    /// Bootstrap, then build the release binary (target/release/gpudirect-trace).
+    Build,
+    /// Bootstrap, then run every test: unit tests, the host integration tests
+    /// (root: they load BPF programs) and the VM scenarios on 6.1 and 6.12.
+    Test(test::TestArgs),
     /// Boot a Debian kernel under qemu (TCG, optional VT-d) and run a command in it.
     Vm(vm::VmArgs),
     /// Run the VM scenarios in tests/vm/scenarios on each selected kernel.
@@ -27,9 +40,16 @@ enum Cmd {
     ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
 }
 
+fn done(r: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    r.map(|()| ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Cmd::Bootstrap => done(bootstrap::run()),
+        Cmd::Build => done(bootstrap::run().and_then(|()| test::build_release())),
+        Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
         Cmd::Demo(a) => vm::demo::main(a),
@@ -37,8 +57,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(err) => {
-            eprintln!("xtask: error: {err:#}");
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -41,6 +41,18 @@ pub struct VmTestArgs {
     pub boot: BootOpts,
 }
 
+impl VmTestArgs {
+    /// The arguments of a plain `cargo xtask vm-test` (clap's defaults).
+    pub fn defaults() -> Self {
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            args: VmTestArgs,
+        }
+        <Wrap as clap::Parser>::parse_from(["vm-test"]).args
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     pub name: String,
@@ -254,6 +266,14 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_match_a_plain_vm_test() {
+        let a = VmTestArgs::defaults();
+        assert!(a.kernels.is_empty() && !a.all_kernels && a.filter.is_none());
+        assert_eq!(a.boot.iommu, Iommu::Intel);
+        assert_eq!(a.boot.memory, 1024);
+    }
 
     #[test]
     fn header_lines_configure_the_run() {

@@ -1,0 +1,105 @@
+//! Bringing a bare machine to the point where the project builds: the
+//! nightly's rust-src (for -Z build-std=core on bpfel-unknown-none), a
+//! bpf-linker whose LLVM matches the nightly's (0.10.1 links rustc's own
+//! libLLVM; 0.11+ needs a system LLVM 21+ that Debian 12 does not ship), and
+//! the Debian packages the VM harness uses. Every step checks first and says
+//! what it does.
+
+use std::process::Command;
+
+use anyhow::{bail, Context as _};
+
+pub const BPF_LINKER_VERSION: &str = "0.10.1";
+/// Debian packages: qemu and busybox for the VM harness, cpio/xz/zstd for
+/// kernel packages and initramfs images.
+pub const APT_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
+    ("busybox-static", "/bin/busybox"),
+    ("cpio", "/usr/bin/cpio"),
+    ("xz-utils", "/usr/bin/xz"),
+    ("zstd", "/usr/bin/zstd"),
+    ("kmod", "/usr/sbin/depmod"),
+    (
+        "debian-archive-keyring",
+        "/usr/share/keyrings/debian-archive-keyring.gpg",
+    ),
+];
+
+pub fn run() -> anyhow::Result<()> {
+    rust_src()?;
+    bpf_linker()?;
+    apt_packages()?;
+    Ok(())
+}
+
+fn output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn status(cmd: &mut Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}");
+    let st = cmd.status().with_context(|| format!("running {shown}"))?;
+    if !st.success() {
+        bail!("{shown} failed ({st})");
+    }
+    Ok(())
+}
+
+fn rust_src() -> anyhow::Result<()> {
+    let installed = output(
+        "rustup",
+        &["component", "list", "--installed", "--toolchain", "nightly"],
+    )
+    .context("rustup with a nightly toolchain is required (`rustup toolchain install nightly`)")?;
+    if installed.lines().any(|l| l.starts_with("rust-src")) {
+        eprintln!("xtask: nightly rust-src: present");
+        return Ok(());
+    }
+    eprintln!("xtask: installing the nightly's rust-src (rustup component add)");
+    status(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker() -> anyhow::Result<()> {
+    if let Some(v) = output("bpf-linker", &["--version"]) {
+        if v.contains(BPF_LINKER_VERSION) {
+            eprintln!("xtask: bpf-linker {BPF_LINKER_VERSION}: present");
+            return Ok(());
+        }
+        eprintln!(
+            "xtask: bpf-linker is {}, need {BPF_LINKER_VERSION}: reinstalling",
+            v.trim()
+        );
+    } else {
+        eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} (cargo install, ~2-3 min)");
+    }
+    status(Command::new("cargo").args([
+        "+nightly",
+        "install",
+        &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+        "--locked",
+        "--force",
+    ]))
+}
+
+fn apt_packages() -> anyhow::Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(_, probe)| !std::path::Path::new(probe).exists())
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        eprintln!("xtask: Debian packages: present");
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
+    status(Command::new("apt-get").args(["update", "-qq"]))?;
+    status(
+        Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing),
+    )
+}
