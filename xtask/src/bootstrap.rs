@@ -18,6 +18,11 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "/usr/bin/cpio"),
     ("xz-utils", "/usr/bin/xz"),
     ("zstd", "/usr/bin/zstd"),
+    ("kmod", "/usr/sbin/depmod"),
+    (
+        "debian-archive-keyring",
+        "/usr/share/keyrings/debian-archive-keyring.gpg",
+    ),
 ];
 
 pub fn run() -> anyhow::Result<()> {
