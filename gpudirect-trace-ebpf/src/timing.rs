@@ -285,6 +285,7 @@ slot!(t_dma_map_sg_in, t_dma_map_sg_out, k_dma_map_sg_in, k_dma_map_sg_out, leve
 slot!(t_dma_unmap_sg_in, t_dma_unmap_sg_out, k_dma_unmap_sg_in, k_dma_unmap_sg_out, level::DMA_API, op::DMA_UNMAP_SG, DEV0);
 slot!(t_iommu_map_in, t_iommu_map_out, k_iommu_map_in, k_iommu_map_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
 slot!(t_iommu_map2_in, t_iommu_map2_out, k_iommu_map2_in, k_iommu_map2_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
+slot!(t_iommu_map_sg_in, t_iommu_map_sg_out, k_iommu_map_sg_in, k_iommu_map_sg_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
 slot!(t_iommu_unmap_in, t_iommu_unmap_out, k_iommu_unmap_in, k_iommu_unmap_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
 slot!(t_iommu_unmap2_in, t_iommu_unmap2_out, k_iommu_unmap2_in, k_iommu_unmap2_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
 slot!(t_iotlb_sync_in, t_iotlb_sync_out, k_iotlb_sync_in, k_iotlb_sync_out, level::INNER, op::IOTLB_SYNC, NONE);

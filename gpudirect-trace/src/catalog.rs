@@ -205,6 +205,12 @@ pub const TIMING: &[TimingSpec] = &[
         available: "5.10 to 6.2 (dma-iommu maps through it there)",
     },
     TimingSpec {
+        name: "time:iommu_map_sg",
+        slot: "iommu_map_sg",
+        candidates: &["iommu_map_sg_atomic", "iommu_map_sg"],
+        available: "iommu_map_sg_atomic 5.10 to 6.2 (dma-iommu's sg path), iommu_map_sg after",
+    },
+    TimingSpec {
         name: "time:iommu_unmap_fast",
         slot: "iommu_unmap",
         candidates: &["iommu_unmap_fast"],
