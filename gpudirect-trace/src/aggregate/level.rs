@@ -2,7 +2,7 @@
 //! bytes, mapped-size distribution, outstanding mappings, their lifetimes
 //! and the oldest ones (leak suspects).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -28,7 +28,9 @@ pub struct Level {
     /// Map-to-unmap durations (ns) of mappings seen both mapped and unmapped.
     pub lifetimes: Histogram<u64>,
     pub max_lifetime: u64,
-    outstanding: HashMap<u64, Mapping>,
+    /// By start address: an unmap may cover several mappings (one
+    /// iommu_unmap for the IOVA range of a whole scatterlist).
+    outstanding: BTreeMap<u64, Mapping>,
     pub outstanding_bytes: u64,
     /// Mappings not tracked because `MAX_TRACKED` was reached.
     pub untracked: u64,
@@ -48,7 +50,7 @@ impl Default for Level {
             max_size: 0,
             lifetimes: hist(),
             max_lifetime: 0,
-            outstanding: HashMap::new(),
+            outstanding: BTreeMap::new(),
             outstanding_bytes: 0,
             untracked: 0,
             unmatched_unmaps: 0,
@@ -98,13 +100,23 @@ impl Level {
         self.outstanding_bytes += size;
     }
 
+    /// Unmaps `[addr, addr + size)`: every mapping starting in that range
+    /// ends; the lifetime recorded is the oldest one's.
     pub fn unmap(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.unmaps += 1;
         self.bytes_unmapped += size;
-        match self.outstanding.remove(&addr) {
-            Some(m) => {
+        let end = addr.saturating_add(size.max(1));
+        let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
+        let mut oldest: Option<u64> = None;
+        for a in starts {
+            if let Some(m) = self.outstanding.remove(&a) {
                 self.outstanding_bytes -= m.size;
-                let life = ts_ns.saturating_sub(m.ts_ns);
+                oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
+            }
+        }
+        match oldest {
+            Some(t) => {
+                let life = ts_ns.saturating_sub(t);
                 record(&mut self.lifetimes, life);
                 self.max_lifetime = self.max_lifetime.max(life);
             }

@@ -140,3 +140,35 @@ fn faults_are_notable_with_hex_address() {
     assert!(n.detail.contains("write"), "{}", n.detail);
     assert_eq!(agg.snapshot(0.0, &[])[0].faults, 1);
 }
+
+#[test]
+fn one_unmap_ends_every_mapping_in_its_range() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:04.0");
+    // dma-iommu maps a 3-entry scatterlist as 3 iommu:map calls in one IOVA
+    // range, and unmaps the range with a single iommu_unmap_fast.
+    for (i, size) in [4096u64, 8192, 4096].iter().enumerate() {
+        let e = Event {
+            kind: kind::IOMMU_MAP,
+            addr: 0xffff_0000 + i as u64 * 0x4000,
+            size: *size,
+            ts_ns: 1_000 + i as u64,
+            ..Default::default()
+        };
+        agg.ingest(&Record::Event(e), &dev);
+    }
+    let e = Event {
+        kind: kind::IOMMU_UNMAP,
+        addr: 0xffff_0000,
+        size: 0xc000,
+        aux: 0xc000,
+        ts_ns: 5_000,
+        ..Default::default()
+    };
+    agg.ingest(&Record::Event(e), &dev);
+    let s = &agg.snapshot(0.0, &[])[0];
+    assert_eq!((s.iommu.maps, s.iommu.unmaps, s.iommu.outstanding_mappings), (3, 1, 0));
+    assert_eq!(s.iommu.outstanding_bytes, 0);
+    assert_eq!(s.iommu.lifetime_ns.count, 1);
+    assert_eq!(s.iommu.lifetime_ns.max, 4_000, "lifetime from the oldest mapping");
+}
