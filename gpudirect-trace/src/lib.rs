@@ -5,3 +5,4 @@
 //! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`]).
 
 pub mod cli;
+pub mod faults;
