@@ -268,6 +268,42 @@ mod tests {
         );
     }
 
+    // https://github.com/pcengines/apu2-documentation/issues/240 (4.9 split format)
+    #[test]
+    fn old_split_format_is_joined() {
+        let lines = [
+            "kernel: [   13.134460] AMD-Vi: Event logged [",
+            "kernel: [   13.137925] INVALID_DEVICE_REQUEST device=00:00.1 address=0x000000fdf8000020 flags=0x0a00]",
+            "kernel: [  221.562629] AMD-Vi: Event logged [",
+            "kernel: [  221.565929] IO_PAGE_FAULT device=05:00.0 domain=0x0012 address=0x00000000ff6101b0 flags=0x0070]",
+        ];
+        let mut d = crate::faults::Decoder::new();
+        let mut out: Vec<Fault> = lines.iter().flat_map(|l| d.feed(l)).collect();
+        out.extend(d.finish());
+        assert_eq!(out.len(), 2, "{out:#?}");
+        assert_eq!(out[0].reason_code, Some(8));
+        assert_eq!(out[0].device.as_deref(), Some("0000:00:00.1"));
+        assert_eq!(out[0].timestamp_ns, Some(13_134_460_000));
+        assert_eq!(out[1].reason_code, Some(2));
+        assert_eq!(out[1].address, Some(0xff61_01b0));
+        assert!(out[1].flags.contains(&"domain=0x0012".to_string()));
+    }
+
+    // Two lines shaped by amd_iommu_report_page_fault()'s format strings
+    // (no public capture found): the device comes on the second line.
+    #[test]
+    fn not_attached_takes_device_from_next_line() {
+        let lines = [
+            "AMD-Vi: Event logged [Device not attached to domain properly]",
+            "AMD-Vi:   device=0000:03:00.0 domain=0x0004",
+        ];
+        let mut d = crate::faults::Decoder::new();
+        let mut out: Vec<Fault> = lines.iter().flat_map(|l| d.feed(l)).collect();
+        out.extend(d.finish());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].device.as_deref(), Some("0000:03:00.0"));
+    }
+
     #[test]
     fn unknown_event_name_is_partial() {
         let f = parse_event("GUEST_EVENT_FAULT device=0000:01:00.0 address=0x1000]", "x")

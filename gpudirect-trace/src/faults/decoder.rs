@@ -215,10 +215,11 @@ fn continue_pending(p: Pending, body: &str, raw: &str) -> Step {
         Pending::VtdOld(mut f) => {
             if body.contains("DMAR") && body.contains("[fault reason") {
                 if let Some(reason) = vtd::parse(body) {
+                    let code = reason.reason_code.unwrap_or(u32::MAX);
                     f.reason_code = reason.reason_code;
                     f.reason = reason.reason;
-                    f.explanation = vtd::explain(f.reason_code.unwrap_or(u32::MAX), f.access);
-                    f.partial = reason.partial;
+                    f.explanation = vtd::explain(code, f.access);
+                    f.partial = vtd::fault_reason(code).is_none();
                     f.raw = format!("{}\n{raw}", f.raw);
                     return Step::Done(f);
                 }

@@ -21,7 +21,9 @@ mod decoder;
 pub mod explain;
 pub mod kmsg;
 pub mod smmu;
+pub mod tracepoint;
 pub mod vtd;
+mod vtd_tables;
 pub mod xid;
 
 use serde::{Serialize, Serializer};
@@ -176,6 +178,7 @@ pub(crate) fn parse_body(body: &str) -> Option<Fault> {
         .or_else(|| xid::parse(body))
         .or_else(|| smmu::parse(body))
         .or_else(|| aer::parse(body))
+        .or_else(|| tracepoint::parse(body))
 }
 
 /// Normalise a printed PCI address to `ssss:bb:dd.f` (lower-case hex).
