@@ -2,7 +2,7 @@
 //!
 //! Bit names: `aer_correctable_error_string[]` and
 //! `aer_uncorrectable_error_string[]` in drivers/pci/pcie/aer.c (short names
-//! since 4.19, bits 27-31 added in 6.17 per commit "PCI/AER: Support errors
+//! since 4.19, bits 27-31 added in 2025 by "PCI/AER: Support errors
 //! introduced by PCIe r6.0"); kernels <= 4.18 print long names ("Receiver
 //! Error", "Completion Timeout"), which are matched too.
 //!

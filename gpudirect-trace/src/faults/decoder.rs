@@ -185,6 +185,9 @@ impl Decoder {
     /// Final filtering: the "GPU has fallen off the bus" line that follows an
     /// Xid 79 for the same GPU is the same event.
     fn emit(&mut self, f: Fault) -> Option<Fault> {
+        if !(f.source == Source::NvidiaXid && f.xid == Some(79)) {
+            self.last_xid79_device = None;
+        }
         if f.source == Source::NvidiaXid && f.xid == Some(79) {
             let is_echo = !f.raw.contains("Xid") && self.last_xid79_device == f.device;
             if f.raw.contains("Xid") {

@@ -59,6 +59,17 @@ pub fn split_prefix(line: &str) -> LineMeta<'_> {
             s = rest;
             continue;
         }
+        // `journalctl -o short-monotonic`: "[  1.000000] host kernel: ..."
+        if let Some(idx) = t.find(" kernel: ") {
+            if idx < 64 && !t[..idx].contains(' ') && !t.starts_with('[') {
+                s = &t[idx + " kernel: ".len()..];
+                continue;
+            }
+        }
+        if let Some(rest) = strip_dmesg_x(t) {
+            s = rest;
+            continue;
+        }
         if !t.starts_with('[') {
             s = t;
             break;
@@ -81,6 +92,20 @@ pub fn split_prefix(line: &str) -> LineMeta<'_> {
     }
     meta.body = s.trim_start();
     meta
+}
+
+/// `dmesg -x`: "kern  :err   : [  1.0] msg" -> "[  1.0] msg".
+fn strip_dmesg_x(t: &str) -> Option<&str> {
+    const FACILITIES: [&str; 12] = [
+        "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron",
+        "authpriv", "ftp",
+    ];
+    const LEVELS: [&str; 8] = [
+        "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug",
+    ];
+    let (fac, rest) = t.split_once(':')?;
+    let (lvl, rest) = rest.split_once(':')?;
+    (FACILITIES.contains(&fac.trim()) && LEVELS.contains(&lvl.trim())).then_some(rest)
 }
 
 /// `6,1234,5678901,-;msg` -> (5678901, "msg").
@@ -302,6 +327,16 @@ mod tests {
         assert_eq!(m.body, "DMAR: x");
         let m = split_prefix("[    0.938401] kernel: DMAR: [DMA Read NO_PASID] x");
         assert_eq!(m.body, "DMAR: [DMA Read NO_PASID] x");
+    }
+
+    #[test]
+    fn short_monotonic_and_dmesg_x() {
+        let m = split_prefix("[   34.193759] myhost kernel: NVRM: Xid (PCI:0000:01:00): 79");
+        assert_eq!(m.timestamp_ns, Some(34_193_759_000));
+        assert!(m.body.starts_with("NVRM: Xid"));
+        let m = split_prefix("kern  :err   : [  144.480641] DMAR: x");
+        assert_eq!(m.timestamp_ns, Some(144_480_641_000));
+        assert_eq!(m.body, "DMAR: x");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! record list. Print formats:
 //! - all versions: `arm-smmu-v3 <dev>: event 0x10 received:` then the four
 //!   raw 64-bit dwords, one per line (`\t0x%016llx`);
-//! - 6.15+ (`arm_smmu_dump_event()`): then
+//! - newer kernels (`arm_smmu_dump_event()`, 2025): then
 //!   `event: F_TRANSLATION client: 0000:01:00.0 sid: 0x100 ssid: 0x0 iova: 0x... ipa: 0x0`
 //!   and `unpriv data read s1 "Input address caused fault" stag: 0x0`.
 //!
@@ -165,7 +165,7 @@ pub fn parse(body: &str) -> Option<Fault> {
         return Some(f);
     }
     if let Some(ev) = rest.strip_prefix("event: ") {
-        // 6.15+ decoded line on its own.
+        // Decoded line (newer kernels) on its own.
         let mut f = Fault::new(Source::Smmu, "", body);
         apply_decoded(&mut f, ev);
         return Some(f);
@@ -369,7 +369,7 @@ mod tests {
 
     #[test]
     fn decoded_line_fills_pending_event() {
-        // The 6.15+ decoded lines, shaped by arm_smmu_dump_event()'s format
+        // The decoded lines of newer kernels, shaped by arm_smmu_dump_event()'s format
         // strings (no public capture found), fed after an event header.
         let mut f = Fault::new(Source::Smmu, "", "x");
         f.reason_code = Some(0x10);

@@ -141,12 +141,16 @@ pub fn parse(body: &str) -> Option<Fault> {
     if !body.contains("DMAR") {
         return None;
     }
+    let unit = unit_hint(body).map(|u| format!("iommu unit {u} (segment assumed 0000)"));
+    let mut fault = None;
     if let Some(pos) = body.find("[INTR-REMAP]") {
-        return Some(parse_intr(&body[pos..], body));
+        fault = Some(parse_intr(&body[pos..], body));
+    } else if let Some(pos) = body.find("[DMA Read").or_else(|| body.find("[DMA Write")) {
+        fault = Some(parse_dma(&body[pos..], body));
     }
-    let dma = body.find("[DMA Read").or_else(|| body.find("[DMA Write"));
-    if let Some(pos) = dma {
-        return Some(parse_dma(&body[pos..], body));
+    if let Some(mut f) = fault {
+        f.flags.extend(unit);
+        return Some(f);
     }
     // Second line of the 3.x two-line format on its own.
     if let Some(pos) = body.find("[fault reason") {
@@ -197,6 +201,18 @@ pub fn status_flags(reg: u32) -> Vec<String> {
         .filter(|(bit, _)| reg & (1 << bit) != 0)
         .map(|(_, n)| n.to_string())
         .collect()
+}
+
+/// IOMMU unit named on the line (`dmar0`, `dmar1`, ...). VT-d lines print
+/// bus:dev.fn without the PCI segment; on multi-segment hosts the unit tells
+/// which segment (`/sys/class/iommu/<unit>/devices` lists its devices).
+pub fn unit_hint(body: &str) -> Option<String> {
+    let pos = body.find("dmar")?;
+    let digits: String = body[pos + 4..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    (!digits.is_empty()).then(|| format!("dmar{digits}"))
 }
 
 fn request_device(f: &mut Fault, text: &str) {
@@ -292,6 +308,16 @@ fn parse_intr(from_bracket: &str, body: &str) -> Fault {
 mod tests {
     use super::*;
     use crate::faults::parse_line;
+
+    #[test]
+    fn unit_hint_only_for_numbered_units() {
+        assert_eq!(
+            unit_hint("DMAR: Dump dmar1 table entries for IOVA 0x1000"),
+            Some("dmar1".into())
+        );
+        assert_eq!(unit_hint("dmar_fault: 3 callbacks suppressed"), None);
+        assert_eq!(unit_hint("DMAR: [DMA Read] x"), None);
+    }
 
     #[test]
     fn reason_number_base_depends_on_prefix() {
