@@ -255,14 +255,18 @@ impl KmsgFollower {
     }
 
     /// Read every record available now and return the faults completed.
-    /// Multi-line reports still waiting for their continuation stay in the
-    /// decoder until the next poll (or [`KmsgFollower::flush`]).
+    /// A multi-line report whose last line was the newest record stays in the
+    /// decoder until the next call; if a call finds no new record at all, the
+    /// pending report is closed and returned (the kernel writes one report's
+    /// lines together, so one idle tick means it is complete).
     pub fn poll(&mut self) -> io::Result<Vec<Fault>> {
         let mut out = Vec::new();
+        let mut read_any = false;
         loop {
             match self.file.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => {
+                    read_any = true;
                     for line in record_to_lines(&self.buf[..n]) {
                         out.extend(self.decoder.feed(&line));
                     }
@@ -272,6 +276,9 @@ impl KmsgFollower {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+        }
+        if !read_any {
+            out.extend(self.decoder.finish());
         }
         Ok(out)
     }

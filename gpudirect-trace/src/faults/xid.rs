@@ -338,6 +338,30 @@ mod tests {
         assert_eq!(f.wall_time.as_deref(), Some("Fri Aug 30 11:43:14 2024"));
     }
 
+    // https://github.com/doitsujin/dxvk/issues/1027 (Xid 13, old format)
+    #[test]
+    fn xid13_graphics_exception() {
+        let f = parse_line("[31609.615230] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: Class 0x0 Subchannel 0x0 Mismatch")
+            .expect("parsed");
+        assert_eq!(f.xid, Some(13));
+        assert_eq!(
+            f.reason,
+            "Xid 13: Graphics Exception: Class 0x0 Subchannel 0x0 Mismatch"
+        );
+        assert!(f.explanation.contains("compute-sanitizer"));
+    }
+
+    // Quoted as kmsg input in https://github.com/leptonai/gpud/pull/1174
+    // (NVLink Xid on a PCI domain other than 0000).
+    #[test]
+    fn xid149_nvlink_other_domain() {
+        let f = parse_line("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
+            .expect("parsed");
+        assert_eq!(f.device.as_deref(), Some("0019:01:00.0"));
+        assert_eq!(f.xid, Some(149));
+        assert!(!f.partial);
+    }
+
     #[test]
     fn missing_number_and_unknown_xid_are_partial() {
         // Malformed input taken from NVSentinel's parser tests (xid parser test vectors).
