@@ -365,6 +365,37 @@ mod tests {
         );
     }
 
+    /// Writes one marker fault line into the kernel log and expects the
+    /// follower to return it. Opt-in (`GPUDIRECT_TRACE_KMSG_SELFTEST=1`,
+    /// `--ignored`): only on a disposable machine, never on a shared host.
+    #[test]
+    #[ignore = "writes to /dev/kmsg; run on a disposable machine"]
+    fn follower_sees_new_record() {
+        if std::env::var_os("GPUDIRECT_TRACE_KMSG_SELFTEST").is_none() {
+            return;
+        }
+        let mut f = KmsgFollower::open().expect("open /dev/kmsg");
+        assert!(
+            f.poll().expect("poll").is_empty(),
+            "SEEK_END: old records skipped"
+        );
+        let marker = "<3>NVRM: Xid (PCI:0000:ff:1f): 999, gpudirect-trace kmsg selftest\n";
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(KMSG_PATH)
+            .and_then(|mut w| std::io::Write::write_all(&mut w, marker.as_bytes()))
+            .expect("write /dev/kmsg");
+        let got = f.poll().expect("poll");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert_eq!(got[0].xid, Some(999));
+        assert_eq!(got[0].device.as_deref(), Some("0000:ff:1f.0"));
+        assert!(got[0].timestamp_ns.is_some());
+        let (lines, _) = read_kmsg_snapshot().expect("snapshot");
+        assert!(lines
+            .iter()
+            .any(|l| l.contains("gpudirect-trace kmsg selftest")));
+    }
+
     #[test]
     fn snapshot_reads_without_blocking_when_available() {
         // /dev/kmsg needs privileges; where it opens, reading must end by
