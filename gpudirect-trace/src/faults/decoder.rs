@@ -76,18 +76,20 @@ impl Decoder {
             if reg & 0x2 != 0 {
                 let mut f = Fault::new(
                     Source::Vtd,
-                    "DMAR fault record not printed (rate limited)",
+                    "DMAR fault interrupt without a printed fault record",
                     raw,
                 );
                 f.timestamp_ns = meta.timestamp_ns;
                 f.wall_time = meta.wall_time.clone();
-                f.reason_code = None;
                 f.flags = vtd::status_flags(reg);
                 f.partial = true;
                 f.explanation = "The IOMMU raised a fault interrupt (fault status register \
-                     decoded in flags) but the kernel printed no fault record after it: the record \
-                     was cleared under printk rate limiting. The device is still unknown; the \
-                     faults printed around it are likely the same storm."
+                     decoded in details) but no fault record was printed after it. Either the \
+                     record was cleared under printk rate limiting (a 'dmar_fault: N callbacks \
+                     suppressed' line appears later), or the handler found no valid record: the \
+                     previous interrupt's loop already reported it, or the hardware collapsed \
+                     repeated faults from the same requester. Look at the faults printed just \
+                     before: this is usually the same device."
                     .to_string();
                 if reg & 0x1 != 0 {
                     f.explanation.push_str(
