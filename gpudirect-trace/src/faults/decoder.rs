@@ -136,7 +136,7 @@ impl Decoder {
         f.raw = raw.to_string();
 
         match f.source {
-            Source::Vtd if f.count > 1 || f.reason.contains("suppressed") => {
+            Source::Vtd if f.flags.iter().any(|x| x == super::SUPPRESSED_FLAG) => {
                 out.extend(self.flush_vtd_status());
             }
             Source::Vtd => {

@@ -91,7 +91,7 @@ pub fn summarize(faults: &[Fault], lines_read: usize, kmsg_lost: u64) -> Summary
     for f in faults {
         s.total += f.count;
         s.partial += usize::from(f.partial);
-        if f.count > 1 {
+        if f.flags.iter().any(|x| x == super::SUPPRESSED_FLAG) {
             s.suppressed += f.count;
         }
         *s.by_source

@@ -171,9 +171,54 @@ pub fn parse_line(line: &str) -> Option<Fault> {
     Some(fault)
 }
 
+/// Flag carried by the faults that stand for messages the kernel suppressed.
+pub const SUPPRESSED_FLAG: &str = "suppressed by printk rate limiting";
+
+/// `<function>: N callbacks suppressed` from the fault handlers' printk
+/// rate limits (`___ratelimit()` in lib/ratelimit.c names the function).
+fn parse_suppressed(body: &str) -> Option<Fault> {
+    let (func, rest) = body.trim().split_once(": ")?;
+    let (n, tail) = rest.split_once(' ')?;
+    if !tail.starts_with("callbacks suppressed") {
+        return None;
+    }
+    let n: u64 = n.parse().ok()?;
+    let (source, what) = match func {
+        "dmar_fault" => (
+            Source::Vtd,
+            "The VT-d fault handler rate-limits its messages and clears fault records it does \
+             not print: faults happened that no line describes. The count includes suppressed \
+             'handling fault status reg' lines, so it is an upper bound on the faults lost.",
+        ),
+        f if f.starts_with("arm_smmu") => (
+            Source::Smmu,
+            "The SMMU fault handler rate-limited its messages: more faults happened than printed.",
+        ),
+        f if f.starts_with("amd_iommu") || f == "iommu_print_event" => (
+            Source::AmdVi,
+            "The AMD-Vi event reporting rate-limited its messages: more events than printed.",
+        ),
+        _ => return None,
+    };
+    let mut f = Fault::new(
+        source,
+        format!("{n} fault messages suppressed by printk rate limiting ({func})"),
+        body,
+    );
+    f.count = n;
+    f.partial = true;
+    f.flags.push(SUPPRESSED_FLAG.to_string());
+    f.explanation = format!(
+        "{what} A fault storm usually means a device keeps DMA-ing to one bad address: look at \
+         the faults printed just before."
+    );
+    Some(f)
+}
+
 /// Decode the message part of a line (after timestamps/host prefixes).
 pub(crate) fn parse_body(body: &str) -> Option<Fault> {
-    vtd::parse(body)
+    parse_suppressed(body)
+        .or_else(|| vtd::parse(body))
         .or_else(|| amd::parse(body))
         .or_else(|| xid::parse(body))
         .or_else(|| smmu::parse(body))
@@ -284,6 +329,17 @@ mod tests {
         ] {
             assert!(v.get(key).is_some(), "missing key {key}");
         }
+    }
+
+    // https://github.com/openwrt/mt76/issues/1007 (SMMUv2 storm)
+    #[test]
+    fn suppressed_lines_per_subsystem() {
+        let f = parse_line("arm_smmu_context_fault: 83 callbacks suppressed").expect("parsed");
+        assert_eq!(f.source, Source::Smmu);
+        assert_eq!(f.count, 83);
+        assert!(f.partial);
+        assert_eq!(parse_line("ratelimit: 3 callbacks suppressed"), None);
+        assert_eq!(parse_line("dmar_fault: x callbacks suppressed"), None);
     }
 
     #[test]

@@ -122,22 +122,6 @@ fn parse_reason_code(s: &str) -> Option<u32> {
 
 /// Parse one VT-d message body.
 pub fn parse(body: &str) -> Option<Fault> {
-    if let Some(n) = parse_suppressed(body) {
-        let mut f = Fault::new(
-            Source::Vtd,
-            format!("{n} DMAR fault messages suppressed by printk rate limiting"),
-            body,
-        );
-        f.count = n;
-        f.partial = true;
-        f.explanation = "The kernel's DMAR fault handler rate-limits its messages and clears \
-             fault records it does not print: faults happened that no line describes. The count \
-             includes suppressed 'handling fault status reg' lines, so it is an upper bound on \
-             the faults lost. A fault storm usually means a device keeps DMA-ing to one bad \
-             address: look at the faults printed just before."
-            .to_string();
-        return Some(f);
-    }
     if !body.contains("DMAR") {
         return None;
     }
@@ -160,14 +144,6 @@ pub fn parse(body: &str) -> Option<Fault> {
         return Some(f);
     }
     None
-}
-
-/// `dmar_fault: 893 callbacks suppressed` -> 893.
-pub fn parse_suppressed(body: &str) -> Option<u64> {
-    let rest = body.trim().strip_prefix("dmar_fault: ")?;
-    let (n, tail) = rest.split_once(' ')?;
-    tail.starts_with("callbacks suppressed")
-        .then(|| n.parse().ok())?
 }
 
 /// `DRHD: handling fault status reg 3` -> 3.
@@ -497,6 +473,7 @@ mod tests {
         assert!(status_flags(3)[0].starts_with("PFO"));
         let f = parse_line("[  144.480629] dmar_fault: 893 callbacks suppressed").expect("parsed");
         assert_eq!(f.count, 893);
+        assert_eq!(f.flags, vec![crate::faults::SUPPRESSED_FLAG.to_string()]);
         assert!(f.partial);
         assert_eq!(
             parse_line("[  139.513963] DMAR: DRHD: handling fault status reg 3"),
