@@ -55,6 +55,17 @@ pub enum Command {
     /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
     /// problem found, 2 some finding is a `problem`, 1 error.
     Doctor(crate::doctor::DoctorArgs),
+    /// Explain DMA/IOMMU/GPU/PCIe faults found in a kernel log.
+    ///
+    /// Decodes Intel VT-d (DMAR), AMD-Vi and ARM SMMU fault lines, NVIDIA Xid
+    /// reports and PCIe AER errors from `dmesg`, `dmesg -T`, `journalctl -k`
+    /// or raw /dev/kmsg text into one fault object each: device, address,
+    /// access, reason from the kernel's own tables, and what to check first.
+    /// Rate-limited VT-d faults are reported as counts. Without a file it
+    /// reads what is in /dev/kmsg now and returns.
+    ///
+    /// Example: dmesg | gpudirect-trace explain -
+    Explain(crate::faults::ExplainArgs),
 }
 
 #[derive(Args, Debug)]
@@ -117,5 +128,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probes(args) => probes::run(&args),
         Command::Live(args) => live::run(&args),
         Command::Doctor(args) => crate::doctor::run(&args),
+        Command::Explain(args) => crate::faults::run_explain(&args),
     }
 }

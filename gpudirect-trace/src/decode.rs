@@ -181,7 +181,10 @@ mod tests {
             Err(DecodeError::TooShort { need: 144, .. })
         ));
         b[0] = kind::LATENCY as u8;
-        assert!(matches!(decode(&b), Ok(Record::Event(_))), "latency records decode");
+        assert!(
+            matches!(decode(&b), Ok(Record::Event(_))),
+            "latency records decode"
+        );
         b[0] = 200;
         assert_eq!(decode(&b), Err(DecodeError::UnknownKind(200)));
     }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod decode;
 pub mod doctor;
 pub mod ebpf;
+pub mod faults;
 pub mod kernel;
 pub mod live;
 pub mod output;

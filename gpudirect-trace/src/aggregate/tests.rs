@@ -167,8 +167,14 @@ fn one_unmap_ends_every_mapping_in_its_range() {
     };
     agg.ingest(&Record::Event(e), &dev);
     let s = &agg.snapshot(0.0, &[])[0];
-    assert_eq!((s.iommu.maps, s.iommu.unmaps, s.iommu.outstanding_mappings), (3, 1, 0));
+    assert_eq!(
+        (s.iommu.maps, s.iommu.unmaps, s.iommu.outstanding_mappings),
+        (3, 1, 0)
+    );
     assert_eq!(s.iommu.outstanding_bytes, 0);
     assert_eq!(s.iommu.lifetime_ns.count, 1);
-    assert_eq!(s.iommu.lifetime_ns.max, 4_000, "lifetime from the oldest mapping");
+    assert_eq!(
+        s.iommu.lifetime_ns.max, 4_000,
+        "lifetime from the oldest mapping"
+    );
 }
