@@ -56,7 +56,10 @@ async fn run_async(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                     session.pump(|_, _| {});
                     guard.clear_ready();
                 }
-                _ = drain.tick() => { session.pump(|_, _| {}); }
+                _ = drain.tick() => {
+                    session.pump(|_, _| {});
+                    session.poll_kmsg();
+                }
                 _ = tick.tick() => {
                     session.pump(|_, _| {});
                     let now = Instant::now();
@@ -78,6 +81,7 @@ async fn run_async(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         Ok(()) => {}
     }
     session.pump(|_, _| {});
+    session.poll_kmsg();
     let interval = last.elapsed().as_secs_f64();
     match emit(&mut session, args, tty, interval, true) {
         Err(e) if e.is::<StdoutClosed>() => {}
@@ -108,6 +112,14 @@ fn emit(
                 "size": m.size, "age_s": m.age_s, "pid": m.pid})
             )
             .collect::<Vec<_>>());
+        doc["faults"] = json!(session.faults.iter().rev().take(32).collect::<Vec<_>>());
+        doc["fault_counts"] = json!(session
+            .fault_counts
+            .iter()
+            .map(|((dev, src, reason), n)| json!({"device": dev, "source": src, "reason": reason, "count": n}))
+            .collect::<Vec<_>>());
+        doc["kmsg_lost_records"] = json!(session.kmsg_lost());
+        doc["kmsg_error"] = json!(session.kmsg_error);
         output::line(&serde_json::to_string(&doc)?)
     } else {
         let mut text = render::live_text(
@@ -127,6 +139,7 @@ fn emit(
         );
         text.push_str(&render::latency_text(&devices));
         text.push_str(&render::long_lived_text(&long_lived));
+        text.push_str(&render::faults_text(session.faults.iter().rev().take(8)));
         if tty && !last {
             output::write(&format!("\x1b[H\x1b[2J{text}\n"))
         } else {

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::{
     aggregate::{DeviceSnapshot, LongLived, Notable},
+    faults::Fault,
     output::bytes,
 };
 
@@ -169,6 +170,34 @@ pub fn long_lived_text(list: &[(String, &'static str, LongLived)]) -> String {
             m.age_s,
             m.pid
         );
+    }
+    s
+}
+
+/// The latest decoded faults with what the mapping history says.
+pub fn faults_text<'a>(faults: impl Iterator<Item = &'a Fault>) -> String {
+    let mut s = String::new();
+    for f in faults {
+        if s.is_empty() {
+            let _ = writeln!(s, "\nfaults (kernel log and iommu:io_page_fault):");
+        }
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<14} {:<10} {}{}{}",
+            f.source.as_str(),
+            f.device.as_deref().unwrap_or("-"),
+            f.address
+                .map(|a| format!("{a:#x}"))
+                .unwrap_or_else(|| "-".into()),
+            f.xid.map(|x| format!("Xid {x}: ")).unwrap_or_default(),
+            f.reason,
+            f.access
+                .map(|a| format!(" ({a:?})").to_lowercase())
+                .unwrap_or_default(),
+        );
+        if let Some(m) = &f.mapping_state {
+            let _ = writeln!(s, "      mapping: {m}");
+        }
     }
     s
 }

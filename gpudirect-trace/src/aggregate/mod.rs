@@ -59,6 +59,34 @@ pub struct DeviceStats {
     pub latency: BTreeMap<u32, OpLatency>,
     /// The kernel's log2 latency histograms per operation.
     pub kernel_latency: BTreeMap<u32, LatHist>,
+    /// The latest unmaps of any level, for "DMA after unmap" diagnosis.
+    pub recent_unmaps: VecDeque<Unmapped>,
+}
+
+/// An unmap kept for fault correlation.
+#[derive(Clone, Copy, Debug)]
+pub struct Unmapped {
+    pub addr: u64,
+    pub size: u64,
+    pub ts_ns: u64,
+    pub pid: u32,
+}
+
+/// Unmaps remembered per device for fault correlation.
+pub const RECENT_UNMAPS: usize = 4096;
+
+impl DeviceStats {
+    fn note_unmap(&mut self, ev: &Event, size: u64) {
+        if self.recent_unmaps.len() == RECENT_UNMAPS {
+            self.recent_unmaps.pop_front();
+        }
+        self.recent_unmaps.push_back(Unmapped {
+            addr: ev.addr,
+            size,
+            ts_ns: ev.ts_ns,
+            pid: ev.pid,
+        });
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -185,6 +213,7 @@ impl Aggregator {
                     }
                 } else {
                     d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                    d.note_unmap(&ev, ev.size);
                 }
             }
             Record::Xid(x) => {
@@ -205,7 +234,10 @@ impl Aggregator {
                     *b += ev.size;
                 }
             }
-            kind::DMA_UNMAP => d.dma.unmap(ev.addr, ev.size, ev.ts_ns),
+            kind::DMA_UNMAP => {
+                d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.note_unmap(ev, ev.size);
+            }
             kind::IOMMU_MAP | kind::IOMMU_UNMAP => {
                 if ev.flags & flags::VIA_DMA_API != 0 {
                     d.iommu_via_dma_api += 1;
@@ -216,10 +248,14 @@ impl Aggregator {
                     d.iommu.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 } else {
                     d.iommu.unmap(ev.addr, ev.aux.max(ev.size), ev.ts_ns);
+                    d.note_unmap(ev, ev.aux.max(ev.size));
                 }
             }
             kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, ev.pid),
-            kind::DMA_FREE => d.coherent.unmap(ev.addr, ev.size, ev.ts_ns),
+            kind::DMA_FREE => {
+                d.coherent.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.note_unmap(ev, ev.size);
+            }
             kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
@@ -337,6 +373,53 @@ impl Aggregator {
     pub fn apply_kernel_latency(&mut self, hists: &[(Arc<str>, u32, LatHist)]) {
         for (name, o, h) in hists {
             self.device(name).kernel_latency.insert(*o, *h);
+        }
+    }
+
+    /// Counts a fault or Xid decoded from the kernel log on its device.
+    pub fn count_fault(&mut self, device: &Arc<str>, xid: bool, n: u64) {
+        let d = self.device(device);
+        if xid {
+            d.xids += n;
+        } else {
+            d.faults += n;
+        }
+    }
+
+    /// What the trace says about `addr` for `device` at fault time `ts_ns`:
+    /// inside a live mapping, unmapped shortly before (DMA after unmap), or
+    /// never mapped while tracing.
+    pub fn mapping_state(&self, device: &str, addr: u64, ts_ns: Option<u64>) -> String {
+        let Some(d) = self.devices.get(device) else {
+            return "never mapped in this trace (no DMA activity seen for this device)".into();
+        };
+        for (lvl, l) in [
+            ("DMA-API", &d.dma),
+            ("IOMMU", &d.iommu),
+            ("coherent", &d.coherent),
+        ] {
+            if l.covers(addr) {
+                return format!(
+                    "mapped: inside a live {lvl} mapping of this device, so the access itself \
+                     was not permitted (direction/permission)"
+                );
+            }
+        }
+        let hit = d.recent_unmaps.iter().rev().find(|u| {
+            addr >= u.addr
+                && addr < u.addr.saturating_add(u.size.max(1))
+                && ts_ns.is_none_or(|t| u.ts_ns <= t)
+        });
+        match hit {
+            Some(u) => match ts_ns {
+                Some(t) => format!(
+                    "unmapped {} before the fault by pid {}: DMA after unmap",
+                    crate::render::ns(t.saturating_sub(u.ts_ns)),
+                    u.pid
+                ),
+                None => format!("unmapped earlier by pid {}: DMA after unmap", u.pid),
+            },
+            None => "never mapped in this trace".into(),
         }
     }
 

@@ -178,3 +178,38 @@ fn one_unmap_ends_every_mapping_in_its_range() {
         "lifetime from the oldest mapping"
     );
 }
+
+#[test]
+fn fault_mapping_state_distinguishes_live_unmapped_and_never_mapped() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:03.0");
+    let ev = |k, addr, ts_ns, pid| {
+        Record::Event(Event {
+            kind: k,
+            addr,
+            size: 4096,
+            aux: 4096,
+            ts_ns,
+            pid,
+            ..Default::default()
+        })
+    };
+    agg.ingest(&ev(kind::IOMMU_MAP, 0x200000, 1_000, 812), &dev);
+    agg.ingest(&ev(kind::IOMMU_MAP, 0x300000, 1_000, 812), &dev);
+    agg.ingest(&ev(kind::IOMMU_UNMAP, 0x200000, 10_000, 812), &dev);
+    let unmapped = agg.mapping_state("0000:00:03.0", 0x200010, Some(45_000));
+    assert_eq!(
+        unmapped,
+        "unmapped 35.0us before the fault by pid 812: DMA after unmap"
+    );
+    assert!(agg
+        .mapping_state("0000:00:03.0", 0x300000, Some(45_000))
+        .starts_with("mapped"));
+    assert_eq!(
+        agg.mapping_state("0000:00:03.0", 0x123000, Some(45_000)),
+        "never mapped in this trace"
+    );
+    assert!(agg
+        .mapping_state("0000:00:09.0", 0x123000, None)
+        .starts_with("never mapped"));
+}
