@@ -1,6 +1,7 @@
 //! `cargo xtask vm`: boot a Debian kernel under qemu with the project's binaries in
 //! an initramfs and run one command in the guest.
 
+pub mod checks;
 pub mod cpio;
 pub mod demo;
 pub mod initramfs;

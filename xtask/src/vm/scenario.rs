@@ -126,10 +126,6 @@ pub fn load_all(dir: &Path) -> Result<Vec<Scenario>> {
     Ok(out)
 }
 
-/// Kernels whose DMA API tracepoints (dma:*) name the device, so the tracer can
-/// attribute bytes to a bus id. 6.1 (and 5.10) only have iommu:map/unmap, which
-/// carry no device: there the tracer reports the traffic as "(iommu, unattributed)".
-pub const ATTRIBUTING_KERNELS: &[&str] = &["6.12"];
 
 /// The last complete `live --json` interval object in the console output.
 fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
@@ -145,15 +141,12 @@ fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
 pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
         // `gpudirect-trace live --json` (counters are cumulative; the last object
-        // is the final summary) must show the NVMe's maps, unmaps and bytes: by
-        // its bus id where the kernel makes that possible, else unattributed.
+        // is the final summary) must show the NVMe's maps, unmaps and bytes on
+        // its bus id: from dma:* on 6.8+, and on older kernels from iommu:map/
+        // unmap attributed in-kernel through the enclosing DMA-API call.
         "nvme-live-json" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
-            let want = if ATTRIBUTING_KERNELS.contains(&series) {
-                Device::Nvme.bdf()
-            } else {
-                "(iommu, unattributed)"
-            };
+            let want = Device::Nvme.bdf();
             let devices = v["devices"].as_array().cloned().unwrap_or_default();
             let d = devices
                 .iter()
@@ -166,6 +159,14 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             }
             eprintln!("xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes}");
             Ok(())
+        }
+        "nvme-latency" | "edu-fault-live" | "vfio-after-unmap" => {
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            match name {
+                "nvme-latency" => super::checks::nvme_latency(series, &v),
+                "edu-fault-live" => super::checks::edu_fault_live(series, &v),
+                _ => super::checks::vfio_after_unmap(series, &v),
+            }
         }
         other => bail!("unknown host check {other}"),
     }
@@ -302,8 +303,8 @@ mod tests {
         .expect("6.12");
         // A later empty object is the final word: activity must be in it.
         assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
-        // 6.1 cannot attribute: unattributed iommu totals are required instead.
-        host_check("nvme-live-json", "6.1", &lines(&[unattributed])).expect("6.1");
+        // Traffic left unattributed is a failure on every kernel.
+        assert!(host_check("nvme-live-json", "6.1", &lines(&[unattributed])).is_err());
         assert!(host_check("nvme-live-json", "6.12", &lines(&[unattributed])).is_err());
     }
 }
