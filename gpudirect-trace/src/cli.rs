@@ -96,6 +96,10 @@ pub struct LiveArgs {
     /// One JSON object per interval on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Mappings still outstanding after this long are listed as leak
+    /// suspects (streaming mode).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub long_lived: Duration,
     #[command(flatten)]
     pub trace: TraceArgs,
 }

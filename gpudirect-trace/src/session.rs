@@ -101,6 +101,8 @@ impl Session {
     pub fn refresh_counters(&mut self) -> SelfStats {
         let counters = self.tracer.kernel_counters();
         self.agg.apply_kernel_counters(&counters);
+        let latency = self.tracer.kernel_latency();
+        self.agg.apply_kernel_latency(&latency);
         self.tracer.self_stats()
     }
 
