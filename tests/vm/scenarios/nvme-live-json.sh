@@ -1,9 +1,9 @@
 #!/bin/sh
-# gpudirect-trace live --json shows the NVMe's maps, unmaps and mapped bytes while
-# it is read (checked on the host: check=nvme-live-json reads the final JSON
-# interval). 6.12 attributes them to the NVMe's bus id (dma:* tracepoints); 6.1
-# has only iommu:map/unmap, which carry no device, so there the check expects
-# them under "(iommu, unattributed)".
+# gpudirect-trace live --json attributes the NVMe's maps, unmaps and mapped bytes
+# to its bus id while it is read (checked on the host: check=nvme-live-json reads
+# the final JSON interval). 6.12 has dma:* tracepoints naming the device; 6.1 has
+# only iommu:map/unmap, which the tracer attributes through the enclosing DMA-API
+# call (fentry/kprobe hooks).
 # gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
 set -e
 gpudirect-trace live --json --duration 5s > /tmp/live.json &

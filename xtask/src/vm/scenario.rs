@@ -126,11 +126,6 @@ pub fn load_all(dir: &Path) -> Result<Vec<Scenario>> {
     Ok(out)
 }
 
-/// Kernels whose DMA API tracepoints (dma:*) name the device, so the tracer can
-/// attribute bytes to a bus id. 6.1 (and 5.10) only have iommu:map/unmap, which
-/// carry no device: there the tracer reports the traffic as "(iommu, unattributed)".
-pub const ATTRIBUTING_KERNELS: &[&str] = &["6.12"];
-
 /// The last complete `live --json` interval object in the console output.
 fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
     lines
@@ -145,15 +140,12 @@ fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
 pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
         // `gpudirect-trace live --json` (counters are cumulative; the last object
-        // is the final summary) must show the NVMe's maps, unmaps and bytes: by
-        // its bus id where the kernel makes that possible, else unattributed.
+        // is the final summary) must attribute the NVMe's maps, unmaps and bytes
+        // to its bus id: through dma:* tracepoints on 6.12, through the DMA-API
+        // call enclosing iommu:map/unmap (fentry/kprobe) on 6.1.
         "nvme-live-json" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
-            let want = if ATTRIBUTING_KERNELS.contains(&series) {
-                Device::Nvme.bdf()
-            } else {
-                "(iommu, unattributed)"
-            };
+            let want = Device::Nvme.bdf();
             let devices = v["devices"].as_array().cloned().unwrap_or_default();
             let d = devices
                 .iter()
@@ -164,7 +156,10 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             if maps == 0 || unmaps == 0 || bytes < 32 << 20 {
                 bail!("{want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} (want > 0, > 0, >= 32 MiB)");
             }
-            eprintln!("xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes}");
+            eprintln!(
+                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({})",
+                d["level"].as_str().unwrap_or("?")
+            );
             Ok(())
         }
         other => bail!("unknown host check {other}"),
@@ -302,8 +297,7 @@ mod tests {
         .expect("6.12");
         // A later empty object is the final word: activity must be in it.
         assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
-        // 6.1 cannot attribute: unattributed iommu totals are required instead.
-        host_check("nvme-live-json", "6.1", &lines(&[unattributed])).expect("6.1");
-        assert!(host_check("nvme-live-json", "6.12", &lines(&[unattributed])).is_err());
+        // Traffic nobody could attribute does not count.
+        assert!(host_check("nvme-live-json", "6.1", &lines(&[unattributed])).is_err());
     }
 }
