@@ -26,8 +26,13 @@ const SCRIPT: &str = r#"
 secs=$1
 echo "=== gpudirect-trace demo: $(uname -r), IOMMU=$GDT_IOMMU, NVMe $GDT_NVME_BDF, edu $GDT_EDU_BDF"
 if gpudirect-trace live --help >/dev/null 2>&1; then
-    gpudirect-trace live --duration "${secs}s" &
+    gpudirect-trace live --duration "${secs}s" 2> /tmp/live.err &
     tracer=$!
+    i=0
+    until grep -q 'probes attached' /tmp/live.err || [ $i -gt 120 ]; do
+        sleep 0.5; i=$((i + 1))
+    done
+    cat /tmp/live.err
 else
     echo "=== (this gpudirect-trace has no live view yet: showing raw iommu tracepoints)"
     echo 1 > /sys/kernel/tracing/events/iommu/enable

@@ -54,8 +54,13 @@ pub fn statuses(v: &Value) -> Vec<(String, String)> {
             let status = if let Some(s) = p["status"].as_str() {
                 // "unavailable ... has no tracepoint X" says nothing the status
                 // does not; any other reason (module missing, failure) is shown.
-                match p["reason"].as_str() {
-                    Some(r)
+                // Attached hooks show how (fentry/fexit, kprobe) unless they are
+                // plain tracepoints.
+                match (p["reason"].as_str(), p["kind"].as_str()) {
+                    (_, Some(k)) if s == "attached" && k != "raw_tracepoint" => {
+                        format!("{s} ({k})")
+                    }
+                    (Some(r), _)
                         if s != "attached" && !r.is_empty() && !r.contains("has no tracepoint") =>
                     {
                         format!("{s} ({r})")
@@ -110,7 +115,7 @@ pub fn render(results: &[(String, String, Value)]) -> String {
         let st = statuses(v);
         let attached = st
             .iter()
-            .filter(|(_, s)| s == "attached" || s == "yes")
+            .filter(|(_, s)| s.starts_with("attached") || s == "yes")
             .count();
         let _ = writeln!(
             md,
@@ -180,7 +185,8 @@ mod tests {
             "noise",
             BEGIN,
             r#"[{"name":"iommu:map","available":true},"#,
-            r#" {"name":"dma:dma_map_page","status":"missing"}]"#,
+            r#" {"name":"dma:dma_map_page","status":"missing"},"#,
+            r#" {"name":"time:dma_map","status":"attached","kind":"kprobe"}]"#,
             END,
         ]
         .iter()
@@ -192,7 +198,8 @@ mod tests {
         assert_eq!(st[1].1, "missing");
         let md = render(&[("6.1".into(), "6.1.0-41-amd64".into(), v)]);
         assert!(md.contains("| `iommu:map` | yes |"));
-        assert!(md.contains("1 of 2 probes attached"));
+        assert!(md.contains("| `time:dma_map` | attached (kprobe) |"));
+        assert!(md.contains("2 of 3 probes attached"));
         assert!(md.contains("| `dma:dma_map_page` | missing |"));
     }
 }

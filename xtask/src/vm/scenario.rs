@@ -157,7 +157,10 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             if maps == 0 || unmaps == 0 || bytes < 32 << 20 {
                 bail!("{want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} (want > 0, > 0, >= 32 MiB)");
             }
-            eprintln!("xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes}");
+            eprintln!(
+                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({})",
+                d["level"].as_str().unwrap_or("?")
+            );
             Ok(())
         }
         "nvme-latency" | "edu-fault-live" | "vfio-after-unmap" => {
