@@ -83,26 +83,34 @@ impl Session {
         }
         // VT-d faults, Xid lines and AER errors reach us only through the
         // kernel log: follow it from now on.
-        let (kmsg, kmsg_error) = match KmsgFollower::open() {
-            Ok(k) => (Some(k), None),
+        let mut session = Self::from_tracer(tracer, !args.aggregate_only);
+        match KmsgFollower::open() {
+            Ok(k) => session.kmsg = Some(k),
             Err(e) => {
                 let msg = format!(
                     "not following /dev/kmsg ({e}): VT-d faults, Xid and AER lines will be missed"
                 );
                 eprintln!("gpudirect-trace: warning: {msg}");
-                (None, Some(msg))
+                session.kmsg_error = Some(msg);
             }
-        };
-        Ok(Self {
+        }
+        Ok(session)
+    }
+
+    /// A session around an already loaded tracer (`stream` as it was loaded
+    /// with), not following the kernel log; the host tests use it to serve
+    /// programs they drive themselves.
+    pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+        Self {
             tracer,
             agg: Aggregator::new(),
             started: Instant::now(),
-            stream: !args.aggregate_only,
+            stream,
             faults: VecDeque::new(),
             fault_counts: BTreeMap::new(),
-            kmsg,
-            kmsg_error,
-        })
+            kmsg: None,
+            kmsg_error: None,
+        }
     }
 
     /// Drains the ring buffer into the aggregator, handing each decoded

@@ -49,6 +49,8 @@ pub struct DeviceStats {
     pub map_errors: u64,
     pub faults: u64,
     pub xids: u64,
+    /// Xids by number (`xids` is their sum).
+    pub xid_counts: BTreeMap<u32, u64>,
     pub events: u64,
     events_at_last_snapshot: u64,
     pub iommu_group: Option<u32>,
@@ -218,6 +220,7 @@ impl Aggregator {
             }
             Record::Xid(x) => {
                 d.xids += 1;
+                *d.xid_counts.entry(x.xid).or_default() += 1;
                 let detail = format!("Xid {}: {}", x.xid, c_string(&x.msg));
                 self.notable(&ev, device, None, detail);
             }
