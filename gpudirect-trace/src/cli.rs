@@ -20,6 +20,7 @@ direction, mapped sizes, outstanding mappings, bounce buffering, faults, Xids.
 Start with:
   gpudirect-trace probes          what this kernel offers, what attached
   gpudirect-trace live            per-device table, refreshed every second
+  gpudirect-trace serve           Prometheus metrics on http://127.0.0.1:9435/metrics
 
 Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).";
 
