@@ -187,7 +187,7 @@ fn every_exported_name() -> BTreeSet<String> {
         reason: String::new(),
         hot: true,
     };
-    let mut model = Model::build(&agg, &stats, &[probe], &mut labels);
+    let mut model = Model::build(&agg, &stats, &[probe], &mut labels, true);
     let lat = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
     let hist = LatencyHistogram {
         device: "0000:41:00.0",

@@ -347,3 +347,42 @@ fn serve_on_a_taken_port_fails_with_one_clear_line() {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn aggregate_only_serve_exports_the_kernel_counts() {
+    require_root();
+    let tracer = gpudirect_trace::ebpf::Tracer::load(&gpudirect_trace::ebpf::TracerOptions {
+        attach: false,
+        stream: false,
+        ..Default::default()
+    })
+    .expect("load");
+    let device = known_kernel_object();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let server = serve::start(
+        Session::from_tracer(tracer, false),
+        listener,
+        &ServeOptions::default(),
+    )
+    .expect("start");
+    server.with_session(|s| {
+        let fd = s.tracer.program_fd("dma_map").expect("program");
+        for i in 0..20u64 {
+            let args = [device.addr, i << 12, 0x10_0000 + (i << 12), 8192, 1, 0];
+            assert_eq!(run_raw_tracepoint(fd, &args, None).expect("run"), 0);
+        }
+    });
+    let (status, text) = http_get(server.local_addr(), "/metrics", "text/plain");
+    assert_eq!(status, 200);
+    let d = &device.name;
+    let line = format!(
+        "gpudirect_dma_map_bytes_total{{device=\"{d}\",direction=\"to_device\"}} {}\n",
+        20 * 8192
+    );
+    assert!(text.contains(&line), "{line} in\n{text}");
+    assert!(
+        !text.contains("gpudirect_mappings_outstanding") && !text.contains("_bucket"),
+        "no stream, no outstanding mappings or histograms:\n{text}"
+    );
+    server.stop().expect("stop");
+}

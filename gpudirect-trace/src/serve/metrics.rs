@@ -233,15 +233,18 @@ pub struct Model {
 
 impl Model {
     /// The model of everything the session knows: per-device DMA/IOMMU
-    /// activity, faults, Xids, and the tracer's self-metrics.
+    /// activity, faults, Xids, and the tracer's self-metrics. `streamed`:
+    /// hot events come through the ring buffer (not `--aggregate-only`);
+    /// without them outstanding mappings are unknown and not exported.
     pub fn build(
         agg: &Aggregator,
         stats: &SelfStats,
         probes: &[ProbeStatus],
         labels: &mut DeviceLabels,
+        streamed: bool,
     ) -> Self {
         let mut m = Self::default();
-        m.add_devices(agg, labels);
+        m.add_devices(agg, labels, streamed);
         m.add_faults(&tracepoint_faults(agg), labels);
         m.add_self(agg, stats, probes, labels);
         m
@@ -278,7 +281,7 @@ impl Model {
         f.histograms.entry(l).or_default().add(h);
     }
 
-    fn add_devices(&mut self, agg: &Aggregator, labels: &mut DeviceLabels) {
+    fn add_devices(&mut self, agg: &Aggregator, labels: &mut DeviceLabels, streamed: bool) {
         use Type::{Counter, Gauge};
         let bytes = || Some(Unit::Bytes);
         for (name, d) in &agg.devices {
@@ -312,17 +315,19 @@ impl Model {
                     l1("level", level),
                     lv.unmaps,
                 );
-                let outstanding = lv.outstanding() as u64 + lv.untracked;
-                let l = l1("level", level);
-                self.add(
-                    "gpudirect_mappings_outstanding",
-                    Gauge,
-                    None,
-                    l,
-                    outstanding,
-                );
-                let (l, ob) = (l1("level", level), lv.outstanding_bytes);
-                self.add("gpudirect_mappings_outstanding", Gauge, bytes(), l, ob);
+                if streamed {
+                    let outstanding = lv.outstanding() as u64 + lv.untracked;
+                    let l = l1("level", level);
+                    self.add(
+                        "gpudirect_mappings_outstanding",
+                        Gauge,
+                        None,
+                        l,
+                        outstanding,
+                    );
+                    let (l, ob) = (l1("level", level), lv.outstanding_bytes);
+                    self.add("gpudirect_mappings_outstanding", Gauge, bytes(), l, ob);
+                }
                 if !lv.sizes.is_empty() {
                     let h = HistogramValue::from_hdr(&lv.sizes, SIZE_BUCKETS, 1.0);
                     let l = l1("level", level);

@@ -105,7 +105,7 @@ fn prometheus_text_has_the_documented_series_and_values() {
         probe("nvidia:nvidia_dev_xid", Status::Unavailable),
     ];
     let mut labels = DeviceLabels::new(256);
-    let model = Model::build(&agg, &stats(), &probes, &mut labels);
+    let model = Model::build(&agg, &stats(), &probes, &mut labels, true);
     let text = render(model, false).expect("encodes");
     let dev = r#"device="0000:00:06.0""#;
     let want = [
@@ -207,7 +207,7 @@ fn prometheus_text_has_the_documented_series_and_values() {
 #[test]
 fn openmetrics_has_units_and_eof() {
     let mut labels = DeviceLabels::new(256);
-    let model = Model::build(&gpu_aggregator(), &stats(), &[], &mut labels);
+    let model = Model::build(&gpu_aggregator(), &stats(), &[], &mut labels, true);
     let text = render(model, true).expect("encodes");
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
@@ -230,7 +230,7 @@ fn devices_past_the_cap_fold_into_other_and_sum() {
         agg.ingest(&xid(48), &dev);
     }
     let mut labels = DeviceLabels::new(1);
-    let model = Model::build(&agg, &stats(), &[], &mut labels);
+    let model = Model::build(&agg, &stats(), &[], &mut labels, true);
     let names = model.exported_names();
     let text = render(model, false).expect("encodes");
     let bytes = |d: &str| {
@@ -327,4 +327,20 @@ fn faults_from_other_sources_keep_their_labels() {
     let text = render(model, false).expect("encodes");
     let s = r#"gpudirect_iommu_faults_total{device="0000:41:00.0",source="kernel-log",reason="pte-write"}"#;
     assert_eq!(sample(&text, s), Some(2.0), "{text}");
+}
+
+#[test]
+fn aggregate_only_exports_counts_but_no_outstanding_mappings() {
+    let mut labels = DeviceLabels::new(4);
+    let model = Model::build(&gpu_aggregator(), &stats(), &[], &mut labels, false);
+    let names = model.exported_names();
+    let text = render(model, false).expect("encodes");
+    let maps = r#"gpudirect_dma_maps_total{device="0000:00:06.0",level="dma"}"#;
+    assert_eq!(sample(&text, maps), Some(4.0));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("gpudirect_mappings_outstanding")),
+        "unknown without the stream, so absent rather than 0: {names:?}"
+    );
 }

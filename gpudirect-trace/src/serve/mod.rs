@@ -96,7 +96,7 @@ impl Shared {
         self.drain();
         let stats = self.session.refresh_counters();
         let s = &self.session;
-        Model::build(&s.agg, &stats, &s.tracer.probes, &mut self.labels)
+        Model::build(&s.agg, &stats, &s.tracer.probes, &mut self.labels, s.stream)
     }
 }
 
