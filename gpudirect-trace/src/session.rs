@@ -10,9 +10,8 @@ use std::{
 };
 
 use anyhow::bail;
-use tokio::io::unix::AsyncFd;
-
 use gpudirect_trace_common::kind;
+use tokio::io::unix::AsyncFd;
 
 use crate::{
     aggregate::Aggregator,
@@ -185,7 +184,7 @@ impl Session {
             .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
         if from_log && !(f.xid.is_some() && xid_traced) {
             let name: Arc<str> = Arc::from(dev.as_str());
-            self.agg.count_fault(&name, f.xid.is_some(), f.count.max(1));
+            self.agg.count_fault(&name, f.xid, f.count.max(1));
         }
         *self
             .fault_counts

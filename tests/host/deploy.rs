@@ -9,9 +9,9 @@ use gpudirect_trace::{
     aggregate::{Aggregator, UNATTRIBUTED},
     decode::Record,
     ebpf::{ProbeStatus, SelfStats, Status},
-    serve::metrics::{DeviceLabels, LatencyHistogram, Model},
+    serve::metrics::{DeviceLabels, FaultCount, Model},
 };
-use gpudirect_trace_common::{kind, Event, XidEvent, XID_MSG_LEN};
+use gpudirect_trace_common::{kind, op, Event, XidEvent, XID_MSG_LEN};
 use serde_yaml::Value;
 
 fn deploy(path: &str) -> String {
@@ -187,14 +187,21 @@ fn every_exported_name() -> BTreeSet<String> {
         reason: String::new(),
         hot: true,
     };
-    let mut model = Model::build(&agg, &stats, &[probe], &mut labels, true);
-    let lat = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
-    let hist = LatencyHistogram {
-        device: "0000:41:00.0",
-        op: "map",
-        nanos: &lat,
+    let latency = Event {
+        kind: kind::LATENCY,
+        size: 1500,
+        aux: u64::from(op::IOMMU_MAP),
+        ..Default::default()
     };
-    model.add_latency(&[hist], &mut labels);
+    agg.ingest(&Record::Event(latency), &dev);
+    let fault = |source: &str| FaultCount {
+        device: dev.to_string(),
+        source: source.to_owned(),
+        reason: "r".to_owned(),
+        count: 1,
+    };
+    let faults = [fault("vtd"), fault("aer")];
+    let model = Model::build(&agg, &stats, &[probe], &faults, &mut labels, true);
     model.exported_names().into_iter().collect()
 }
 

@@ -20,12 +20,11 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
-use crate::decode::{c_string, dir_name, kind_name, Record};
-
 pub use self::{
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{record, Level, LevelSnapshot, LongLived, Percentiles},
 };
+use crate::decode::{c_string, dir_name, kind_name, Record};
 
 /// Device name used for events that carry no device (iommu:map/unmap).
 pub const UNATTRIBUTED: &str = "(iommu, unattributed)";
@@ -380,10 +379,11 @@ impl Aggregator {
     }
 
     /// Counts a fault or Xid decoded from the kernel log on its device.
-    pub fn count_fault(&mut self, device: &Arc<str>, xid: bool, n: u64) {
+    pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
         let d = self.device(device);
-        if xid {
+        if let Some(x) = xid {
             d.xids += n;
+            *d.xid_counts.entry(x).or_default() += n;
         } else {
             d.faults += n;
         }

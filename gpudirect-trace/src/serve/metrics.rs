@@ -11,6 +11,7 @@ use std::{
     sync::Arc,
 };
 
+use gpudirect_trace_common::{op, LatHist};
 use hdrhistogram::Histogram;
 use prometheus_client::{
     collector::Collector,
@@ -20,7 +21,7 @@ use prometheus_client::{
 };
 
 use crate::{
-    aggregate::{Aggregator, UNATTRIBUTED},
+    aggregate::{Aggregator, DeviceStats, UNATTRIBUTED},
     decode::{dir_name, kind_name},
     ebpf::{ProbeStatus, SelfStats, Status},
 };
@@ -28,8 +29,8 @@ use crate::{
 /// The label that devices past `--max-devices` fold into.
 pub const OTHER_DEVICE: &str = "other";
 pub const DEFAULT_MAX_DEVICES: usize = 256;
-/// Source label of faults seen by the iommu:io_page_fault tracepoint.
-pub const SOURCE_TRACEPOINT: &str = "iommu-tracepoint";
+/// Longest `reason` label value; longer reasons are cut.
+pub const MAX_REASON_LEN: usize = 80;
 /// Content-Type of the OpenMetrics text format that `prometheus-client` writes.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -54,19 +55,29 @@ pub const SIZE_BUCKETS: &[u64] = &[
     1 << 30,
 ];
 
-/// Upper bounds (nanoseconds) of the latency buckets, 1 µs to 100 ms.
+/// Upper bounds (nanoseconds) of the latency buckets: powers of two from
+/// 512 ns to 134 ms, the kernel's own log2 buckets (bucket b holds
+/// [2^b, 2^(b+1)) ns), so streamed and in-kernel histograms export alike.
 pub const LATENCY_BUCKETS_NS: &[u64] = &[
-    1_000,
-    2_500,
-    5_000,
-    10_000,
-    25_000,
-    50_000,
-    100_000,
-    250_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
+    1 << 9,
+    1 << 10,
+    1 << 11,
+    1 << 12,
+    1 << 13,
+    1 << 14,
+    1 << 15,
+    1 << 16,
+    1 << 17,
+    1 << 18,
+    1 << 19,
+    1 << 20,
+    1 << 21,
+    1 << 22,
+    1 << 23,
+    1 << 24,
+    1 << 25,
+    1 << 26,
+    1 << 27,
 ];
 
 /// Bounded device labels. The first `max` devices seen keep their name for
@@ -114,10 +125,13 @@ impl DeviceLabels {
 
 /// Label values carry no addresses and no spaces: the unattributed IOMMU row
 /// becomes `unattributed`, devices whose name could not be read (shown as
-/// `dev@<address>` elsewhere) become `unnamed`.
+/// `dev@<address>` elsewhere) become `unnamed`, faults without a device
+/// (`-`) `unknown`.
 fn label_name(device: &str) -> &str {
     if device == UNATTRIBUTED {
         "unattributed"
+    } else if device == "-" || device.is_empty() {
+        "unknown"
     } else if device.starts_with("dev@") {
         "unnamed"
     } else {
@@ -125,37 +139,16 @@ fn label_name(device: &str) -> &str {
     }
 }
 
-/// Faults of one (device, source, reason), for `gpudirect_iommu_faults_total`.
-/// Other fault sources (e.g. decoded kernel log lines) add their own rows.
+/// Faults of one (device, source, reason): `Session::fault_counts`, i.e.
+/// the iommu:io_page_fault tracepoint and the kernel log decoders.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FaultCount {
     pub device: String,
+    /// `faults::Source::as_str()`: vtd, amd-vi, smmu, iommu-tracepoint,
+    /// nvidia-xid, aer.
     pub source: String,
     pub reason: String,
     pub count: u64,
-}
-
-/// The faults the iommu:io_page_fault tracepoint counted per device. The
-/// tracepoint carries no reason code, so the reason is `unknown`.
-pub fn tracepoint_faults(agg: &Aggregator) -> Vec<FaultCount> {
-    agg.devices
-        .iter()
-        .filter(|(_, d)| d.faults > 0)
-        .map(|(name, d)| FaultCount {
-            device: name.to_string(),
-            source: SOURCE_TRACEPOINT.to_owned(),
-            reason: "unknown".to_owned(),
-            count: d.faults,
-        })
-        .collect()
-}
-
-/// A per-device, per-operation latency distribution in nanoseconds, for
-/// `gpudirect_iommu_map_latency_seconds`.
-pub struct LatencyHistogram<'a> {
-    pub device: &'a str,
-    pub op: &'static str,
-    pub nanos: &'a Histogram<u64>,
 }
 
 /// A classic histogram: per-bucket (not cumulative) counts, `+Inf` last.
@@ -188,6 +181,27 @@ impl HistogramValue {
             buckets: uppers.zip(counts).collect(),
             sum: sum * scale,
             count: h.len(),
+        }
+    }
+
+    /// Buckets of a kernel log2 histogram (bucket b: [2^b, 2^(b+1)) ns) at
+    /// the power-of-two `bounds_ns`: exact, as every log2 bucket lies wholly
+    /// below or above each bound. Sum and count are the kernel's.
+    pub fn from_log2(h: &LatHist, bounds_ns: &[u64], scale: f64) -> Self {
+        let mut counts = vec![0u64; bounds_ns.len() + 1];
+        for (b, &n) in h.buckets.iter().enumerate() {
+            // Everything in bucket b is < 2^(b+1): the first bound >= that.
+            let upper = 1u128 << (b + 1);
+            counts[bounds_ns.partition_point(|&x| u128::from(x) < upper)] += n;
+        }
+        let uppers = bounds_ns
+            .iter()
+            .map(|&b| b as f64 * scale)
+            .chain(std::iter::once(f64::INFINITY));
+        Self {
+            buckets: uppers.zip(counts).collect(),
+            sum: h.sum_ns as f64 * scale,
+            count: h.count,
         }
     }
 
@@ -233,19 +247,21 @@ pub struct Model {
 
 impl Model {
     /// The model of everything the session knows: per-device DMA/IOMMU
-    /// activity, faults, Xids, and the tracer's self-metrics. `streamed`:
-    /// hot events come through the ring buffer (not `--aggregate-only`);
-    /// without them outstanding mappings are unknown and not exported.
+    /// activity and latency, `faults` (all sources), Xids, and the tracer's
+    /// self-metrics. `streamed`: hot events come through the ring buffer (not
+    /// `--aggregate-only`); without them outstanding mappings are unknown
+    /// and not exported.
     pub fn build(
         agg: &Aggregator,
         stats: &SelfStats,
         probes: &[ProbeStatus],
+        faults: &[FaultCount],
         labels: &mut DeviceLabels,
         streamed: bool,
     ) -> Self {
         let mut m = Self::default();
         m.add_devices(agg, labels, streamed);
-        m.add_faults(&tracepoint_faults(agg), labels);
+        m.add_faults(faults, labels);
         m.add_self(agg, stats, probes, labels);
         m
     }
@@ -351,33 +367,58 @@ impl Model {
                 let l = l1("xid", &xid.to_string());
                 self.add("gpudirect_nvidia_xid", Counter, None, l, n);
             }
+            self.add_latency(&dev, d);
         }
     }
 
-    /// Adds fault counts from any source (`gpudirect_iommu_faults_total`).
-    pub fn add_faults(&mut self, faults: &[FaultCount], labels: &mut DeviceLabels) {
-        for f in faults {
+    /// `gpudirect_iommu_map_latency_seconds{device,op}`: the kernel's
+    /// loss-free log2 histogram of each operation where it has one, else the
+    /// streamed HdrHistogram (never both: one source per series, so its
+    /// counts only grow).
+    fn add_latency(&mut self, dev: &str, d: &DeviceStats) {
+        for o in 0..op::COUNT {
+            let kernel = d.kernel_latency.get(&o).filter(|k| k.count > 0);
+            let stream = d.latency.get(&o).filter(|l| !l.hist.is_empty());
+            let v = match (kernel, stream) {
+                (Some(k), _) => HistogramValue::from_log2(k, LATENCY_BUCKETS_NS, 1e-9),
+                (None, Some(l)) => HistogramValue::from_hdr(&l.hist, LATENCY_BUCKETS_NS, 1e-9),
+                (None, None) => continue,
+            };
             let l = vec![
-                ("device", labels.label(&f.device).to_string()),
-                ("source", f.source.clone()),
-                ("reason", f.reason.clone()),
-            ];
-            self.add("gpudirect_iommu_faults", Type::Counter, None, l, f.count);
-        }
-    }
-
-    /// Adds IOMMU map/unmap latency distributions
-    /// (`gpudirect_iommu_map_latency_seconds{device,op}`). Nothing measures
-    /// them yet, so `build` passes none and the family is absent rather than
-    /// filled with made-up numbers.
-    pub fn add_latency(&mut self, hists: &[LatencyHistogram<'_>], labels: &mut DeviceLabels) {
-        for h in hists {
-            let v = HistogramValue::from_hdr(h.nanos, LATENCY_BUCKETS_NS, 1e-9);
-            let l = vec![
-                ("device", labels.label(h.device).to_string()),
-                ("op", h.op.to_owned()),
+                ("device", dev.to_owned()),
+                ("op", op::NAMES[o as usize].to_owned()),
             ];
             self.add_histogram("gpudirect_iommu_map_latency", Unit::Seconds, l, &v);
+        }
+    }
+
+    /// Adds fault counts: IOMMU faults (tracepoint, VT-d, AMD-Vi, SMMU) to
+    /// `gpudirect_iommu_faults_total`, PCIe AER errors to
+    /// `gpudirect_pcie_aer_errors_total`. Xids are left out: they are counted
+    /// per Xid number in the aggregator (`gpudirect_nvidia_xid_total`).
+    pub fn add_faults(&mut self, faults: &[FaultCount], labels: &mut DeviceLabels) {
+        for f in faults {
+            let device = ("device", labels.label(&f.device).to_string());
+            let mut reason = f.reason.clone();
+            if reason.len() > MAX_REASON_LEN {
+                let mut cut = MAX_REASON_LEN;
+                while !reason.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                reason.truncate(cut);
+            }
+            let reason = ("reason", reason);
+            match f.source.as_str() {
+                "nvidia-xid" => {}
+                "aer" => {
+                    let l = vec![device, reason];
+                    self.add("gpudirect_pcie_aer_errors", Type::Counter, None, l, f.count);
+                }
+                source => {
+                    let l = vec![device, ("source", source.to_owned()), reason];
+                    self.add("gpudirect_iommu_faults", Type::Counter, None, l, f.count);
+                }
+            }
         }
     }
 
@@ -507,7 +548,10 @@ fn help(exported: &str) -> &'static str {
         "gpudirect_dma_map_errors_total" => "Failed dma_map_sg calls.",
         "gpudirect_nvidia_xid_total" => "NVIDIA Xid errors reported by the driver, by Xid number.",
         "gpudirect_iommu_faults_total" => "IOMMU faults, by where they were seen and their reason.",
-        "gpudirect_iommu_map_latency_seconds" => "Time spent in IOMMU map/unmap operations.",
+        "gpudirect_iommu_map_latency_seconds" => {
+            "Time spent in DMA-API, IOMMU map/unmap, IOTLB sync and swiotlb map operations."
+        }
+        "gpudirect_pcie_aer_errors_total" => "PCIe AER errors reported in the kernel log.",
         "gpudirect_probe_attached" => "1 if the probe is attached on this kernel, else 0.",
         "gpudirect_events_total" => "Tracepoint hits counted in-kernel (loss-free), by event kind.",
         "gpudirect_events_received_total" => "Event records received from the ring buffer.",

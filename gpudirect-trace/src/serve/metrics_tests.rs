@@ -1,4 +1,4 @@
-use gpudirect_trace_common::{kind, Event, XidEvent, XID_MSG_LEN};
+use gpudirect_trace_common::{kind, op, Event, LatHist, XidEvent, LAT_BUCKETS, XID_MSG_LEN};
 
 use super::*;
 use crate::{decode::Record, ebpf::Status};
@@ -54,6 +54,15 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .map(|v| v.parse().expect("numeric sample"))
 }
 
+fn fault(source: &str, reason: &str, count: u64) -> FaultCount {
+    FaultCount {
+        device: "0000:00:06.0".to_owned(),
+        source: source.to_owned(),
+        reason: reason.to_owned(),
+        count,
+    }
+}
+
 fn gpu_aggregator() -> Aggregator {
     let mut agg = Aggregator::new();
     let gpu: Arc<str> = Arc::from("0000:00:06.0");
@@ -105,7 +114,17 @@ fn prometheus_text_has_the_documented_series_and_values() {
         probe("nvidia:nvidia_dev_xid", Status::Unavailable),
     ];
     let mut labels = DeviceLabels::new(256);
-    let model = Model::build(&agg, &stats(), &probes, &mut labels, true);
+    let faults = [
+        fault(
+            "iommu-tracepoint",
+            "IOMMU page fault (report_iommu_fault)",
+            1,
+        ),
+        fault("vtd", "PTE Write access is not set", 3),
+        fault("aer", "Corrected: Receiver Error", 2),
+        fault("nvidia-xid", "Xid 79: GPU has fallen off the bus", 1),
+    ];
+    let model = Model::build(&agg, &stats(), &probes, &faults, &mut labels, true);
     let text = render(model, false).expect("encodes");
     let dev = r#"device="0000:00:06.0""#;
     let want = [
@@ -152,9 +171,21 @@ fn prometheus_text_has_the_documented_series_and_values() {
         (format!(r#"gpudirect_swiotlb_bounces_total{{{dev}}}"#), 1.0),
         (
             format!(
-                r#"gpudirect_iommu_faults_total{{{dev},source="iommu-tracepoint",reason="unknown"}}"#
+                r#"gpudirect_iommu_faults_total{{{dev},source="iommu-tracepoint",reason="IOMMU page fault (report_iommu_fault)"}}"#
             ),
             1.0,
+        ),
+        (
+            format!(
+                r#"gpudirect_iommu_faults_total{{{dev},source="vtd",reason="PTE Write access is not set"}}"#
+            ),
+            3.0,
+        ),
+        (
+            format!(
+                r#"gpudirect_pcie_aer_errors_total{{{dev},reason="Corrected: Receiver Error"}}"#
+            ),
+            2.0,
         ),
         (
             format!(r#"gpudirect_nvidia_xid_total{{{dev},xid="79"}}"#),
@@ -199,7 +230,11 @@ fn prometheus_text_has_the_documented_series_and_values() {
     );
     assert!(
         !text.contains("gpudirect_iommu_map_latency"),
-        "no latency data exists yet, so no latency family"
+        "no latency was measured, so no latency family"
+    );
+    assert!(
+        !text.contains(r#"source="nvidia-xid""#),
+        "Xids are counted per number, not as faults"
     );
     assert!(!text.contains("# EOF"));
 }
@@ -207,7 +242,7 @@ fn prometheus_text_has_the_documented_series_and_values() {
 #[test]
 fn openmetrics_has_units_and_eof() {
     let mut labels = DeviceLabels::new(256);
-    let model = Model::build(&gpu_aggregator(), &stats(), &[], &mut labels, true);
+    let model = Model::build(&gpu_aggregator(), &stats(), &[], &[], &mut labels, true);
     let text = render(model, true).expect("encodes");
     assert!(text.ends_with("# EOF\n"), "{text}");
     assert!(
@@ -230,7 +265,7 @@ fn devices_past_the_cap_fold_into_other_and_sum() {
         agg.ingest(&xid(48), &dev);
     }
     let mut labels = DeviceLabels::new(1);
-    let model = Model::build(&agg, &stats(), &[], &mut labels, true);
+    let model = Model::build(&agg, &stats(), &[], &[], &mut labels, true);
     let names = model.exported_names();
     let text = render(model, false).expect("encodes");
     let bytes = |d: &str| {
@@ -279,32 +314,71 @@ fn histogram_buckets_from_hdr_are_exact_for_page_sizes() {
 }
 
 #[test]
-fn latency_family_comes_from_given_histograms_in_seconds() {
-    let mut ns = Histogram::<u64>::new(3).expect("histogram");
-    for v in [1500, 1500, 1500, 20_000] {
-        crate::aggregate::record(&mut ns, v);
+fn latency_comes_from_the_kernel_log2_histogram_else_the_stream() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:06.0");
+    let latency = |o: u32, ns: u64| {
+        Record::Event(Event {
+            kind: kind::LATENCY,
+            size: ns,
+            aux: u64::from(o),
+            ..Default::default()
+        })
+    };
+    // Streamed iommu_map latencies: 1.5 µs x3, 20 µs.
+    for ns in [1500, 1500, 1500, 20_000] {
+        agg.ingest(&latency(op::IOMMU_MAP, ns), &dev);
     }
+    // The kernel's log2 histogram: 2 in [2^10, 2^11) ns, 1 in [2^14, 2^15),
+    // for iotlb_sync, and for dma_map, which was streamed too: the kernel's
+    // (loss-free) wins.
+    let mut k = LatHist {
+        count: 3,
+        sum_ns: 1100 + 1200 + 20_000,
+        max_ns: 20_000,
+        buckets: [0; LAT_BUCKETS],
+    };
+    k.buckets[10] = 2;
+    k.buckets[14] = 1;
+    agg.apply_kernel_latency(&[
+        (dev.clone(), op::IOTLB_SYNC, k),
+        (dev.clone(), op::DMA_MAP, k),
+    ]);
+    agg.ingest(&latency(op::DMA_MAP, 999_999), &dev);
+
     let mut labels = DeviceLabels::new(4);
-    let mut model = Model::default();
-    model.add_latency(
-        &[LatencyHistogram {
-            device: "0000:00:06.0",
-            op: "map",
-            nanos: &ns,
-        }],
-        &mut labels,
-    );
-    assert_eq!(
-        model.exported_names(),
-        vec!["gpudirect_iommu_map_latency_seconds"]
-    );
-    let v = HistogramValue::from_hdr(&ns, LATENCY_BUCKETS_NS, 1e-9);
-    assert_eq!(v.buckets[1].1, 3, "1.5 µs falls in le=2.5µs");
-    assert_eq!(v.buckets[4].1, 1, "20 µs falls in le=25µs");
-    assert!((v.buckets[0].0 - 1e-6).abs() < 1e-15);
+    let model = Model::build(&agg, &stats(), &[], &[], &mut labels, true);
     let text = render(model, false).expect("encodes");
-    let count = r#"gpudirect_iommu_map_latency_seconds_count{device="0000:00:06.0",op="map"}"#;
-    assert_eq!(sample(&text, count), Some(4.0), "{text}");
+    let series = |op: &str, suffix: &str| {
+        let s = format!(
+            r#"gpudirect_iommu_map_latency_seconds_{suffix}{{device="0000:00:06.0",op="{op}"}}"#
+        );
+        sample(&text, &s)
+    };
+    assert_eq!(series("iommu_map", "count"), Some(4.0), "{text}");
+    let sum = series("iommu_map", "sum").expect("sum");
+    assert!((sum - 24.5e-6).abs() < 1e-9, "{sum}");
+    assert_eq!(series("iotlb_sync", "count"), Some(3.0));
+    let sum = series("iotlb_sync", "sum").expect("sum");
+    assert!((sum - 22.3e-6).abs() < 1e-12, "{sum}");
+    assert_eq!(
+        series("dma_map", "count"),
+        Some(3.0),
+        "kernel histogram preferred"
+    );
+
+    let bucket = |v: &HistogramValue, ns: u64| {
+        let i = LATENCY_BUCKETS_NS.iter().position(|&b| b == ns);
+        v.buckets[i.expect("a bound")].1
+    };
+    let v = HistogramValue::from_log2(&k, LATENCY_BUCKETS_NS, 1e-9);
+    assert_eq!(bucket(&v, 1 << 11), 2, "[1024, 2048) ns is <= 2048 ns");
+    assert_eq!(bucket(&v, 1 << 10), 0);
+    assert_eq!(bucket(&v, 1 << 15), 1);
+    assert_eq!(v.count, 3);
+    let stream = &agg.devices[&dev].latency[&op::IOMMU_MAP].hist;
+    let s = HistogramValue::from_hdr(stream, LATENCY_BUCKETS_NS, 1e-9);
+    assert_eq!((bucket(&s, 1 << 11), bucket(&s, 1 << 15)), (3, 1), "{s:?}");
 }
 
 #[test]
@@ -317,22 +391,29 @@ fn faults_from_other_sources_keep_their_labels() {
         reason: reason.to_owned(),
         count,
     };
+    let long = "x".repeat(200);
     model.add_faults(
-        &[
-            f("kernel-log", "pte-write", 2),
-            f("kernel-log", "pte-read", 1),
-        ],
+        &[f("smmu", "F_TRANSLATION", 2), f("amd-vi", &long, 1)],
         &mut labels,
     );
     let text = render(model, false).expect("encodes");
-    let s = r#"gpudirect_iommu_faults_total{device="0000:41:00.0",source="kernel-log",reason="pte-write"}"#;
+    let s = r#"gpudirect_iommu_faults_total{device="0000:41:00.0",source="smmu",reason="F_TRANSLATION"}"#;
     assert_eq!(sample(&text, s), Some(2.0), "{text}");
+    let cut = "x".repeat(MAX_REASON_LEN);
+    let s = format!(
+        r#"gpudirect_iommu_faults_total{{device="0000:41:00.0",source="amd-vi",reason="{cut}"}}"#
+    );
+    assert_eq!(
+        sample(&text, &s),
+        Some(1.0),
+        "reason cut to {MAX_REASON_LEN}:\n{text}"
+    );
 }
 
 #[test]
 fn aggregate_only_exports_counts_but_no_outstanding_mappings() {
     let mut labels = DeviceLabels::new(4);
-    let model = Model::build(&gpu_aggregator(), &stats(), &[], &mut labels, false);
+    let model = Model::build(&gpu_aggregator(), &stats(), &[], &[], &mut labels, false);
     let names = model.exported_names();
     let text = render(model, false).expect("encodes");
     let maps = r#"gpudirect_dma_maps_total{device="0000:00:06.0",level="dma"}"#;

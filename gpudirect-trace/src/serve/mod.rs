@@ -29,7 +29,7 @@ use tokio::{
 pub use self::http::wants_openmetrics;
 use self::{
     http::{Request, Response},
-    metrics::{DeviceLabels, Model},
+    metrics::{DeviceLabels, FaultCount, Model},
 };
 use crate::{cli::TraceArgs, session::Session};
 
@@ -89,6 +89,7 @@ struct Shared {
 impl Shared {
     fn drain(&mut self) {
         self.session.pump(|_, _| {});
+        self.session.poll_kmsg();
         self.last_drain = Instant::now();
     }
 
@@ -96,7 +97,18 @@ impl Shared {
         self.drain();
         let stats = self.session.refresh_counters();
         let s = &self.session;
-        Model::build(&s.agg, &stats, &s.tracer.probes, &mut self.labels, s.stream)
+        let faults: Vec<FaultCount> = s
+            .fault_counts
+            .iter()
+            .map(|((device, source, reason), &count)| FaultCount {
+                device: device.clone(),
+                source: (*source).to_owned(),
+                reason: reason.clone(),
+                count,
+            })
+            .collect();
+        let (agg, probes) = (&s.agg, &s.tracer.probes);
+        Model::build(agg, &stats, probes, &faults, &mut self.labels, s.stream)
     }
 }
 
