@@ -244,6 +244,7 @@ fn dashboard_queries_only_exported_metrics_and_has_the_panels() {
         "gpudirect_iommu_faults_total",
         "gpudirect_nvidia_xid_total",
         "gpudirect_events_lost_total",
+        "gpudirect_iommu_map_latency_seconds",
     ] {
         assert!(used.contains(must), "a panel shows {must}");
     }
