@@ -20,6 +20,7 @@ direction, mapped sizes, outstanding mappings, bounce buffering, faults, Xids.
 Start with:
   gpudirect-trace probes          what this kernel offers, what attached
   gpudirect-trace live            per-device table, refreshed every second
+  gpudirect-trace serve           Prometheus metrics on http://127.0.0.1:9435/metrics
 
 Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).";
 
@@ -66,6 +67,19 @@ pub enum Command {
     ///
     /// Example: dmesg | gpudirect-trace explain -
     Explain(crate::faults::ExplainArgs),
+    /// Run the probes continuously and serve Prometheus metrics over HTTP.
+    ///
+    /// `GET /metrics` answers in the Prometheus text format, or OpenMetrics
+    /// when the scrape's Accept header asks for application/openmetrics-text;
+    /// `GET /healthz` says whether the tracer is being drained. Counters are
+    /// the loss-free in-kernel totals, read at every scrape. Labels are
+    /// bounded: a device label per PCI device (at most --max-devices, the rest
+    /// fold into device="other"), never addresses or pids. Listens on
+    /// loopback unless --listen says otherwise. docs/metrics.md lists every
+    /// metric; deploy/ has a systemd unit, a DaemonSet and a Grafana dashboard.
+    ///
+    /// Example: gpudirect-trace serve --listen 127.0.0.1:9435
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -129,5 +143,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Live(args) => live::run(&args),
         Command::Doctor(args) => crate::doctor::run(&args),
         Command::Explain(args) => crate::faults::run_explain(&args),
+        Command::Serve(args) => crate::serve::run(&args),
     }
 }

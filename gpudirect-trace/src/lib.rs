@@ -2,7 +2,7 @@
 //!
 //! Data flow (docs/architecture.md): kernel tracepoints -> eBPF programs
 //! (`gpudirect-trace-ebpf`) -> BPF ring buffer + per-CPU maps -> [`ebpf`]
-//! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`]).
+//! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`], [`serve`]).
 
 pub mod aggregate;
 pub mod btf;
@@ -17,4 +17,5 @@ pub mod live;
 pub mod output;
 pub mod probes;
 pub mod render;
+pub mod serve;
 pub mod session;

@@ -10,9 +10,8 @@ use std::{
 };
 
 use anyhow::bail;
-use tokio::io::unix::AsyncFd;
-
 use gpudirect_trace_common::kind;
+use tokio::io::unix::AsyncFd;
 
 use crate::{
     aggregate::Aggregator,
@@ -83,26 +82,34 @@ impl Session {
         }
         // VT-d faults, Xid lines and AER errors reach us only through the
         // kernel log: follow it from now on.
-        let (kmsg, kmsg_error) = match KmsgFollower::open() {
-            Ok(k) => (Some(k), None),
+        let mut session = Self::from_tracer(tracer, !args.aggregate_only);
+        match KmsgFollower::open() {
+            Ok(k) => session.kmsg = Some(k),
             Err(e) => {
                 let msg = format!(
                     "not following /dev/kmsg ({e}): VT-d faults, Xid and AER lines will be missed"
                 );
                 eprintln!("gpudirect-trace: warning: {msg}");
-                (None, Some(msg))
+                session.kmsg_error = Some(msg);
             }
-        };
-        Ok(Self {
+        }
+        Ok(session)
+    }
+
+    /// A session around an already loaded tracer (`stream` as it was loaded
+    /// with), not following the kernel log; the host tests use it to serve
+    /// programs they drive themselves.
+    pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+        Self {
             tracer,
             agg: Aggregator::new(),
             started: Instant::now(),
-            stream: !args.aggregate_only,
+            stream,
             faults: VecDeque::new(),
             fault_counts: BTreeMap::new(),
-            kmsg,
-            kmsg_error,
-        })
+            kmsg: None,
+            kmsg_error: None,
+        }
     }
 
     /// Drains the ring buffer into the aggregator, handing each decoded
@@ -177,7 +184,7 @@ impl Session {
             .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
         if from_log && !(f.xid.is_some() && xid_traced) {
             let name: Arc<str> = Arc::from(dev.as_str());
-            self.agg.count_fault(&name, f.xid.is_some(), f.count.max(1));
+            self.agg.count_fault(&name, f.xid, f.count.max(1));
         }
         *self
             .fault_counts

@@ -10,7 +10,9 @@
 //! `inject::known_kernel_object`): the device name the programs read must be
 //! exactly that string.
 
+mod deploy;
 mod inject;
+mod serve;
 
 use std::process::Command;
 

@@ -11,7 +11,8 @@ use anyhow::{bail, Context as _};
 
 pub const BPF_LINKER_VERSION: &str = "0.10.1";
 /// Debian packages: qemu and busybox for the VM harness, cpio/xz/zstd for
-/// kernel packages and initramfs images.
+/// kernel packages and initramfs images, prometheus for promtool and the
+/// server the `serve` host test scrapes with.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
@@ -23,6 +24,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "debian-archive-keyring",
         "/usr/share/keyrings/debian-archive-keyring.gpg",
     ),
+    ("prometheus", "/usr/bin/promtool"),
 ];
 
 pub fn run() -> anyhow::Result<()> {

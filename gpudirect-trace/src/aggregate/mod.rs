@@ -20,12 +20,11 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
-use crate::decode::{c_string, dir_name, kind_name, Record};
-
 pub use self::{
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{record, Level, LevelSnapshot, LongLived, Percentiles},
 };
+use crate::decode::{c_string, dir_name, kind_name, Record};
 
 /// Device name used for events that carry no device (iommu:map/unmap).
 pub const UNATTRIBUTED: &str = "(iommu, unattributed)";
@@ -49,6 +48,8 @@ pub struct DeviceStats {
     pub map_errors: u64,
     pub faults: u64,
     pub xids: u64,
+    /// Xids by number (`xids` is their sum).
+    pub xid_counts: BTreeMap<u32, u64>,
     pub events: u64,
     events_at_last_snapshot: u64,
     pub iommu_group: Option<u32>,
@@ -218,6 +219,7 @@ impl Aggregator {
             }
             Record::Xid(x) => {
                 d.xids += 1;
+                *d.xid_counts.entry(x.xid).or_default() += 1;
                 let detail = format!("Xid {}: {}", x.xid, c_string(&x.msg));
                 self.notable(&ev, device, None, detail);
             }
@@ -377,10 +379,11 @@ impl Aggregator {
     }
 
     /// Counts a fault or Xid decoded from the kernel log on its device.
-    pub fn count_fault(&mut self, device: &Arc<str>, xid: bool, n: u64) {
+    pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
         let d = self.device(device);
-        if xid {
+        if let Some(x) = xid {
             d.xids += n;
+            *d.xid_counts.entry(x).or_default() += n;
         } else {
             d.faults += n;
         }
