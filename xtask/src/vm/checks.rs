@@ -40,15 +40,24 @@ pub fn nvme_latency(series: &str, v: &Value) -> Result<()> {
     check("iommu_map")?;
     check("iommu_unmap")?;
     let iommu = &d["iommu"];
-    let (maps, unmaps) = (iommu["maps"].as_u64().unwrap_or(0), iommu["unmaps"].as_u64().unwrap_or(0));
+    let (maps, unmaps) = (
+        iommu["maps"].as_u64().unwrap_or(0),
+        iommu["unmaps"].as_u64().unwrap_or(0),
+    );
     let lifetimes = iommu["lifetime_ns"]["count"].as_u64().unwrap_or(0);
-    ensure!(maps > 0 && unmaps > 0, "{bdf}: iommu maps={maps} unmaps={unmaps}");
+    ensure!(
+        maps > 0 && unmaps > 0,
+        "{bdf}: iommu maps={maps} unmaps={unmaps}"
+    );
     ensure!(
         lifetimes > 0 && lifetimes <= unmaps,
         "{bdf}: {lifetimes} lifetimes for {unmaps} unmaps"
     );
     let via = d["iommu_via_dma_api"].as_u64().unwrap_or(0);
-    ensure!(via > 0, "{bdf}: no IOMMU event attributed through the DMA API");
+    ensure!(
+        via > 0,
+        "{bdf}: no IOMMU event attributed through the DMA API"
+    );
     eprintln!(
         "xtask: {series}: {bdf}: iommu maps={maps} unmaps={unmaps} lifetimes={lifetimes} via_dma_api={via}"
     );
@@ -71,11 +80,22 @@ pub fn edu_fault_live(series: &str, v: &Value) -> Result<()> {
     for (addr, code, access) in [("0x123000", 5, "write"), ("0x456000", 6, "read")] {
         let f = find_fault(&fs, addr)?;
         ensure!(f["source"] == "vtd", "{addr}: source {}", f["source"]);
-        ensure!(f["device"] == Device::Edu.bdf(), "{addr}: device {}", f["device"]);
-        ensure!(f["reason_code"] == code, "{addr}: reason_code {}", f["reason_code"]);
+        ensure!(
+            f["device"] == Device::Edu.bdf(),
+            "{addr}: device {}",
+            f["device"]
+        );
+        ensure!(
+            f["reason_code"] == code,
+            "{addr}: reason_code {}",
+            f["reason_code"]
+        );
         ensure!(f["access"] == access, "{addr}: access {}", f["access"]);
         let state = f["mapping_state"].as_str().unwrap_or("");
-        ensure!(state.starts_with("never mapped"), "{addr}: mapping_state {state:?}");
+        ensure!(
+            state.starts_with("never mapped"),
+            "{addr}: mapping_state {state:?}"
+        );
         eprintln!("xtask: {series}: vtd fault {addr} reason {code} ({access}): {state}");
     }
     Ok(())
@@ -92,7 +112,8 @@ pub fn vfio_after_unmap(series: &str, v: &Value) -> Result<()> {
     }
     let d = device(v, Device::Edu.bdf())?;
     ensure!(
-        d["iommu"]["maps"].as_u64().unwrap_or(0) >= 1 && d["iommu"]["unmaps"].as_u64().unwrap_or(0) >= 1,
+        d["iommu"]["maps"].as_u64().unwrap_or(0) >= 1
+            && d["iommu"]["unmaps"].as_u64().unwrap_or(0) >= 1,
         "VFIO's iommu map/unmap not attributed to the edu: {}",
         d["iommu"]
     );

@@ -126,7 +126,6 @@ pub fn load_all(dir: &Path) -> Result<Vec<Scenario>> {
     Ok(out)
 }
 
-
 /// The last complete `live --json` interval object in the console output.
 fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
     lines
