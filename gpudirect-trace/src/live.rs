@@ -119,6 +119,7 @@ fn emit(
             .map(|((dev, src, reason), n)| json!({"device": dev, "source": src, "reason": reason, "count": n}))
             .collect::<Vec<_>>());
         doc["kmsg_lost_records"] = json!(session.kmsg_lost());
+        doc["program_stats"] = json!(session.tracer.program_stats());
         doc["kmsg_error"] = json!(session.kmsg_error);
         output::line(&serde_json::to_string(&doc)?)
     } else {

@@ -8,7 +8,6 @@ allocator. Prints one JSON line with iterations and elapsed time, so the
 overhead runner can compare runs.
 """
 import argparse
-import ctypes
 import json
 import time
 
@@ -37,13 +36,13 @@ def main():
         for g in range(ngpu):
             with torch.cuda.device(g):
                 ptr = host[g].data_ptr()
-                rc = cudart.cudaHostRegister(ctypes.c_void_p(ptr), size, 0)
+                rc = cudart.cudaHostRegister(ptr, size, 0)
                 if int(rc) != 0:
                     raise SystemExit(f"cudaHostRegister failed: {rc}")
                 dev[g].copy_(host[g], non_blocking=True)
                 host[g].copy_(dev[g], non_blocking=True)
                 torch.cuda.synchronize(g)
-                cudart.cudaHostUnregister(ctypes.c_void_p(ptr))
+                cudart.cudaHostUnregister(ptr)
         if it % 200 == 0:
             for g in range(ngpu):
                 big_dev[g].copy_(big, non_blocking=True)

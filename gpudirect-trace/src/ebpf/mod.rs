@@ -298,7 +298,41 @@ impl Tracer {
     }
 }
 
+/// The kernel's accounting of one program (non-zero only while
+/// kernel.bpf_stats_enabled is 1).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramStat {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    pub ns_per_run: f64,
+}
+
 impl Tracer {
+    /// Per-program run counts and time from the kernel (BPF_OBJ_GET_INFO),
+    /// for programs that ran; empty unless kernel.bpf_stats_enabled is set.
+    pub fn program_stats(&self) -> Vec<ProgramStat> {
+        let mut out: Vec<ProgramStat> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, prog)| {
+                let info = prog.info().ok()?;
+                let n = info.run_count();
+                (n > 0).then(|| {
+                    let t = info.run_time().as_nanos() as u64;
+                    ProgramStat {
+                        program: name.to_owned(),
+                        run_count: n,
+                        run_time_ns: t,
+                        ns_per_run: t as f64 / n as f64,
+                    }
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| b.run_count.cmp(&a.run_count));
+        out
+    }
+
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.
     pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
         let raw: Vec<(LatKey, LatHist)> = self

@@ -27,17 +27,30 @@ pub struct HookSupport {
 
 impl HookSupport {
     pub fn discover(kernel: &KernelInfo) -> Self {
-        let ftrace = kernel
-            .tracefs
-            .as_ref()
-            .is_some_and(|t| t.join("available_filter_functions").exists());
+        // fentry needs the function tracer, and the function tracer must be
+        // usable: some kernels have it but forbid it (lockdown or an LSM), and
+        // opening available_filter_functions then fails with EPERM.
+        let ftrace: Result<(), String> = match kernel.tracefs.as_ref() {
+            None => Err("no tracefs to check the function tracer".into()),
+            Some(t) => {
+                let path = t.join("available_filter_functions");
+                match std::fs::File::open(&path) {
+                    Ok(_) => Ok(()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        Err("no function tracer (CONFIG_FUNCTION_TRACER)".into())
+                    }
+                    Err(e) => Err(format!(
+                        "the function tracer is not usable ({}: {e}; kernel lockdown or an LSM \
+                         forbids ftrace)",
+                        path.display()
+                    )),
+                }
+            }
+        };
         let (btf, fentry_reason) = match (&kernel.btf, ftrace) {
             (None, _) => (None, "no kernel BTF".to_owned()),
-            (_, false) => (
-                None,
-                "no function tracer (CONFIG_FUNCTION_TRACER)".to_owned(),
-            ),
-            (Some(_), true) => match AyaBtf::from_sys_fs() {
+            (_, Err(why)) => (None, why),
+            (Some(_), Ok(())) => match AyaBtf::from_sys_fs() {
                 Ok(b) => (Some(b), String::new()),
                 Err(e) => (None, format!("BTF unreadable for fentry: {e}")),
             },

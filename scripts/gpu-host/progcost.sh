@@ -1,0 +1,23 @@
+#!/bin/bash
+# Per-program cost of gpudirect-trace on a real DMA workload, from the kernel's
+# own accounting (kernel.bpf_stats_enabled: run_time_ns / run_cnt, reported by
+# `live --json` as program_stats), in streaming and aggregate-only mode.
+# Usage: scripts/gpu-host/progcost.sh BIN [ITERS]; writes $OUT/progcost-*.json
+set -u
+BIN=${1:?usage: progcost.sh BIN [ITERS]}
+ITERS=${2:-3000}
+OUT=${OUT:-./gpu-out}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+echo 1 > /proc/sys/kernel/bpf_stats_enabled
+for mode in streaming aggregate; do
+  flag=""; [ $mode = aggregate ] && flag=--aggregate-only
+  "$BIN" live --json $flag --interval 30s > /tmp/pc.jsonl 2> /tmp/pc.err & tp=$!
+  for i in $(seq 1 120); do grep -q "probes attached" /tmp/pc.err && break; sleep 0.5; done
+  python3 "$HERE/workload.py" --iters "$ITERS" > "$OUT/progcost-work-$mode.json" 2>&1
+  kill -INT $tp; wait $tp
+  tail -n 1 /tmp/pc.jsonl | python3 -c 'import json,sys
+d=json.load(sys.stdin)
+print(json.dumps({"mode":sys.argv[1],"events":d["kernel_events"],"lost":d["lost_events"],"program_stats":d["program_stats"]}))' $mode | tee "$OUT/progcost-$mode.json"
+done
+echo 0 > /proc/sys/kernel/bpf_stats_enabled
