@@ -17,3 +17,4 @@ pub mod output;
 pub mod probes;
 pub mod render;
 pub mod session;
+pub mod tracefile;
