@@ -2,6 +2,8 @@
 //! aggregator and tables, for the whole recording or a time window.
 
 mod html;
+#[cfg(test)]
+mod tests;
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -13,7 +13,7 @@ pub mod reader;
 pub mod writer;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::{fs, io::BufReader, path::Path};
 

@@ -29,7 +29,7 @@ impl Rng {
     }
 }
 
-fn header() -> Header {
+pub fn header() -> Header {
     Header {
         hostname: "testhost".into(),
         kernel_release: "6.18.0-test".into(),
