@@ -11,6 +11,7 @@
 //! exactly that string.
 
 mod inject;
+mod record;
 
 use std::process::Command;
 
