@@ -18,6 +18,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("cpio", "/usr/bin/cpio"),
     ("xz-utils", "/usr/bin/xz"),
     ("zstd", "/usr/bin/zstd"),
+    // `report --html` is checked in headless Chromium (report::tests).
+    ("chromium", "/usr/bin/chromium"),
 ];
 
 pub fn run() -> anyhow::Result<()> {
