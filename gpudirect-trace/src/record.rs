@@ -81,6 +81,8 @@ pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
 
 async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let file = create_output(&args.output, args.force)?;
+    // The recording starts before the first probe attaches.
+    let start_ts_ns = tracefile::monotonic_ns();
     let mut session = match Session::start(&args.trace) {
         Ok(s) => s,
         Err(e) => {
@@ -88,12 +90,13 @@ async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
     };
-    let header = tracefile::host_header(
+    let mut header = tracefile::host_header(
         &session.tracer.kernel.release,
         &session.tracer.probes,
         args.trace.aggregate_only,
         &args.command,
     );
+    header.start_ts_ns = start_ts_ns;
     let path = args.output.display().to_string();
     let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
         .with_context(|| format!("writing {path}"))?;

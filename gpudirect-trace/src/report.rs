@@ -93,11 +93,13 @@ pub fn replay(
 ) -> anyhow::Result<Replay> {
     let mut reader = tracefile::open(file)?;
     let header = reader.header().clone();
-    let from_ns = header.start_ts_ns + from.map_or(0, |d| d.as_nanos() as u64);
-    let to_ns = to.map_or(u64::MAX, |d| {
-        header.start_ts_ns.saturating_add(d.as_nanos() as u64)
-    });
-    if to_ns <= from_ns {
+    let offset = |d: Duration| header.start_ts_ns.saturating_add(d.as_nanos() as u64);
+    // Without --from, events stamped just before the header (between attach
+    // and the header's clock reading) belong to the report too.
+    let lo_ns = from.map_or(0, offset);
+    let from_ns = from.map_or(header.start_ts_ns, offset);
+    let to_ns = to.map_or(u64::MAX, offset);
+    if to.is_some() && to_ns <= from_ns {
         anyhow::bail!("--to must be later than --from");
     }
     let mut r = Replay {
@@ -116,7 +118,7 @@ pub fn replay(
     };
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
-    let in_window = |ts: u64| ts >= from_ns && ts < to_ns;
+    let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
     while let Some(item) = reader
         .next_item()
         .with_context(|| format!("reading {}", file.display()))?
@@ -135,7 +137,7 @@ pub fn replay(
                 if let Some(n) = incident(&record, &device) {
                     r.incidents.push(n);
                 }
-                let b = ((ts - from_ns) / BUCKET_NS) as usize;
+                let b = (ts.saturating_sub(from_ns) / BUCKET_NS) as usize;
                 let v = r.rate.entry(device).or_default();
                 if b < 1 << 24 {
                     if v.len() <= b {
@@ -148,8 +150,8 @@ pub fn replay(
                 r.last_ns = r.last_ns.max(l.ts_ns);
                 r.losses.push(l);
             }
-            Item::Checkpoint(cp) if cp.ts_ns < from_ns => base = Some(cp),
-            Item::Checkpoint(cp) if cp.ts_ns < to_ns => {
+            Item::Checkpoint(cp) if cp.ts_ns < lo_ns => base = Some(cp),
+            Item::Checkpoint(cp) if to.is_none() || cp.ts_ns < to_ns => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
                 last = Some(cp);
             }

@@ -273,7 +273,10 @@ fn html_page_renders_in_headless_chromium() {
             "--disable-background-networking",
             "--no-first-run",
         ])
-        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
         .arg("--dump-dom")
         .arg(format!("file://{}", page.display()))
         .stdout(std::process::Stdio::piped())
@@ -309,6 +312,10 @@ fn html_page_renders_in_headless_chromium() {
         "<rect",
         "0000:41:00.0",
     ] {
-        assert!(dom.contains(want), "chromium's DOM lacks {want}: {}", &dom[..dom.len().min(500)]);
+        assert!(
+            dom.contains(want),
+            "chromium's DOM lacks {want}: {}",
+            &dom[..dom.len().min(500)]
+        );
     }
 }
