@@ -192,11 +192,15 @@ fn span_level(k: u16) -> Option<(u8, bool)> {
 
 const MAX_OPEN_SPANS: usize = 1 << 20;
 
+/// Mappings seen but not yet unmapped: (track, level, address) to the map's
+/// time and arguments.
+type OpenSpans = HashMap<(usize, u8, u64), (u64, Map<String, Value>)>;
+
 fn chrome(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) -> io::Result<()> {
     let mut red = Redactor::new(redact);
     let us = |ts: u64| ts.saturating_sub(h.start_ts_ns) as f64 / 1e3;
     let mut tids: HashMap<Arc<str>, usize> = HashMap::new();
-    let mut open: HashMap<(usize, u8, u64), (u64, Map<String, Value>)> = HashMap::new();
+    let mut open: OpenSpans = HashMap::new();
     let mut first = true;
     let mut emit = |out: &mut dyn Write, v: Value| -> io::Result<()> {
         out.write_all(if first { b"\n" } else { b",\n" })?;

@@ -172,7 +172,9 @@ impl<R: Read> TraceReader<R> {
             self.pos = 0;
         }
         while !self.eof && self.buf.len() - self.pos < n {
-            let want = (n - (self.buf.len() - self.pos)).max(READ_CHUNK);
+            // A chunk at a time: a damaged length field may ask for up to
+            // MAX_PAYLOAD bytes that the file does not have.
+            let want = READ_CHUNK;
             let old = self.buf.len();
             self.buf.resize(old + want, 0);
             let got = loop {
