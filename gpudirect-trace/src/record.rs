@@ -4,7 +4,7 @@
 
 use std::{
     fs::{self, File, OpenOptions},
-    io::{BufWriter, IsTerminal as _},
+    io::{BufWriter, IsTerminal as _, Write},
     os::unix::{
         fs::{OpenOptionsExt as _, PermissionsExt as _},
         process::ExitStatusExt as _,
@@ -48,8 +48,6 @@ pub struct RecordArgs {
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// The ring buffer is drained at least this often (wake-ups are batched).
 const DRAIN_EVERY: Duration = Duration::from_millis(100);
-
-type Writer = TraceWriter<BufWriter<File>>;
 
 pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -204,7 +202,11 @@ async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Drains the ring buffer into the aggregator and the file.
-fn pump(session: &mut Session, writer: &mut Writer, path: &str) -> anyhow::Result<()> {
+pub fn pump<W: Write>(
+    session: &mut Session,
+    writer: &mut TraceWriter<W>,
+    path: &str,
+) -> anyhow::Result<()> {
     let mut err = None;
     session.pump(|record, device| {
         if err.is_none() {
@@ -221,9 +223,9 @@ fn pump(session: &mut Session, writer: &mut Writer, path: &str) -> anyhow::Resul
 
 /// Writes a loss record if the kernel dropped events since the last call,
 /// then the kernel's per-device counters.
-fn checkpoint(
+pub fn checkpoint<W: Write>(
     session: &mut Session,
-    writer: &mut Writer,
+    writer: &mut TraceWriter<W>,
     lost_seen: &mut u64,
 ) -> std::io::Result<()> {
     let counters = session.tracer.kernel_counters();

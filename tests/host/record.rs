@@ -14,8 +14,12 @@ use gpudirect_trace::{
     aggregate::Aggregator,
     catalog::CATALOG,
     decode::{decode, Record},
+    ebpf::testrun::run_raw_tracepoint,
+    record,
+    session::Session,
     tracefile::{self, End, Item, TraceReader, TraceWriter},
 };
+use gpudirect_trace_common::kind;
 
 use crate::{
     inject::{load_unattached, Injector},
@@ -195,4 +199,73 @@ fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
     let (header, _, stats) = read_items(&f);
     assert!(!stats.clean_end);
     assert!(!header.probes.is_empty());
+}
+
+#[test]
+fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
+    require_root();
+    // A one-page ring buffer: most of each burst is dropped in-kernel.
+    let inj = Injector::new(load_unattached(4096));
+    let dev = inj.device.addr;
+    let device_name = inj.device.name.clone();
+    let burst = |inj: &Injector, base: u64| {
+        for i in 0..500u64 {
+            inj.run(
+                "dma_map",
+                &[dev, (base + i) << 12, (base + i) << 12, 4096, 0, 0],
+            );
+        }
+    };
+    burst(&inj, 0);
+    let mut session = Session {
+        tracer: inj.tracer,
+        agg: Aggregator::new(),
+        started: std::time::Instant::now(),
+        stream: true,
+    };
+    let header = tracefile::host_header("test", &session.tracer.probes, false, &[]);
+    let mut w = TraceWriter::new(Vec::new(), &header).expect("header");
+    let mut lost_seen = 0;
+    record::pump(&mut session, &mut w, "mem").expect("pump");
+    record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
+    let first_loss = lost_seen;
+    assert!(first_loss > 0, "a 4 KiB ring overflows with 500 events");
+    // Drive the programs again through the session's own tracer.
+    for i in 0..500u64 {
+        let fd = session.tracer.program_fd("dma_map").expect("program");
+        let a = (1000 + i) << 12;
+        run_raw_tracepoint(fd, &[dev, a, a, 4096, 0, 0], None).expect("test run");
+    }
+    record::pump(&mut session, &mut w, "mem").expect("pump");
+    record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
+    let total_lost = session.tracer.self_stats().lost_events;
+    assert_eq!(lost_seen, total_lost);
+    let bytes = w.finish(&End::default()).expect("finish");
+
+    let mut rd = TraceReader::new(&bytes[..]).expect("readable");
+    let (mut events, mut losses, mut last_cp) = (0u64, Vec::new(), None);
+    while let Some(item) = rd.next_item().expect("read") {
+        match item {
+            Item::Event { .. } => events += 1,
+            Item::Loss(l) => losses.push(l),
+            Item::Checkpoint(cp) => last_cp = Some(cp),
+            Item::End(_) => {}
+        }
+    }
+    assert_eq!(losses.len(), 2, "{losses:?}");
+    assert_eq!(losses[0].lost, first_loss);
+    assert_eq!(losses[1].lost, total_lost - first_loss);
+    assert_eq!(losses[1].total, total_lost);
+    assert_eq!(events + total_lost, 1000, "written + lost = injected");
+    let cp = last_cp.expect("checkpoint");
+    let maps: u64 = cp
+        .counters
+        .iter()
+        .filter(|c| *c.device == *device_name && c.kind == u32::from(kind::DMA_MAP))
+        .map(|c| c.count)
+        .sum();
+    assert_eq!(
+        maps, 1000,
+        "the kernel counters in the checkpoint saw every event"
+    );
 }
