@@ -3,8 +3,8 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    fs::File,
     io::{self, BufWriter, Write},
+    os::unix::fs::OpenOptionsExt as _,
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -60,7 +60,15 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     let path = args.file.display().to_string();
     let out: Box<dyn Write> = match &args.output {
         Some(p) => {
-            Box::new(File::create(p).with_context(|| format!("cannot create {}", p.display()))?)
+            // Like recordings: unredacted exports hold physical addresses.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(p)
+                .with_context(|| format!("cannot create {}", p.display()))?;
+            Box::new(f)
         }
         None => Box::new(io::stdout().lock()),
     };
@@ -77,10 +85,9 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.with_context(|| format!("exporting {path}"))?,
     }
-    for w in crate::report::read_warnings(&path, reader.stats(), 0) {
-        if !w.contains("no end block") {
-            eprintln!("gpudirect-trace: warning: {w}");
-        }
+    let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
+    for w in crate::report::read_warnings(&path, reader.stats(), len) {
+        eprintln!("gpudirect-trace: warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -175,10 +175,9 @@ async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         lost_total: lost_seen,
         exit_status,
     };
-    let total = writer
+    writer
         .finish(&end)
         .with_context(|| format!("writing {path}"))?;
-    drop(total);
     let size = fs::metadata(&args.output).map(|m| m.len()).unwrap_or(0);
     if tty {
         eprintln!();
