@@ -66,6 +66,7 @@ pub enum Command {
     /// Examples:
     ///   gpudirect-trace record -o dma.gdt --duration 30s
     ///   gpudirect-trace record -o nccl.gdt -- ./all_reduce_perf -b 8 -e 1G
+    #[command(verbatim_doc_comment)]
     Record(crate::record::RecordArgs),
     /// Per-device tables, losses, faults and Xids of a trace file.
     ///
@@ -78,6 +79,7 @@ pub enum Command {
     ///   gpudirect-trace report dma.gdt
     ///   gpudirect-trace report dma.gdt --device 0000:41:00.0 --from 2s --to 5s
     ///   gpudirect-trace report dma.gdt --html dma.html   (self-contained page with plots)
+    #[command(verbatim_doc_comment)]
     Report(crate::report::ReportArgs),
     /// Convert a trace file for other tools: JSON lines, Chrome/Perfetto
     /// trace-event JSON, or HdrHistogram interval logs.
@@ -88,7 +90,9 @@ pub enum Command {
     /// Examples:
     ///   gpudirect-trace export dma.gdt --format jsonl | jq 'select(.kind=="io_page_fault")'
     ///   gpudirect-trace export dma.gdt --format chrome -o dma.json   (open in ui.perfetto.dev)
-    ///   gpudirect-trace export dma.gdt --format hdr -o sizes.hlog --redact
+    ///   gpudirect-trace export dma.gdt --format hdr -o sizes.hlog
+    ///   gpudirect-trace export dma.gdt --format jsonl --redact -o shareable.jsonl
+    #[command(verbatim_doc_comment)]
     Export(crate::export::ExportArgs),
 }
 
