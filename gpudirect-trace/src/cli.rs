@@ -55,7 +55,7 @@ pub enum Command {
     /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
     /// problem found, 2 some finding is a `problem`, 1 error.
     Doctor(crate::doctor::DoctorArgs),
-    /// Record events to a trace file until Ctrl-C, --duration, or CMD's exit.
+    /// Record events to a trace file until Ctrl-C, --duration, or CMD's exit
     ///
     /// Writes the per-event stream (unless --aggregate-only), loss records and
     /// per-second checkpoints of the kernel's per-device counters into FILE
@@ -68,7 +68,7 @@ pub enum Command {
     ///   gpudirect-trace record -o nccl.gdt -- ./all_reduce_perf -b 8 -e 1G
     #[command(verbatim_doc_comment)]
     Record(crate::record::RecordArgs),
-    /// Per-device tables, losses, faults and Xids of a trace file.
+    /// Per-device tables, losses, faults and Xids of a trace file
     ///
     /// The same tables as `live`, for the whole recording or a window of it
     /// (--from/--to count from the start of the recording). A file cut short
@@ -81,8 +81,12 @@ pub enum Command {
     ///   gpudirect-trace report dma.gdt --html dma.html   (self-contained page with plots)
     #[command(verbatim_doc_comment)]
     Report(crate::report::ReportArgs),
-    /// Convert a trace file for other tools: JSON lines, Chrome/Perfetto
-    /// trace-event JSON, or HdrHistogram interval logs.
+    /// Convert a trace file: JSON lines, Chrome/Perfetto JSON, HdrHistogram logs
+    ///
+    /// JSON lines: one object per event (and per loss record). Chrome: the
+    /// trace-event format, one track per device, mappings as spans from map
+    /// to unmap. hdr: HdrHistogram V2 interval logs of mapped sizes per
+    /// device and operation, one interval per second.
     ///
     /// --redact replaces physical addresses with per-file pseudonyms so a
     /// trace can be shared (IOVAs, DMA addresses and bus ids stay).
