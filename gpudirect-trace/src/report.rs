@@ -119,10 +119,19 @@ pub fn replay(
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
     let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
+    let mut end_seen = 0u64;
     while let Some(item) = reader
         .next_item()
         .with_context(|| format!("reading {}", file.display()))?
     {
+        let ts = match &item {
+            Item::Event { record, .. } => record.event().ts_ns,
+            Item::Loss(l) => l.ts_ns,
+            Item::Checkpoint(cp) => cp.ts_ns,
+            Item::End(e) => e.ts_ns,
+        };
+        // The recording's last timestamp, whatever the window.
+        end_seen = end_seen.max(ts);
         match item {
             Item::Event { record, device } => {
                 let ts = record.event().ts_ns;
@@ -160,6 +169,10 @@ pub fn replay(
         }
     }
     r.stats = reader.stats().clone();
+    if to.is_some() {
+        // A window given by --to ends there (or where the recording does).
+        r.last_ns = to_ns.min(end_seen).max(r.last_ns);
+    }
     // Kernel counters are loss-free: use them where they describe the
     // window (whole file), or where they are the only data (aggregate-only).
     if let Some(last) = last {
