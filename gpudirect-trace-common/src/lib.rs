@@ -36,8 +36,84 @@ pub mod kind {
     pub const DMA_FREE: u16 = 14;
     pub const SWIOTLB_BOUNCED: u16 = 15;
     pub const NV_XID: u16 = 16;
+    /// A timed kernel function returned: `size` = nanoseconds spent,
+    /// `aux` = the operation (`op::*`), `addr` = its IOVA/DMA address argument
+    /// when it has one.
+    pub const LATENCY: u16 = 17;
     /// One past the largest kind: sizes per-kind counter arrays.
-    pub const COUNT: u32 = 17;
+    pub const COUNT: u32 = 18;
+}
+
+/// Timed operations (fentry/fexit or kprobe/kretprobe pairs).
+pub mod op {
+    pub const DMA_MAP: u32 = 0;
+    pub const DMA_UNMAP: u32 = 1;
+    pub const DMA_MAP_SG: u32 = 2;
+    pub const DMA_UNMAP_SG: u32 = 3;
+    pub const IOMMU_MAP: u32 = 4;
+    pub const IOMMU_UNMAP: u32 = 5;
+    pub const IOTLB_SYNC: u32 = 6;
+    pub const SWIOTLB_MAP: u32 = 7;
+    pub const COUNT: u32 = 8;
+
+    pub const NAMES: [&str; COUNT as usize] = [
+        "dma_map",
+        "dma_unmap",
+        "dma_map_sg",
+        "dma_unmap_sg",
+        "iommu_map",
+        "iommu_unmap",
+        "iotlb_sync",
+        "swiotlb_map",
+    ];
+}
+
+/// Nesting levels of the timed operations: a DMA-API call may map through
+/// the IOMMU, which may flush the IOTLB; each level is timed separately and
+/// inner levels inherit the outer level's device.
+pub mod level {
+    pub const DMA_API: usize = 0;
+    pub const IOMMU: usize = 1;
+    pub const INNER: usize = 2;
+    pub const COUNT: usize = 3;
+}
+
+/// Log2 latency buckets kept in-kernel per (device, op): bucket `b` holds
+/// durations in [2^b, 2^(b+1)) ns (bucket 0 also holds 0).
+pub const LAT_BUCKETS: usize = 40;
+
+/// Key of `LAT_HIST` (per-CPU hash).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LatKey {
+    pub dev: u64,
+    pub op: u32,
+    pub _pad: u32,
+}
+
+/// Value of `LAT_HIST`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatHist {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub max_ns: u64,
+    pub buckets: [u64; LAT_BUCKETS],
+}
+
+/// Per-task state of the timed operations in flight (`TASKS`, LRU hash keyed
+/// by thread id). Also how iommu:map/unmap events learn their device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskState {
+    /// Entry time per level; 0 when nothing is in flight at that level.
+    pub ts: [u64; level::COUNT],
+    /// Device per level (0: unknown).
+    pub dev: [u64; level::COUNT],
+    /// The IOMMU domain of the IOMMU-level call in flight.
+    pub domain: u64,
+    /// Address argument per level, when the function has one.
+    pub addr: [u64; level::COUNT],
 }
 
 /// Bits of `Event::flags`.
@@ -50,6 +126,12 @@ pub mod flags {
     pub const COHERENT: u16 = 1 << 2;
     /// The scatterlist had more entries than were walked (`SG_WALK_MAX`).
     pub const SG_TRUNCATED: u16 = 1 << 3;
+    /// An IOMMU event attributed to the device of the DMA-API call that the
+    /// same task was in (dma_map_* -> iommu_map).
+    pub const VIA_DMA_API: u16 = 1 << 4;
+    /// An IOMMU event attributed through its domain (domain -> device learnt
+    /// from attach calls or from earlier DMA-API nesting), e.g. VFIO.
+    pub const VIA_DOMAIN: u16 = 1 << 5;
 }
 
 /// The common fixed-size event: 64 bytes, one per tracepoint hit.
@@ -221,6 +303,9 @@ const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 32);
 const _: () = assert!(core::mem::size_of::<Config>() == 48);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
+const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
+const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 80);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
 
 #[cfg(feature = "user")]
@@ -233,4 +318,7 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::CounterKey {}
     unsafe impl aya::Pod for super::Counter {}
+    unsafe impl aya::Pod for super::LatKey {}
+    unsafe impl aya::Pod for super::LatHist {}
+    unsafe impl aya::Pod for super::TaskState {}
 }

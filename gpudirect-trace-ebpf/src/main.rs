@@ -13,6 +13,7 @@
 mod device;
 mod emit;
 mod sg;
+mod timing;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel_str_bytes, macros::raw_tracepoint,
@@ -35,7 +36,8 @@ fn arg(ctx: &RawTracePointContext, n: usize) -> u64 {
 /// iommu:map(unsigned long iova, phys_addr_t paddr, size_t size)
 #[raw_tracepoint]
 pub fn iommu_map(ctx: RawTracePointContext) -> i32 {
-    let mut ev = base_event(kind::IOMMU_MAP, 0, 0);
+    let (dev, via) = timing::current_iommu_device();
+    let mut ev = base_event(kind::IOMMU_MAP, dev, via);
     ev.addr = arg(&ctx, 0);
     ev.phys = arg(&ctx, 1);
     ev.size = arg(&ctx, 2);
@@ -46,7 +48,8 @@ pub fn iommu_map(ctx: RawTracePointContext) -> i32 {
 /// iommu:unmap(unsigned long iova, size_t size, size_t unmapped_size)
 #[raw_tracepoint]
 pub fn iommu_unmap(ctx: RawTracePointContext) -> i32 {
-    let mut ev = base_event(kind::IOMMU_UNMAP, 0, 0);
+    let (dev, via) = timing::current_iommu_device();
+    let mut ev = base_event(kind::IOMMU_UNMAP, dev, via);
     ev.addr = arg(&ctx, 0);
     ev.size = arg(&ctx, 1);
     ev.aux = arg(&ctx, 2);

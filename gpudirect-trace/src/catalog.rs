@@ -152,6 +152,104 @@ pub const CATALOG: &[ProbeSpec] = &[
     },
 ];
 
+/// A timed kernel function: entry + exit hooks, fentry/fexit where the kernel
+/// has BTF and the function tracer, else kprobe/kretprobe.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct TimingSpec {
+    /// `time:<op>` as shown by `probes`.
+    pub name: &'static str,
+    /// Program base name in the eBPF object: `t_<slot>_in/out` (fentry/fexit),
+    /// `k_<slot>_in/out` (kprobe/kretprobe).
+    pub slot: &'static str,
+    /// Functions that implement the operation, by preference; the first one
+    /// this kernel has is used.
+    pub candidates: &'static [&'static str],
+    pub available: &'static str,
+}
+
+pub const TIMING: &[TimingSpec] = &[
+    TimingSpec {
+        name: "time:dma_map",
+        slot: "dma_map",
+        candidates: &["dma_map_phys", "dma_map_page_attrs"],
+        available: "dma_map_page_attrs (all); dma_map_phys 6.18+",
+    },
+    TimingSpec {
+        name: "time:dma_unmap",
+        slot: "dma_unmap",
+        candidates: &["dma_unmap_phys", "dma_unmap_page_attrs"],
+        available: "dma_unmap_page_attrs (all); dma_unmap_phys 6.18+",
+    },
+    TimingSpec {
+        name: "time:dma_map_sg",
+        slot: "dma_map_sg",
+        candidates: &["__dma_map_sg_attrs", "dma_map_sg_attrs"],
+        available: "dma_map_sg_attrs (all); __dma_map_sg_attrs 5.12+ (also covers dma_map_sgtable)",
+    },
+    TimingSpec {
+        name: "time:dma_unmap_sg",
+        slot: "dma_unmap_sg",
+        candidates: &["dma_unmap_sg_attrs"],
+        available: "all",
+    },
+    TimingSpec {
+        name: "time:iommu_map",
+        slot: "iommu_map",
+        candidates: &["iommu_map"],
+        available: "all",
+    },
+    TimingSpec {
+        name: "time:iommu_map_atomic",
+        slot: "iommu_map2",
+        candidates: &["iommu_map_atomic"],
+        available: "5.10 to 6.2 (dma-iommu maps through it there)",
+    },
+    TimingSpec {
+        name: "time:iommu_map_sg",
+        slot: "iommu_map_sg",
+        candidates: &["iommu_map_sg_atomic", "iommu_map_sg"],
+        available: "iommu_map_sg_atomic 5.10 to 6.2 (dma-iommu's sg path), iommu_map_sg after",
+    },
+    TimingSpec {
+        name: "time:iommu_unmap_fast",
+        slot: "iommu_unmap",
+        candidates: &["iommu_unmap_fast"],
+        available: "all (dma-iommu unmaps through it)",
+    },
+    TimingSpec {
+        name: "time:iommu_unmap",
+        slot: "iommu_unmap2",
+        candidates: &["iommu_unmap"],
+        available: "all (VFIO, iommufd)",
+    },
+    TimingSpec {
+        name: "time:iotlb_sync",
+        slot: "iotlb_sync",
+        candidates: &[
+            "intel_iommu_tlb_sync",
+            "amd_iommu_iotlb_sync",
+            "arm_smmu_iotlb_sync",
+            "iommu_flush_iotlb_psi",
+        ],
+        available: "the IOMMU driver's iotlb_sync callback (Intel, AMD, ARM SMMUv3)",
+    },
+    TimingSpec {
+        name: "time:swiotlb_map",
+        slot: "swiotlb",
+        candidates: &["swiotlb_tbl_map_single"],
+        available: "all",
+    },
+];
+
+/// Entry hook that learns IOMMU domain -> device (for VFIO/iommufd mappings
+/// made outside the DMA API); programs `attach_fentry` / `attach_kprobe`.
+pub const ATTACH_LEARN: TimingSpec = TimingSpec {
+    name: "learn:domain_attach",
+    slot: "attach",
+    candidates: &["__iommu_attach_device", "iommu_attach_device"],
+    available: "all",
+};
+
 /// Every distinct eBPF program the catalog uses (each is loaded once, then
 /// attached to every probe point that names it).
 pub fn programs() -> Vec<&'static str> {

@@ -20,6 +20,7 @@ direction, mapped sizes, outstanding mappings, bounce buffering, faults, Xids.
 Start with:
   gpudirect-trace probes          what this kernel offers, what attached
   gpudirect-trace live            per-device table, refreshed every second
+  gpudirect-trace serve           Prometheus metrics on http://127.0.0.1:9435/metrics
 
 Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).";
 
@@ -55,6 +56,30 @@ pub enum Command {
     /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
     /// problem found, 2 some finding is a `problem`, 1 error.
     Doctor(crate::doctor::DoctorArgs),
+    /// Explain DMA/IOMMU/GPU/PCIe faults found in a kernel log.
+    ///
+    /// Decodes Intel VT-d (DMAR), AMD-Vi and ARM SMMU fault lines, NVIDIA Xid
+    /// reports and PCIe AER errors from `dmesg`, `dmesg -T`, `journalctl -k`
+    /// or raw /dev/kmsg text into one fault object each: device, address,
+    /// access, reason from the kernel's own tables, and what to check first.
+    /// Rate-limited VT-d faults are reported as counts. Without a file it
+    /// reads what is in /dev/kmsg now and returns.
+    ///
+    /// Example: dmesg | gpudirect-trace explain -
+    Explain(crate::faults::ExplainArgs),
+    /// Run the probes continuously and serve Prometheus metrics over HTTP.
+    ///
+    /// `GET /metrics` answers in the Prometheus text format, or OpenMetrics
+    /// when the scrape's Accept header asks for application/openmetrics-text;
+    /// `GET /healthz` says whether the tracer is being drained. Counters are
+    /// the loss-free in-kernel totals, read at every scrape. Labels are
+    /// bounded: a device label per PCI device (at most --max-devices, the rest
+    /// fold into device="other"), never addresses or pids. Listens on
+    /// loopback unless --listen says otherwise. docs/metrics.md lists every
+    /// metric; deploy/ has a systemd unit, a DaemonSet and a Grafana dashboard.
+    ///
+    /// Example: gpudirect-trace serve --listen 127.0.0.1:9435
+    Serve(crate::serve::ServeArgs),
     /// Record events to a trace file until Ctrl-C, --duration, or CMD's exit
     ///
     /// Writes the per-event stream (unless --aggregate-only), loss records and
@@ -139,6 +164,10 @@ pub struct LiveArgs {
     /// One JSON object per interval on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Mappings still outstanding after this long are listed as leak
+    /// suspects (streaming mode).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub long_lived: Duration,
     #[command(flatten)]
     pub trace: TraceArgs,
 }
@@ -156,6 +185,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Probes(args) => probes::run(&args),
         Command::Live(args) => live::run(&args),
         Command::Doctor(args) => crate::doctor::run(&args),
+        Command::Explain(args) => crate::faults::run_explain(&args),
+        Command::Serve(args) => crate::serve::run(&args),
         Command::Record(args) => crate::record::run(&args),
         Command::Report(args) => crate::report::run(&args),
         Command::Export(args) => crate::export::run(&args),

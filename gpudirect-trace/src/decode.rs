@@ -57,7 +57,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match k {
         kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
         kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        1..=16 => read::<Event>(bytes, k).map(Record::Event),
+        1..=17 => read::<Event>(bytes, k).map(Record::Event),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -91,6 +91,7 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::DMA_FREE => "dma_free",
         kind::SWIOTLB_BOUNCED => "swiotlb_bounced",
         kind::NV_XID => "nvidia_xid",
+        kind::LATENCY => "latency",
         _ => "unknown",
     }
 }
@@ -179,6 +180,11 @@ mod tests {
             decode(&b),
             Err(DecodeError::TooShort { need: 144, .. })
         ));
+        b[0] = kind::LATENCY as u8;
+        assert!(
+            matches!(decode(&b), Ok(Record::Event(_))),
+            "latency records decode"
+        );
         b[0] = 200;
         assert_eq!(decode(&b), Err(DecodeError::UnknownKind(200)));
     }

@@ -2,7 +2,7 @@
 //!
 //! Data flow (docs/architecture.md): kernel tracepoints -> eBPF programs
 //! (`gpudirect-trace-ebpf`) -> BPF ring buffer + per-CPU maps -> [`ebpf`]
-//! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`]).
+//! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`], [`serve`]).
 
 pub mod aggregate;
 pub mod btf;
@@ -12,6 +12,7 @@ pub mod decode;
 pub mod doctor;
 pub mod ebpf;
 pub mod export;
+pub mod faults;
 pub mod kernel;
 pub mod live;
 pub mod output;
@@ -19,5 +20,6 @@ pub mod probes;
 pub mod record;
 pub mod render;
 pub mod report;
+pub mod serve;
 pub mod session;
 pub mod tracefile;

@@ -56,7 +56,10 @@ async fn run_async(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                     session.pump(|_, _| {});
                     guard.clear_ready();
                 }
-                _ = drain.tick() => { session.pump(|_, _| {}); }
+                _ = drain.tick() => {
+                    session.pump(|_, _| {});
+                    session.poll_kmsg();
+                }
                 _ = tick.tick() => {
                     session.pump(|_, _| {});
                     let now = Instant::now();
@@ -78,6 +81,7 @@ async fn run_async(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         Ok(()) => {}
     }
     session.pump(|_, _| {});
+    session.poll_kmsg();
     let interval = last.elapsed().as_secs_f64();
     match emit(&mut session, args, tty, interval, true) {
         Err(e) if e.is::<StdoutClosed>() => {}
@@ -96,12 +100,29 @@ fn emit(
     let stats = session.refresh_counters();
     let devices = session.agg.snapshot(interval, &args.devices);
     let elapsed = session.started.elapsed().as_secs_f64();
+    let long_lived = session
+        .agg
+        .long_lived(monotonic_ns(), args.long_lived.as_nanos() as u64, 10);
     if args.json {
-        output::line(&serde_json::to_string(&json_snapshot(
-            session, &devices, &stats, elapsed, interval, last,
-        ))?)
+        let mut doc = json_snapshot(session, &devices, &stats, elapsed, interval, last);
+        doc["long_lived"] = json!(long_lived
+            .iter()
+            .map(
+                |(dev, lvl, m)| json!({"device": dev, "level": lvl, "address": m.address,
+                "size": m.size, "age_s": m.age_s, "pid": m.pid})
+            )
+            .collect::<Vec<_>>());
+        doc["faults"] = json!(session.faults.iter().rev().take(32).collect::<Vec<_>>());
+        doc["fault_counts"] = json!(session
+            .fault_counts
+            .iter()
+            .map(|((dev, src, reason), n)| json!({"device": dev, "source": src, "reason": reason, "count": n}))
+            .collect::<Vec<_>>());
+        doc["kmsg_lost_records"] = json!(session.kmsg_lost());
+        doc["kmsg_error"] = json!(session.kmsg_error);
+        output::line(&serde_json::to_string(&doc)?)
     } else {
-        let text = render::live_text(
+        let mut text = render::live_text(
             &devices,
             session.agg.recent.iter().rev().take(8),
             &render::Totals {
@@ -116,12 +137,26 @@ fn emit(
                 final_summary: last,
             },
         );
+        text.push_str(&render::latency_text(&devices));
+        text.push_str(&render::long_lived_text(&long_lived));
+        text.push_str(&render::faults_text(session.faults.iter().rev().take(8)));
         if tty && !last {
             output::write(&format!("\x1b[H\x1b[2J{text}\n"))
         } else {
             output::line(&text)
         }
     }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns() event stamps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn json_snapshot(

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::{
-    aggregate::{DeviceSnapshot, Notable},
+    aggregate::{DeviceSnapshot, LongLived, Notable},
+    faults::Fault,
     output::bytes,
 };
 
@@ -116,6 +117,99 @@ pub fn live_text<'a>(
         );
     }
     s
+}
+
+/// Per device and operation: time spent in the kernel's DMA/IOMMU functions.
+pub fn latency_text(devices: &[DeviceSnapshot]) -> String {
+    let mut s = String::new();
+    for d in devices {
+        for (op, l) in &d.latency_ns {
+            if s.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "\nlatency per device and operation:\n{:<22} {:<13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                    "DEVICE", "OP", "COUNT", "p50", "p90", "p99", "p99.9", "max"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "{:<22} {:<13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}{}",
+                truncate(&d.device, 22),
+                op,
+                l.count,
+                ns(l.p50),
+                ns(l.p90),
+                ns(l.p99),
+                ns(l.p999),
+                ns(l.max),
+                if l.source == "stream" {
+                    ""
+                } else {
+                    "  (log2 buckets)"
+                }
+            );
+        }
+    }
+    s
+}
+
+/// Outstanding mappings older than the threshold: leak suspects.
+pub fn long_lived_text(list: &[(String, &'static str, LongLived)]) -> String {
+    let mut s = String::new();
+    for (dev, lvl, m) in list {
+        if s.is_empty() {
+            let _ = writeln!(s, "\nlong-lived mappings (leak suspects):");
+        }
+        let _ = writeln!(
+            s,
+            "  {:<22} {:<8} {:>18} {:>9} age {:>8.1}s pid {}",
+            truncate(dev, 22),
+            lvl,
+            m.address,
+            bytes(m.size),
+            m.age_s,
+            m.pid
+        );
+    }
+    s
+}
+
+/// The latest decoded faults with what the mapping history says.
+pub fn faults_text<'a>(faults: impl Iterator<Item = &'a Fault>) -> String {
+    let mut s = String::new();
+    for f in faults {
+        if s.is_empty() {
+            let _ = writeln!(s, "\nfaults (kernel log and iommu:io_page_fault):");
+        }
+        let _ = writeln!(
+            s,
+            "  {:<10} {:<14} {:<10} {}{}{}",
+            f.source.as_str(),
+            f.device.as_deref().unwrap_or("-"),
+            f.address
+                .map(|a| format!("{a:#x}"))
+                .unwrap_or_else(|| "-".into()),
+            f.xid.map(|x| format!("Xid {x}: ")).unwrap_or_default(),
+            f.reason,
+            f.access
+                .map(|a| format!(" ({a:?})").to_lowercase())
+                .unwrap_or_default(),
+        );
+        if let Some(m) = &f.mapping_state {
+            let _ = writeln!(s, "      mapping: {m}");
+        }
+    }
+    s
+}
+
+/// 1234 -> "1.2us".
+pub fn ns(v: u64) -> String {
+    match v {
+        0..=999 => format!("{v}ns"),
+        1_000..=999_999 => format!("{:.1}us", v as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.2}s", v as f64 / 1e9),
+    }
 }
 
 fn truncate(s: &str, n: usize) -> &str {

@@ -3,11 +3,14 @@
 //! events, counts and losses.
 
 use std::{
+    collections::{BTreeMap, VecDeque},
     os::fd::{AsRawFd, RawFd},
+    sync::Arc,
     time::Instant,
 };
 
 use anyhow::bail;
+use gpudirect_trace_common::kind;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
@@ -15,6 +18,7 @@ use crate::{
     cli::TraceArgs,
     decode::{decode, Record},
     ebpf::{SelfStats, Status, Tracer, TracerOptions},
+    faults::{tracepoint::from_io_page_fault, Fault, KmsgFollower},
 };
 
 pub struct Session {
@@ -22,7 +26,17 @@ pub struct Session {
     pub agg: Aggregator,
     pub started: Instant,
     pub stream: bool,
+    /// Decoded faults (kernel log + iommu:io_page_fault), newest last.
+    pub faults: VecDeque<Fault>,
+    /// All faults seen, by (device, source, reason).
+    pub fault_counts: BTreeMap<(String, &'static str, String), u64>,
+    kmsg: Option<KmsgFollower>,
+    /// Why the kernel log is not followed, if it is not.
+    pub kmsg_error: Option<String>,
 }
+
+/// Decoded faults kept for display.
+pub const FAULTS_KEPT: usize = 256;
 
 impl Session {
     pub fn start(args: &TraceArgs) -> anyhow::Result<Self> {
@@ -66,12 +80,36 @@ impl Session {
         for f in &failed {
             eprintln!("gpudirect-trace: warning: {f}");
         }
-        Ok(Self {
+        // VT-d faults, Xid lines and AER errors reach us only through the
+        // kernel log: follow it from now on.
+        let mut session = Self::from_tracer(tracer, !args.aggregate_only);
+        match KmsgFollower::open() {
+            Ok(k) => session.kmsg = Some(k),
+            Err(e) => {
+                let msg = format!(
+                    "not following /dev/kmsg ({e}): VT-d faults, Xid and AER lines will be missed"
+                );
+                eprintln!("gpudirect-trace: warning: {msg}");
+                session.kmsg_error = Some(msg);
+            }
+        }
+        Ok(session)
+    }
+
+    /// A session around an already loaded tracer (`stream` as it was loaded
+    /// with), not following the kernel log; the host tests use it to serve
+    /// programs they drive themselves.
+    pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+        Self {
             tracer,
             agg: Aggregator::new(),
             started: Instant::now(),
-            stream: !args.aggregate_only,
-        })
+            stream,
+            faults: VecDeque::new(),
+            fault_counts: BTreeMap::new(),
+            kmsg: None,
+            kmsg_error: None,
+        }
     }
 
     /// Drains the ring buffer into the aggregator, handing each decoded
@@ -89,18 +127,81 @@ impl Session {
         });
         agg.decode_errors += bad;
         let n = records.len();
+        let mut faults = Vec::new();
         for r in &records {
-            let name = tracer.device_name(r.event().dev);
+            let ev = r.event();
+            let name = tracer.device_name(ev.dev);
             agg.ingest(r, &name);
             also(r, &name);
+            if ev.kind == kind::IO_PAGE_FAULT {
+                let mut f =
+                    from_io_page_fault("", &name, ev.addr, ev.aux as u32, "iommu:io_page_fault");
+                f.timestamp_ns = Some(ev.ts_ns);
+                faults.push(f);
+            }
+        }
+        for f in faults {
+            self.add_fault(f, false);
         }
         n
+    }
+
+    /// Reads new kernel log records and adds the faults they report.
+    pub fn poll_kmsg(&mut self) {
+        let Some(k) = self.kmsg.as_mut() else { return };
+        match k.poll() {
+            Ok(faults) => {
+                for f in faults {
+                    self.add_fault(f, true);
+                }
+            }
+            Err(e) => {
+                self.kmsg_error = Some(format!("reading /dev/kmsg failed: {e}"));
+                self.kmsg = None;
+            }
+        }
+    }
+
+    /// Records lost from /dev/kmsg before we read them.
+    pub fn kmsg_lost(&self) -> u64 {
+        self.kmsg.as_ref().map_or(0, |k| k.lost_records)
+    }
+
+    /// Correlates a fault with the mapping history and keeps it. Faults from
+    /// the log are also counted on their device (tracepoint faults already
+    /// are, by the aggregator).
+    fn add_fault(&mut self, mut f: Fault, from_log: bool) {
+        if let (Some(dev), Some(addr)) = (f.device.as_deref(), f.address) {
+            f.mapping_state = Some(self.agg.mapping_state(dev, addr, f.timestamp_ns));
+        }
+        let dev = f.device.clone().unwrap_or_else(|| "-".into());
+        // With nvidia:nvidia_dev_xid attached the tracepoint already counted
+        // this Xid; its log line must not count it twice.
+        let xid_traced = self
+            .tracer
+            .probes
+            .iter()
+            .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
+        if from_log && !(f.xid.is_some() && xid_traced) {
+            let name: Arc<str> = Arc::from(dev.as_str());
+            self.agg.count_fault(&name, f.xid, f.count.max(1));
+        }
+        *self
+            .fault_counts
+            .entry((dev, f.source.as_str(), f.reason.clone()))
+            .or_default() += f.count.max(1);
+        if self.faults.len() == FAULTS_KEPT {
+            self.faults.pop_front();
+        }
+        self.faults.push_back(f);
     }
 
     /// Takes the kernel's loss-free counters into the aggregate.
     pub fn refresh_counters(&mut self) -> SelfStats {
         let counters = self.tracer.kernel_counters();
         self.agg.apply_kernel_counters(&counters);
+        let latency = self.tracer.kernel_latency();
+        self.agg.apply_kernel_latency(&latency);
         self.tracer.self_stats()
     }
 

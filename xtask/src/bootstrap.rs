@@ -11,13 +11,20 @@ use anyhow::{bail, Context as _};
 
 pub const BPF_LINKER_VERSION: &str = "0.10.1";
 /// Debian packages: qemu and busybox for the VM harness, cpio/xz/zstd for
-/// kernel packages and initramfs images.
+/// kernel packages and initramfs images, prometheus for promtool and the
+/// server the `serve` host test scrapes with.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
     ("cpio", "/usr/bin/cpio"),
     ("xz-utils", "/usr/bin/xz"),
     ("zstd", "/usr/bin/zstd"),
+    ("kmod", "/usr/sbin/depmod"),
+    (
+        "debian-archive-keyring",
+        "/usr/share/keyrings/debian-archive-keyring.gpg",
+    ),
+    ("prometheus", "/usr/bin/promtool"),
     // `report --html` is checked in headless Chromium (report::tests).
     ("chromium", "/usr/bin/chromium"),
 ];
@@ -93,10 +100,26 @@ fn apt_packages() -> anyhow::Result<()> {
     }
     eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
     status(Command::new("apt-get").args(["update", "-qq"]))?;
-    status(
+    // Packages such as prometheus would start their service (listening on all
+    // interfaces) where systemd runs; we only want their binaries. A
+    // policy-rc.d answering 101 tells invoke-rc.d not to start anything.
+    let policy = std::path::Path::new("/usr/sbin/policy-rc.d");
+    let placed = !policy.exists()
+        && std::fs::write(
+            policy,
+            "#!/bin/sh\n# placed by cargo xtask bootstrap\nexit 101\n",
+        )
+        .is_ok()
+        && std::fs::set_permissions(policy, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .is_ok();
+    let result = status(
         Command::new("apt-get")
             .env("DEBIAN_FRONTEND", "noninteractive")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&missing),
-    )
+    );
+    if placed {
+        let _ = std::fs::remove_file(policy);
+    }
+    result
 }

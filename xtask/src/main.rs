@@ -1,7 +1,10 @@
-//! `cargo xtask`: the project's one entry point for bootstrap, build and tests.
+//! `cargo xtask`: the project's one entry point for bootstrap, build, tests, VMs.
+//! Keep this file a small dispatcher: each subcommand lives in its own module.
 
 mod bootstrap;
+mod host;
 mod test;
+mod vm;
 
 use std::process::ExitCode;
 
@@ -10,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
-    about = "gpudirect-trace's build, bootstrap and test driver"
+    about = "gpudirect-trace's build, bootstrap, test and VM driver"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,20 +27,36 @@ enum Cmd {
     Bootstrap,
     /// Bootstrap, then build the release binary (target/release/gpudirect-trace).
     Build,
-    /// Bootstrap, then run every test: unit tests and the host integration
-    /// tests (root: they load BPF programs).
-    Test,
+    /// Bootstrap, then run every test: unit tests, the host integration tests
+    /// (root: they load BPF programs) and the VM scenarios on 6.1 and 6.12.
+    Test(test::TestArgs),
+    /// Boot a Debian kernel under qemu (TCG, optional VT-d) and run a command in it.
+    Vm(vm::VmArgs),
+    /// Run the VM scenarios in tests/vm/scenarios on each selected kernel.
+    VmTest(vm::scenario::VmTestArgs),
+    /// Show the tracer's live view in a VM while DMA happens and a fault is injected.
+    Demo(vm::demo::DemoArgs),
+    /// Regenerate docs/probe-compatibility.md from `gpudirect-trace probes --json` in VMs.
+    ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
+}
+
+fn done(r: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    r.map(|()| ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Bootstrap => bootstrap::run(),
-        Cmd::Build => bootstrap::run().and_then(|()| test::build_release()),
-        Cmd::Test => bootstrap::run().and_then(|()| test::run()),
+        Cmd::Bootstrap => done(bootstrap::run()),
+        Cmd::Build => done(bootstrap::run().and_then(|()| test::build_release())),
+        Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
+        Cmd::Vm(a) => vm::main(a),
+        Cmd::VmTest(a) => vm::scenario::main(a),
+        Cmd::Demo(a) => vm::demo::main(a),
+        Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("xtask: error: {e:#}");
             ExitCode::FAILURE

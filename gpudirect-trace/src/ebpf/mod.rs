@@ -2,6 +2,7 @@
 //! and reading back events and maps.
 
 pub mod testrun;
+pub mod timing;
 
 use std::{
     collections::HashMap,
@@ -16,7 +17,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, DEV_NAME_LEN,
+    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey, TaskState,
+    DEV_NAME_LEN,
 };
 use serde::Serialize;
 
@@ -110,6 +112,8 @@ pub struct Tracer {
     stats: PerCpuArray<MapData, u64>,
     hits: PerCpuArray<MapData, u64>,
     counters: PerCpuHashMap<MapData, CounterKey, Counter>,
+    latency: PerCpuHashMap<MapData, LatKey, LatHist>,
+    tasks: BpfHashMap<MapData, u32, TaskState>,
     names: HashMap<u64, Arc<str>>,
 }
 
@@ -183,6 +187,8 @@ impl Tracer {
             });
         }
 
+        probes.extend(timing::attach_all(&mut ebpf, &kernel, opts.attach));
+
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
         let devices =
             BpfHashMap::try_from(ebpf.take_map("DEVICES").context("map DEVICES missing")?)?;
@@ -192,6 +198,9 @@ impl Tracer {
             ebpf.take_map("DEV_COUNTERS")
                 .context("map DEV_COUNTERS missing")?,
         )?;
+        let latency =
+            PerCpuHashMap::try_from(ebpf.take_map("LAT_HIST").context("map LAT_HIST missing")?)?;
+        let tasks = BpfHashMap::try_from(ebpf.take_map("TASKS").context("map TASKS missing")?)?;
         Ok(Self {
             ebpf,
             kernel,
@@ -202,6 +211,8 @@ impl Tracer {
             stats,
             hits,
             counters,
+            latency,
+            tasks,
             names: HashMap::new(),
         })
     }
@@ -284,6 +295,29 @@ impl Tracer {
         raw.into_iter()
             .map(|(k, c)| (self.device_name(k.dev), k, c))
             .collect()
+    }
+}
+
+impl Tracer {
+    /// The kernel's log2 latency histograms, summed over CPUs, by device name.
+    pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
+        let raw: Vec<(LatKey, LatHist)> = self
+            .latency
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
+            .collect();
+        raw.into_iter()
+            .map(|(k, h)| (self.device_name(k.dev), k.op, h))
+            .collect()
+    }
+
+    /// Sets the in-flight state of thread `tid` as the timing hooks would
+    /// (test support: lets host tests check in-kernel attribution on kernels
+    /// without fentry or kprobes).
+    pub fn set_task_state(&mut self, tid: u32, state: &TaskState) -> anyhow::Result<()> {
+        self.tasks.insert(tid, state, 0)?;
+        Ok(())
     }
 }
 

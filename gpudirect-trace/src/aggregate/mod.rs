@@ -9,15 +9,21 @@
 //! fields report the DMA-API view when the kernel traces it (6.8+), else the
 //! IOMMU view, and say which in `level`.
 
+mod latency;
+mod level;
+
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, VecDeque},
     sync::Arc,
 };
 
-use gpudirect_trace_common::{kind, Counter, CounterKey, Event};
-use hdrhistogram::Histogram;
+use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
+pub use self::{
+    latency::{sum_log2, LatencySnapshot, OpLatency},
+    level::{record, Level, LevelSnapshot, LongLived, Percentiles},
+};
 use crate::decode::{c_string, dir_name, kind_name, Record};
 
 /// Device name used for events that carry no device (iommu:map/unmap).
@@ -27,101 +33,6 @@ pub const UNATTRIBUTED: &str = "(iommu, unattributed)";
 pub const MAX_TRACKED: usize = 1 << 20;
 /// Notable events kept for display.
 pub const RECENT_KEPT: usize = 64;
-
-pub struct Level {
-    pub maps: u64,
-    pub unmaps: u64,
-    pub bytes_mapped: u64,
-    pub bytes_unmapped: u64,
-    pub sizes: Histogram<u64>,
-    /// Exact largest size (the histogram's max is rounded up to its bucket).
-    pub max_size: u64,
-    outstanding: HashMap<u64, u64>,
-    pub outstanding_bytes: u64,
-    /// Mappings not tracked because `MAX_TRACKED` was reached.
-    pub untracked: u64,
-    /// Unmaps of addresses mapped before the trace started.
-    pub unmatched_unmaps: u64,
-}
-
-impl Default for Level {
-    fn default() -> Self {
-        Self {
-            maps: 0,
-            unmaps: 0,
-            bytes_mapped: 0,
-            bytes_unmapped: 0,
-            sizes: Histogram::new(3).expect("3 significant digits is a valid histogram"),
-            max_size: 0,
-            outstanding: HashMap::new(),
-            outstanding_bytes: 0,
-            untracked: 0,
-            unmatched_unmaps: 0,
-        }
-    }
-}
-
-impl Level {
-    fn map(&mut self, addr: u64, size: u64) {
-        self.map_entries(addr, size, std::iter::once(size));
-    }
-
-    /// One mapping of `size` bytes at `addr` made of entries of `entry_sizes`
-    /// (one entry for page mappings; the scatterlist's for sg mappings).
-    fn map_entries(&mut self, addr: u64, size: u64, entry_sizes: impl Iterator<Item = u64>) {
-        self.maps += 1;
-        self.bytes_mapped += size;
-        for s in entry_sizes {
-            record(&mut self.sizes, s);
-            self.max_size = self.max_size.max(s);
-        }
-        if self.outstanding.len() >= MAX_TRACKED {
-            self.untracked += 1;
-            return;
-        }
-        if let Some(old) = self.outstanding.insert(addr, size) {
-            // Re-mapped without an unmap we saw: keep bytes consistent.
-            self.outstanding_bytes -= old;
-        }
-        self.outstanding_bytes += size;
-    }
-
-    fn unmap(&mut self, addr: u64, size: u64) {
-        self.unmaps += 1;
-        self.bytes_unmapped += size;
-        match self.outstanding.remove(&addr) {
-            Some(s) => self.outstanding_bytes -= s,
-            None => self.unmatched_unmaps += 1,
-        }
-    }
-
-    pub fn outstanding(&self) -> usize {
-        self.outstanding.len()
-    }
-
-    /// Whether `addr` is inside a mapping this level saw and has not seen
-    /// unmapped (linear scan: used only for rare events such as faults).
-    pub fn covers(&self, addr: u64) -> bool {
-        self.outstanding
-            .iter()
-            .any(|(&a, &s)| addr >= a && addr < a.saturating_add(s.max(1)))
-    }
-
-    fn snapshot(&self) -> LevelSnapshot {
-        LevelSnapshot {
-            maps: self.maps,
-            unmaps: self.unmaps,
-            bytes_mapped: self.bytes_mapped,
-            bytes_unmapped: self.bytes_unmapped,
-            size: Percentiles {
-                max: self.max_size,
-                ..Percentiles::of(&self.sizes)
-            },
-            outstanding_mappings: self.outstanding.len() as u64 + self.untracked,
-            outstanding_bytes: self.outstanding_bytes,
-        }
-    }
-}
 
 #[derive(Default)]
 pub struct DeviceStats {
@@ -137,44 +48,46 @@ pub struct DeviceStats {
     pub map_errors: u64,
     pub faults: u64,
     pub xids: u64,
+    /// Xids by number (`xids` is their sum).
+    pub xid_counts: BTreeMap<u32, u64>,
     pub events: u64,
     events_at_last_snapshot: u64,
     pub iommu_group: Option<u32>,
+    /// IOMMU events attributed through the enclosing DMA-API call / the domain.
+    pub iommu_via_dma_api: u64,
+    pub iommu_via_domain: u64,
+    /// Streamed latencies per operation (`gpudirect_trace_common::op`).
+    pub latency: BTreeMap<u32, OpLatency>,
+    /// The kernel's log2 latency histograms per operation.
+    pub kernel_latency: BTreeMap<u32, LatHist>,
+    /// The latest unmaps of any level, for "DMA after unmap" diagnosis.
+    pub recent_unmaps: VecDeque<Unmapped>,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50: u64,
-    pub p90: u64,
-    pub p99: u64,
-    pub max: u64,
+/// An unmap kept for fault correlation.
+#[derive(Clone, Copy, Debug)]
+pub struct Unmapped {
+    pub addr: u64,
+    pub size: u64,
+    pub ts_ns: u64,
+    pub pid: u32,
 }
 
-impl Percentiles {
-    pub fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return Self::default();
+/// Unmaps remembered per device for fault correlation.
+pub const RECENT_UNMAPS: usize = 4096;
+
+impl DeviceStats {
+    fn note_unmap(&mut self, ev: &Event, size: u64) {
+        if self.recent_unmaps.len() == RECENT_UNMAPS {
+            self.recent_unmaps.pop_front();
         }
-        Self {
-            count: h.len(),
-            p50: h.value_at_quantile(0.50),
-            p90: h.value_at_quantile(0.90),
-            p99: h.value_at_quantile(0.99),
-            max: h.max(),
-        }
+        self.recent_unmaps.push_back(Unmapped {
+            addr: ev.addr,
+            size,
+            ts_ns: ev.ts_ns,
+            pid: ev.pid,
+        });
     }
-}
-
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct LevelSnapshot {
-    pub maps: u64,
-    pub unmaps: u64,
-    pub bytes_mapped: u64,
-    pub bytes_unmapped: u64,
-    pub size: Percentiles,
-    pub outstanding_mappings: u64,
-    pub outstanding_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -205,8 +118,30 @@ pub struct DeviceSnapshot {
     pub events: u64,
     pub events_per_sec: f64,
     pub iommu_group: Option<u32>,
+    /// IOMMU events attributed through the enclosing DMA-API call / the domain.
+    pub iommu_via_dma_api: u64,
+    pub iommu_via_domain: u64,
+    /// Time spent per operation (`op::NAMES`), in nanoseconds.
+    pub latency_ns: BTreeMap<&'static str, LatencySnapshot>,
     pub dma: LevelSnapshot,
     pub iommu: LevelSnapshot,
+}
+
+fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
+    let mut out = BTreeMap::new();
+    for o in 0..op::COUNT {
+        let name = op::NAMES[o as usize];
+        match (d.latency.get(&o), d.kernel_latency.get(&o)) {
+            (Some(l), _) if !l.hist.is_empty() => {
+                out.insert(name, LatencySnapshot::of_stream(l));
+            }
+            (_, Some(k)) if k.count > 0 => {
+                out.insert(name, LatencySnapshot::of_log2(k));
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// A rare event worth showing on its own line.
@@ -271,16 +206,20 @@ impl Aggregator {
                         ev.addr,
                         ev.size,
                         lens.iter().filter(|&&l| l > 0).map(|&l| u64::from(l)),
+                        ev.ts_ns,
+                        ev.pid,
                     );
                     if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
                         *b += ev.size;
                     }
                 } else {
-                    d.dma.unmap(ev.addr, ev.size);
+                    d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                    d.note_unmap(&ev, ev.size);
                 }
             }
             Record::Xid(x) => {
                 d.xids += 1;
+                *d.xid_counts.entry(x.xid).or_default() += 1;
                 let detail = format!("Xid {}: {}", x.xid, c_string(&x.msg));
                 self.notable(&ev, device, None, detail);
             }
@@ -292,16 +231,34 @@ impl Aggregator {
         let d = self.device(device);
         match ev.kind {
             kind::DMA_MAP => {
-                d.dma.map(ev.addr, ev.size);
+                d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
                     *b += ev.size;
                 }
             }
-            kind::DMA_UNMAP => d.dma.unmap(ev.addr, ev.size),
-            kind::IOMMU_MAP => d.iommu.map(ev.addr, ev.size),
-            kind::IOMMU_UNMAP => d.iommu.unmap(ev.addr, ev.aux.max(ev.size)),
-            kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size),
-            kind::DMA_FREE => d.coherent.unmap(ev.addr, ev.size),
+            kind::DMA_UNMAP => {
+                d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.note_unmap(ev, ev.size);
+            }
+            kind::IOMMU_MAP | kind::IOMMU_UNMAP => {
+                if ev.flags & flags::VIA_DMA_API != 0 {
+                    d.iommu_via_dma_api += 1;
+                } else if ev.flags & flags::VIA_DOMAIN != 0 {
+                    d.iommu_via_domain += 1;
+                }
+                if ev.kind == kind::IOMMU_MAP {
+                    d.iommu.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
+                } else {
+                    d.iommu.unmap(ev.addr, ev.aux.max(ev.size), ev.ts_ns);
+                    d.note_unmap(ev, ev.aux.max(ev.size));
+                }
+            }
+            kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, ev.pid),
+            kind::DMA_FREE => {
+                d.coherent.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.note_unmap(ev, ev.size);
+            }
+            kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes += ev.size;
@@ -413,6 +370,87 @@ impl Aggregator {
         }
     }
 
+    /// Takes the kernel's per-(device, op) log2 latency histograms (summed
+    /// over CPUs); used where no latency was streamed (aggregate-only).
+    pub fn apply_kernel_latency(&mut self, hists: &[(Arc<str>, u32, LatHist)]) {
+        for (name, o, h) in hists {
+            self.device(name).kernel_latency.insert(*o, *h);
+        }
+    }
+
+    /// Counts a fault or Xid decoded from the kernel log on its device.
+    pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
+        let d = self.device(device);
+        if let Some(x) = xid {
+            d.xids += n;
+            *d.xid_counts.entry(x).or_default() += n;
+        } else {
+            d.faults += n;
+        }
+    }
+
+    /// What the trace says about `addr` for `device` at fault time `ts_ns`:
+    /// inside a live mapping, unmapped shortly before (DMA after unmap), or
+    /// never mapped while tracing.
+    pub fn mapping_state(&self, device: &str, addr: u64, ts_ns: Option<u64>) -> String {
+        let Some(d) = self.devices.get(device) else {
+            return "never mapped in this trace (no DMA activity seen for this device)".into();
+        };
+        for (lvl, l) in [
+            ("DMA-API", &d.dma),
+            ("IOMMU", &d.iommu),
+            ("coherent", &d.coherent),
+        ] {
+            if l.covers(addr) {
+                return format!(
+                    "mapped: inside a live {lvl} mapping of this device, so the access itself \
+                     was not permitted (direction/permission)"
+                );
+            }
+        }
+        let hit = d.recent_unmaps.iter().rev().find(|u| {
+            addr >= u.addr
+                && addr < u.addr.saturating_add(u.size.max(1))
+                && ts_ns.is_none_or(|t| u.ts_ns <= t)
+        });
+        match hit {
+            Some(u) => match ts_ns {
+                Some(t) => format!(
+                    "unmapped {} before the fault by pid {}: DMA after unmap",
+                    crate::render::ns(t.saturating_sub(u.ts_ns)),
+                    u.pid
+                ),
+                None => format!("unmapped earlier by pid {}: DMA after unmap", u.pid),
+            },
+            None => "never mapped in this trace".into(),
+        }
+    }
+
+    /// Mappings outstanding for longer than `threshold_ns` at `now_ns`
+    /// (kernel monotonic clock), oldest first, per device and level.
+    pub fn long_lived(
+        &self,
+        now_ns: u64,
+        threshold_ns: u64,
+        limit: usize,
+    ) -> Vec<(String, &'static str, LongLived)> {
+        let mut out = Vec::new();
+        for (name, d) in &self.devices {
+            for (lvl, l) in [
+                ("dma", &d.dma),
+                ("iommu", &d.iommu),
+                ("coherent", &d.coherent),
+            ] {
+                for m in l.long_lived(now_ns, threshold_ns, limit) {
+                    out.push((name.to_string(), lvl, m));
+                }
+            }
+        }
+        out.sort_by(|a, b| b.2.age_s.total_cmp(&a.2.age_s));
+        out.truncate(limit);
+        out
+    }
+
     /// Per-device snapshot; `interval_secs` is the time since the previous
     /// snapshot (for events/s), `filter` keeps only the named devices.
     pub fn snapshot(&mut self, interval_secs: f64, filter: &[String]) -> Vec<DeviceSnapshot> {
@@ -460,20 +498,14 @@ impl Aggregator {
                 events: d.events,
                 events_per_sec: rate,
                 iommu_group: d.iommu_group,
+                iommu_via_dma_api: d.iommu_via_dma_api,
+                iommu_via_domain: d.iommu_via_domain,
+                latency_ns: latency_snapshot(d),
                 dma,
                 iommu,
             });
         }
         out
-    }
-}
-
-/// Records into an auto-resizing histogram (saturating_record would clamp to
-/// the current, initially tiny, range instead of growing it).
-pub fn record(h: &mut Histogram<u64>, value: u64) {
-    let v = value.max(1);
-    if h.record(v).is_err() {
-        h.saturating_record(v);
     }
 }
 
@@ -488,142 +520,4 @@ pub fn fault_access(flags: u64) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
-        Record::Event(Event {
-            kind: k,
-            addr,
-            size,
-            dir,
-            ..Default::default()
-        })
-    }
-
-    #[test]
-    fn maps_unmaps_and_outstanding_per_device() {
-        let mut agg = Aggregator::new();
-        let nvme: Arc<str> = Arc::from("0000:00:04.0");
-        let gpu: Arc<str> = Arc::from("0000:00:06.0");
-        agg.ingest(&ev(kind::DMA_MAP, 0x1000, 4096, 2), &nvme);
-        agg.ingest(&ev(kind::DMA_MAP, 0x3000, 8192, 1), &nvme);
-        agg.ingest(&ev(kind::DMA_UNMAP, 0x1000, 4096, 2), &nvme);
-        agg.ingest(&ev(kind::DMA_MAP, 0x9000, 65536, 0), &gpu);
-        agg.ingest(&ev(kind::SWIOTLB_BOUNCED, 0x9000, 512, 0), &gpu);
-        let snap = agg.snapshot(1.0, &[]);
-        let n = snap
-            .iter()
-            .find(|d| d.device == "0000:00:04.0")
-            .expect("nvme row");
-        assert_eq!((n.maps, n.unmaps, n.bytes_mapped), (2, 1, 12288));
-        assert_eq!((n.outstanding_mappings, n.outstanding_bytes), (1, 8192));
-        assert_eq!((n.bytes_from_device, n.bytes_to_device), (4096, 8192));
-        assert_eq!(n.level, "dma");
-        assert_eq!(n.events_per_sec, 3.0);
-        let g = snap
-            .iter()
-            .find(|d| d.device == "0000:00:06.0")
-            .expect("gpu row");
-        assert_eq!(
-            (
-                g.bytes_bidirectional,
-                g.swiotlb_bounces,
-                g.swiotlb_bounced_bytes
-            ),
-            (65536, 1, 512)
-        );
-        let only = agg.snapshot(1.0, &["0000:00:06.0".to_owned()]);
-        assert_eq!(only.len(), 1);
-    }
-
-    #[test]
-    fn iommu_level_reported_when_no_dma_api_events() {
-        let mut agg = Aggregator::new();
-        let dev: Arc<str> = Arc::from(UNATTRIBUTED);
-        agg.ingest(&ev(kind::IOMMU_MAP, 0xfffff000, 4096, 0), &dev);
-        let mut unmap = Event {
-            kind: kind::IOMMU_UNMAP,
-            addr: 0xfffff000,
-            size: 4096,
-            aux: 4096,
-            ..Default::default()
-        };
-        agg.ingest(&Record::Event(unmap), &dev);
-        unmap.addr = 0x1234000;
-        agg.ingest(&Record::Event(unmap), &dev);
-        let s = &agg.snapshot(0.0, &[])[0];
-        assert_eq!(s.level, "iommu");
-        assert_eq!((s.maps, s.unmaps, s.outstanding_mappings), (1, 2, 0));
-        assert_eq!(agg.devices[&dev].iommu.unmatched_unmaps, 1);
-    }
-
-    #[test]
-    fn size_percentiles_come_from_the_histogram() {
-        let mut agg = Aggregator::new();
-        let dev: Arc<str> = Arc::from("d");
-        for i in 0..100u64 {
-            agg.ingest(&ev(kind::DMA_MAP, i * 0x10000, 4096 * (i + 1), 1), &dev);
-        }
-        let s = &agg.snapshot(0.0, &[])[0];
-        assert_eq!(s.map_size.count, 100);
-        // 3 significant digits: within 0.1% of the exact order statistic.
-        let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.001;
-        assert!(near(s.map_size.p50, 4096 * 50), "p50 {}", s.map_size.p50);
-        assert!(near(s.map_size.p99, 4096 * 99), "p99 {}", s.map_size.p99);
-        assert_eq!(s.map_size.max, 4096 * 100, "max is exact");
-    }
-
-    #[test]
-    fn kernel_counters_override_stream_counts() {
-        let mut agg = Aggregator::new();
-        let dev: Arc<str> = Arc::from("0000:00:04.0");
-        agg.ingest(&ev(kind::DMA_MAP, 0x1000, 4096, 2), &dev);
-        let key = |k: u16, dir| CounterKey {
-            dev: 1,
-            kind: u32::from(k),
-            dir,
-        };
-        agg.apply_kernel_counters(&[
-            (
-                dev.clone(),
-                key(kind::DMA_MAP, 2),
-                Counter {
-                    count: 10,
-                    bytes: 40960,
-                },
-            ),
-            (
-                dev.clone(),
-                key(kind::DMA_UNMAP, 2),
-                Counter {
-                    count: 9,
-                    bytes: 36864,
-                },
-            ),
-        ]);
-        let s = &agg.snapshot(0.0, &[])[0];
-        assert_eq!(
-            (s.maps, s.unmaps, s.bytes_mapped, s.bytes_from_device),
-            (10, 9, 40960, 40960)
-        );
-        assert_eq!(s.events, 19);
-    }
-
-    #[test]
-    fn faults_are_notable_with_hex_address() {
-        let mut agg = Aggregator::new();
-        let dev: Arc<str> = Arc::from("0000:00:03.0");
-        let e = Event {
-            kind: kind::IO_PAGE_FAULT,
-            addr: 0x123000,
-            aux: 1,
-            ..Default::default()
-        };
-        agg.ingest(&Record::Event(e), &dev);
-        let n = agg.recent.back().expect("fault kept");
-        assert_eq!(n.address.as_deref(), Some("0x123000"));
-        assert!(n.detail.contains("write"), "{}", n.detail);
-        assert_eq!(agg.snapshot(0.0, &[])[0].faults, 1);
-    }
-}
+mod tests;

@@ -1,0 +1,292 @@
+//! Timing of the DMA-API, IOMMU and flush/bounce paths, and the per-task
+//! state that attributes IOMMU events to devices.
+//!
+//! Each timed function gets an entry hook and an exit hook: fentry/fexit
+//! where the kernel has BTF and the function tracer (cheapest, typed), else
+//! kprobe/kretprobe. fentry programs are bound to one function at load time,
+//! so there is one program pair per slot (see `slots!` below); the loader
+//! picks the function for each slot from the kernel's BTF/kallsyms.
+//!
+//! Three nesting levels are tracked per task (`level::*`): a dma_map_* call
+//! (DMA API) may call iommu_map (IOMMU), which may flush the IOTLB (INNER).
+//! The DMA-API entry records the device; nested IOMMU calls inherit it, and
+//! learn domain -> device for later IOMMU calls made outside the DMA API
+//! (VFIO, iommufd). The iommu:map/unmap tracepoints, which carry no device,
+//! read the same state (`current_iommu_device`).
+
+use aya_ebpf::{
+    bindings::BPF_NOEXIST,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{fentry, fexit, kprobe, kretprobe, map},
+    maps::{HashMap, LruHashMap, PerCpuHashMap},
+    programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
+};
+use gpudirect_trace_common::{
+    flags, kind, level, op, LatHist, LatKey, TaskState, LAT_BUCKETS,
+};
+
+use crate::emit::{base_event, emit_hot};
+
+#[map]
+static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(16384, 0);
+
+/// IOMMU domain -> device, learnt from attach calls and DMA-API nesting.
+#[map]
+static DOMAIN_DEVS: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
+
+/// In-kernel latency histograms (aggregate-only mode reads only these).
+#[map]
+static LAT_HIST: PerCpuHashMap<LatKey, LatHist> = PerCpuHashMap::with_max_entries(4096, 0);
+
+#[inline(always)]
+fn tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// The device an IOMMU event of the current task belongs to, and how it was
+/// found (`flags::VIA_*`); (0, 0) when unknown.
+#[inline(always)]
+pub fn current_iommu_device() -> (u64, u16) {
+    let Some(st) = TASKS.get_ptr(&tid()) else {
+        return (0, 0);
+    };
+    // SAFETY: map value pointer, valid for this program run.
+    let st = unsafe { &*st };
+    if st.ts[level::IOMMU] != 0 && st.dev[level::IOMMU] != 0 {
+        let via = if st.ts[level::DMA_API] != 0 {
+            flags::VIA_DMA_API
+        } else {
+            flags::VIA_DOMAIN
+        };
+        return (st.dev[level::IOMMU], via);
+    }
+    if st.ts[level::DMA_API] != 0 && st.dev[level::DMA_API] != 0 {
+        return (st.dev[level::DMA_API], flags::VIA_DMA_API);
+    }
+    (0, 0)
+}
+
+#[inline(always)]
+fn state() -> Option<&'static mut TaskState> {
+    let t = tid();
+    if TASKS.get_ptr_mut(&t).is_none() {
+        let _ = TASKS.insert(&t, &TaskState::default(), BPF_NOEXIST as u64);
+    }
+    // SAFETY: map value pointer, valid for this program run.
+    TASKS.get_ptr_mut(&t).map(|p| unsafe { &mut *p })
+}
+
+/// Entry of a timed function at level `lvl`. `dev` is its `struct device *`
+/// argument (0 if it has none), `domain` its `struct iommu_domain *` (0 if none).
+#[inline(always)]
+fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
+    let Some(st) = state() else { return };
+    let mut d = dev;
+    if lvl == level::IOMMU {
+        st.domain = domain;
+        if st.ts[level::DMA_API] != 0 && st.dev[level::DMA_API] != 0 {
+            d = st.dev[level::DMA_API];
+            if domain != 0 {
+                let _ = DOMAIN_DEVS.insert(&domain, &d, 0);
+            }
+        } else if domain != 0 {
+            // SAFETY: value copied out immediately.
+            d = unsafe { DOMAIN_DEVS.get(&domain) }.copied().unwrap_or(0);
+        }
+    } else if lvl == level::INNER && d == 0 {
+        d = if st.ts[level::IOMMU] != 0 {
+            st.dev[level::IOMMU]
+        } else {
+            st.dev[level::DMA_API]
+        };
+    }
+    if lvl < level::COUNT {
+        st.ts[lvl] = now();
+        st.dev[lvl] = d;
+        st.addr[lvl] = addr;
+    }
+}
+
+/// Exit of a timed function: records its duration for (device, op).
+#[inline(always)]
+fn exit(lvl: usize, o: u32) {
+    if lvl >= level::COUNT {
+        return;
+    }
+    let Some(st) = TASKS.get_ptr_mut(&tid()) else {
+        return;
+    };
+    // SAFETY: map value pointer, valid for this program run.
+    let st = unsafe { &mut *st };
+    let start = st.ts[lvl];
+    if start == 0 {
+        return;
+    }
+    let ns = now().saturating_sub(start);
+    let dev = st.dev[lvl];
+    let addr = st.addr[lvl];
+    st.ts[lvl] = 0;
+    st.dev[lvl] = 0;
+    record_latency(dev, o, ns);
+    let mut ev = base_event(kind::LATENCY, dev, 0);
+    ev.size = ns;
+    ev.aux = o as u64;
+    ev.addr = addr;
+    emit_hot(&ev);
+}
+
+#[inline(always)]
+fn log2(mut v: u64) -> u32 {
+    let mut r = 0;
+    if v >= 1 << 32 {
+        v >>= 32;
+        r += 32;
+    }
+    if v >= 1 << 16 {
+        v >>= 16;
+        r += 16;
+    }
+    if v >= 1 << 8 {
+        v >>= 8;
+        r += 8;
+    }
+    if v >= 1 << 4 {
+        v >>= 4;
+        r += 4;
+    }
+    if v >= 1 << 2 {
+        v >>= 2;
+        r += 2;
+    }
+    if v >= 1 << 1 {
+        r += 1;
+    }
+    r
+}
+
+#[inline(always)]
+fn record_latency(dev: u64, o: u32, ns: u64) {
+    let key = LatKey { dev, op: o, _pad: 0 };
+    let mut b = log2(ns) as usize;
+    if b >= LAT_BUCKETS {
+        b = LAT_BUCKETS - 1;
+    }
+    if LAT_HIST.get_ptr_mut(&key).is_none() {
+        let empty = LatHist {
+            count: 0,
+            sum_ns: 0,
+            max_ns: 0,
+            buckets: [0; LAT_BUCKETS],
+        };
+        let _ = LAT_HIST.insert(&key, &empty, BPF_NOEXIST as u64);
+    }
+    if let Some(h) = LAT_HIST.get_ptr_mut(&key) {
+        // SAFETY: this CPU's value; no concurrent writer.
+        unsafe {
+            (*h).count += 1;
+            (*h).sum_ns += ns;
+            if ns > (*h).max_ns {
+                (*h).max_ns = ns;
+            }
+            if b < LAT_BUCKETS {
+                (*h).buckets[b] += 1;
+            }
+        }
+    }
+}
+
+/// Learns domain -> device from `__iommu_attach_device(domain, dev)` /
+/// `iommu_attach_device(domain, dev)`: how VFIO's domains get a device.
+#[fentry]
+pub fn attach_fentry(ctx: FEntryContext) -> i32 {
+    // SAFETY: both functions take (struct iommu_domain *, struct device *).
+    let (domain, dev): (u64, u64) = unsafe { (ctx.arg(0), ctx.arg(1)) };
+    learn_domain(domain, dev);
+    0
+}
+
+#[kprobe]
+pub fn attach_kprobe(ctx: ProbeContext) -> i32 {
+    let domain: u64 = ctx.arg(0).unwrap_or(0);
+    let dev: u64 = ctx.arg(1).unwrap_or(0);
+    learn_domain(domain, dev);
+    0
+}
+
+#[inline(always)]
+fn learn_domain(domain: u64, dev: u64) {
+    if domain != 0 && dev != 0 {
+        let _ = DOMAIN_DEVS.insert(&domain, &dev, 0);
+    }
+}
+
+/// Where a slot's function takes its device / domain / address.
+const DEV0: u8 = 1; // arg 0 is struct device *
+const DOMAIN0: u8 = 2; // arg 0 is struct iommu_domain *, arg 1 the iova
+const NONE: u8 = 0;
+
+#[inline(always)]
+fn args_of(shape: u8, a0: u64, a1: u64) -> (u64, u64, u64) {
+    match shape {
+        DEV0 => (a0, 0, 0),
+        DOMAIN0 => (0, a0, a1),
+        _ => (0, 0, 0),
+    }
+}
+
+/// One slot: fentry + fexit + kprobe + kretprobe programs for one function.
+macro_rules! slot {
+    ($entry:ident, $exit:ident, $kentry:ident, $kexit:ident, $lvl:expr, $op:expr, $shape:expr) => {
+        #[fentry]
+        pub fn $entry(ctx: FEntryContext) -> i32 {
+            // SAFETY: every slot function has at least two arguments.
+            let (a0, a1): (u64, u64) = if $shape == NONE {
+                (0, 0)
+            } else {
+                unsafe { (ctx.arg(0), ctx.arg(1)) }
+            };
+            let (dev, domain, addr) = args_of($shape, a0, a1);
+            enter($lvl, dev, domain, addr);
+            0
+        }
+
+        #[fexit]
+        pub fn $exit(_ctx: FExitContext) -> i32 {
+            exit($lvl, $op);
+            0
+        }
+
+        #[kprobe]
+        pub fn $kentry(ctx: ProbeContext) -> i32 {
+            let a0: u64 = ctx.arg(0).unwrap_or(0);
+            let a1: u64 = ctx.arg(1).unwrap_or(0);
+            let (dev, domain, addr) = args_of($shape, a0, a1);
+            enter($lvl, dev, domain, addr);
+            0
+        }
+
+        #[kretprobe]
+        pub fn $kexit(_ctx: RetProbeContext) -> i32 {
+            exit($lvl, $op);
+            0
+        }
+    };
+}
+
+slot!(t_dma_map_in, t_dma_map_out, k_dma_map_in, k_dma_map_out, level::DMA_API, op::DMA_MAP, DEV0);
+slot!(t_dma_unmap_in, t_dma_unmap_out, k_dma_unmap_in, k_dma_unmap_out, level::DMA_API, op::DMA_UNMAP, DEV0);
+slot!(t_dma_map_sg_in, t_dma_map_sg_out, k_dma_map_sg_in, k_dma_map_sg_out, level::DMA_API, op::DMA_MAP_SG, DEV0);
+slot!(t_dma_unmap_sg_in, t_dma_unmap_sg_out, k_dma_unmap_sg_in, k_dma_unmap_sg_out, level::DMA_API, op::DMA_UNMAP_SG, DEV0);
+slot!(t_iommu_map_in, t_iommu_map_out, k_iommu_map_in, k_iommu_map_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
+slot!(t_iommu_map2_in, t_iommu_map2_out, k_iommu_map2_in, k_iommu_map2_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
+slot!(t_iommu_map_sg_in, t_iommu_map_sg_out, k_iommu_map_sg_in, k_iommu_map_sg_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
+slot!(t_iommu_unmap_in, t_iommu_unmap_out, k_iommu_unmap_in, k_iommu_unmap_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
+slot!(t_iommu_unmap2_in, t_iommu_unmap2_out, k_iommu_unmap2_in, k_iommu_unmap2_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
+slot!(t_iotlb_sync_in, t_iotlb_sync_out, k_iotlb_sync_in, k_iotlb_sync_out, level::INNER, op::IOTLB_SYNC, NONE);
+slot!(t_swiotlb_in, t_swiotlb_out, k_swiotlb_in, k_swiotlb_out, level::INNER, op::SWIOTLB_MAP, DEV0);

@@ -1,0 +1,222 @@
+//! One level of mappings (DMA API, IOMMU, coherent) for one device: counts,
+//! bytes, mapped-size distribution, outstanding mappings, their lifetimes
+//! and the oldest ones (leak suspects).
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::MAX_TRACKED;
+
+/// A mapping seen mapped and not yet unmapped.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    size: u64,
+    ts_ns: u64,
+    pid: u32,
+}
+
+pub struct Level {
+    pub maps: u64,
+    pub unmaps: u64,
+    pub bytes_mapped: u64,
+    pub bytes_unmapped: u64,
+    pub sizes: Histogram<u64>,
+    /// Exact largest size (the histogram's max is rounded up to its bucket).
+    pub max_size: u64,
+    /// Map-to-unmap durations (ns) of mappings seen both mapped and unmapped.
+    pub lifetimes: Histogram<u64>,
+    pub max_lifetime: u64,
+    /// By start address: an unmap may cover several mappings (one
+    /// iommu_unmap for the IOVA range of a whole scatterlist).
+    outstanding: BTreeMap<u64, Mapping>,
+    pub outstanding_bytes: u64,
+    /// Mappings not tracked because `MAX_TRACKED` was reached.
+    pub untracked: u64,
+    /// Unmaps of addresses mapped before the trace started.
+    pub unmatched_unmaps: u64,
+}
+
+impl Default for Level {
+    fn default() -> Self {
+        let hist = || Histogram::new(3).expect("3 significant digits is a valid histogram");
+        Self {
+            maps: 0,
+            unmaps: 0,
+            bytes_mapped: 0,
+            bytes_unmapped: 0,
+            sizes: hist(),
+            max_size: 0,
+            lifetimes: hist(),
+            max_lifetime: 0,
+            outstanding: BTreeMap::new(),
+            outstanding_bytes: 0,
+            untracked: 0,
+            unmatched_unmaps: 0,
+        }
+    }
+}
+
+/// An outstanding mapping older than the long-lived threshold.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LongLived {
+    pub address: String,
+    pub size: u64,
+    pub age_s: f64,
+    pub pid: u32,
+}
+
+impl Level {
+    pub fn map(&mut self, addr: u64, size: u64, ts_ns: u64, pid: u32) {
+        self.map_entries(addr, size, std::iter::once(size), ts_ns, pid);
+    }
+
+    /// One mapping of `size` bytes at `addr` made of entries of `entry_sizes`
+    /// (one entry for page mappings; the scatterlist's for sg mappings).
+    pub fn map_entries(
+        &mut self,
+        addr: u64,
+        size: u64,
+        entry_sizes: impl Iterator<Item = u64>,
+        ts_ns: u64,
+        pid: u32,
+    ) {
+        self.maps += 1;
+        self.bytes_mapped += size;
+        for s in entry_sizes {
+            record(&mut self.sizes, s);
+            self.max_size = self.max_size.max(s);
+        }
+        if self.outstanding.len() >= MAX_TRACKED {
+            self.untracked += 1;
+            return;
+        }
+        let m = Mapping { size, ts_ns, pid };
+        if let Some(old) = self.outstanding.insert(addr, m) {
+            // Re-mapped without an unmap we saw: keep bytes consistent.
+            self.outstanding_bytes -= old.size;
+        }
+        self.outstanding_bytes += size;
+    }
+
+    /// Unmaps `[addr, addr + size)`: every mapping starting in that range
+    /// ends; the lifetime recorded is the oldest one's.
+    pub fn unmap(&mut self, addr: u64, size: u64, ts_ns: u64) {
+        self.unmaps += 1;
+        self.bytes_unmapped += size;
+        let end = addr.saturating_add(size.max(1));
+        let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
+        let mut oldest: Option<u64> = None;
+        for a in starts {
+            if let Some(m) = self.outstanding.remove(&a) {
+                self.outstanding_bytes -= m.size;
+                oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
+            }
+        }
+        match oldest {
+            Some(t) => {
+                let life = ts_ns.saturating_sub(t);
+                record(&mut self.lifetimes, life);
+                self.max_lifetime = self.max_lifetime.max(life);
+            }
+            None => self.unmatched_unmaps += 1,
+        }
+    }
+
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    /// Whether `addr` is inside a mapping this level saw and has not seen
+    /// unmapped (linear scan: used only for rare events such as faults).
+    pub fn covers(&self, addr: u64) -> bool {
+        self.outstanding
+            .iter()
+            .any(|(&a, m)| addr >= a && addr < a.saturating_add(m.size.max(1)))
+    }
+
+    /// The oldest outstanding mappings older than `threshold_ns` at `now_ns`.
+    pub fn long_lived(&self, now_ns: u64, threshold_ns: u64, limit: usize) -> Vec<LongLived> {
+        let mut old: Vec<(&u64, &Mapping)> = self
+            .outstanding
+            .iter()
+            .filter(|(_, m)| now_ns.saturating_sub(m.ts_ns) >= threshold_ns)
+            .collect();
+        old.sort_by_key(|(_, m)| m.ts_ns);
+        old.into_iter()
+            .take(limit)
+            .map(|(a, m)| LongLived {
+                address: format!("{a:#x}"),
+                size: m.size,
+                age_s: now_ns.saturating_sub(m.ts_ns) as f64 / 1e9,
+                pid: m.pid,
+            })
+            .collect()
+    }
+
+    pub fn snapshot(&self) -> LevelSnapshot {
+        LevelSnapshot {
+            maps: self.maps,
+            unmaps: self.unmaps,
+            bytes_mapped: self.bytes_mapped,
+            bytes_unmapped: self.bytes_unmapped,
+            size: Percentiles {
+                max: self.max_size,
+                ..Percentiles::of(&self.sizes)
+            },
+            lifetime_ns: Percentiles {
+                max: self.max_lifetime,
+                ..Percentiles::of(&self.lifetimes)
+            },
+            outstanding_mappings: self.outstanding.len() as u64 + self.untracked,
+            outstanding_bytes: self.outstanding_bytes,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+impl Percentiles {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: h.len(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LevelSnapshot {
+    pub maps: u64,
+    pub unmaps: u64,
+    pub bytes_mapped: u64,
+    pub bytes_unmapped: u64,
+    pub size: Percentiles,
+    /// Map-to-unmap time of mappings seen both mapped and unmapped.
+    pub lifetime_ns: Percentiles,
+    pub outstanding_mappings: u64,
+    pub outstanding_bytes: u64,
+}
+
+/// Records into an auto-resizing histogram (saturating_record would clamp to
+/// the current, initially tiny, range instead of growing it).
+pub fn record(h: &mut Histogram<u64>, value: u64) {
+    let v = value.max(1);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}

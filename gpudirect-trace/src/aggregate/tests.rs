@@ -1,0 +1,215 @@
+//! Unit tests of the aggregation.
+
+use gpudirect_trace_common::{kind, Counter, CounterKey, Event};
+
+use super::*;
+use crate::decode::Record;
+
+fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
+    Record::Event(Event {
+        kind: k,
+        addr,
+        size,
+        dir,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn maps_unmaps_and_outstanding_per_device() {
+    let mut agg = Aggregator::new();
+    let nvme: Arc<str> = Arc::from("0000:00:04.0");
+    let gpu: Arc<str> = Arc::from("0000:00:06.0");
+    agg.ingest(&ev(kind::DMA_MAP, 0x1000, 4096, 2), &nvme);
+    agg.ingest(&ev(kind::DMA_MAP, 0x3000, 8192, 1), &nvme);
+    agg.ingest(&ev(kind::DMA_UNMAP, 0x1000, 4096, 2), &nvme);
+    agg.ingest(&ev(kind::DMA_MAP, 0x9000, 65536, 0), &gpu);
+    agg.ingest(&ev(kind::SWIOTLB_BOUNCED, 0x9000, 512, 0), &gpu);
+    let snap = agg.snapshot(1.0, &[]);
+    let n = snap
+        .iter()
+        .find(|d| d.device == "0000:00:04.0")
+        .expect("nvme row");
+    assert_eq!((n.maps, n.unmaps, n.bytes_mapped), (2, 1, 12288));
+    assert_eq!((n.outstanding_mappings, n.outstanding_bytes), (1, 8192));
+    assert_eq!((n.bytes_from_device, n.bytes_to_device), (4096, 8192));
+    assert_eq!(n.level, "dma");
+    assert_eq!(n.events_per_sec, 3.0);
+    let g = snap
+        .iter()
+        .find(|d| d.device == "0000:00:06.0")
+        .expect("gpu row");
+    assert_eq!(
+        (
+            g.bytes_bidirectional,
+            g.swiotlb_bounces,
+            g.swiotlb_bounced_bytes
+        ),
+        (65536, 1, 512)
+    );
+    let only = agg.snapshot(1.0, &["0000:00:06.0".to_owned()]);
+    assert_eq!(only.len(), 1);
+}
+
+#[test]
+fn iommu_level_reported_when_no_dma_api_events() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from(UNATTRIBUTED);
+    agg.ingest(&ev(kind::IOMMU_MAP, 0xfffff000, 4096, 0), &dev);
+    let mut unmap = Event {
+        kind: kind::IOMMU_UNMAP,
+        addr: 0xfffff000,
+        size: 4096,
+        aux: 4096,
+        ..Default::default()
+    };
+    agg.ingest(&Record::Event(unmap), &dev);
+    unmap.addr = 0x1234000;
+    agg.ingest(&Record::Event(unmap), &dev);
+    let s = &agg.snapshot(0.0, &[])[0];
+    assert_eq!(s.level, "iommu");
+    assert_eq!((s.maps, s.unmaps, s.outstanding_mappings), (1, 2, 0));
+    assert_eq!(agg.devices[&dev].iommu.unmatched_unmaps, 1);
+}
+
+#[test]
+fn size_percentiles_come_from_the_histogram() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("d");
+    for i in 0..100u64 {
+        agg.ingest(&ev(kind::DMA_MAP, i * 0x10000, 4096 * (i + 1), 1), &dev);
+    }
+    let s = &agg.snapshot(0.0, &[])[0];
+    assert_eq!(s.map_size.count, 100);
+    // 3 significant digits: within 0.1% of the exact order statistic.
+    let near = |got: u64, want: u64| (got as f64 - want as f64).abs() <= want as f64 * 0.001;
+    assert!(near(s.map_size.p50, 4096 * 50), "p50 {}", s.map_size.p50);
+    assert!(near(s.map_size.p99, 4096 * 99), "p99 {}", s.map_size.p99);
+    assert_eq!(s.map_size.max, 4096 * 100, "max is exact");
+}
+
+#[test]
+fn kernel_counters_override_stream_counts() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:04.0");
+    agg.ingest(&ev(kind::DMA_MAP, 0x1000, 4096, 2), &dev);
+    let key = |k: u16, dir| CounterKey {
+        dev: 1,
+        kind: u32::from(k),
+        dir,
+    };
+    agg.apply_kernel_counters(&[
+        (
+            dev.clone(),
+            key(kind::DMA_MAP, 2),
+            Counter {
+                count: 10,
+                bytes: 40960,
+            },
+        ),
+        (
+            dev.clone(),
+            key(kind::DMA_UNMAP, 2),
+            Counter {
+                count: 9,
+                bytes: 36864,
+            },
+        ),
+    ]);
+    let s = &agg.snapshot(0.0, &[])[0];
+    assert_eq!(
+        (s.maps, s.unmaps, s.bytes_mapped, s.bytes_from_device),
+        (10, 9, 40960, 40960)
+    );
+    assert_eq!(s.events, 19);
+}
+
+#[test]
+fn faults_are_notable_with_hex_address() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:03.0");
+    let e = Event {
+        kind: kind::IO_PAGE_FAULT,
+        addr: 0x123000,
+        aux: 1,
+        ..Default::default()
+    };
+    agg.ingest(&Record::Event(e), &dev);
+    let n = agg.recent.back().expect("fault kept");
+    assert_eq!(n.address.as_deref(), Some("0x123000"));
+    assert!(n.detail.contains("write"), "{}", n.detail);
+    assert_eq!(agg.snapshot(0.0, &[])[0].faults, 1);
+}
+
+#[test]
+fn one_unmap_ends_every_mapping_in_its_range() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:04.0");
+    // dma-iommu maps a 3-entry scatterlist as 3 iommu:map calls in one IOVA
+    // range, and unmaps the range with a single iommu_unmap_fast.
+    for (i, size) in [4096u64, 8192, 4096].iter().enumerate() {
+        let e = Event {
+            kind: kind::IOMMU_MAP,
+            addr: 0xffff_0000 + i as u64 * 0x4000,
+            size: *size,
+            ts_ns: 1_000 + i as u64,
+            ..Default::default()
+        };
+        agg.ingest(&Record::Event(e), &dev);
+    }
+    let e = Event {
+        kind: kind::IOMMU_UNMAP,
+        addr: 0xffff_0000,
+        size: 0xc000,
+        aux: 0xc000,
+        ts_ns: 5_000,
+        ..Default::default()
+    };
+    agg.ingest(&Record::Event(e), &dev);
+    let s = &agg.snapshot(0.0, &[])[0];
+    assert_eq!(
+        (s.iommu.maps, s.iommu.unmaps, s.iommu.outstanding_mappings),
+        (3, 1, 0)
+    );
+    assert_eq!(s.iommu.outstanding_bytes, 0);
+    assert_eq!(s.iommu.lifetime_ns.count, 1);
+    assert_eq!(
+        s.iommu.lifetime_ns.max, 4_000,
+        "lifetime from the oldest mapping"
+    );
+}
+
+#[test]
+fn fault_mapping_state_distinguishes_live_unmapped_and_never_mapped() {
+    let mut agg = Aggregator::new();
+    let dev: Arc<str> = Arc::from("0000:00:03.0");
+    let ev = |k, addr, ts_ns, pid| {
+        Record::Event(Event {
+            kind: k,
+            addr,
+            size: 4096,
+            aux: 4096,
+            ts_ns,
+            pid,
+            ..Default::default()
+        })
+    };
+    agg.ingest(&ev(kind::IOMMU_MAP, 0x200000, 1_000, 812), &dev);
+    agg.ingest(&ev(kind::IOMMU_MAP, 0x300000, 1_000, 812), &dev);
+    agg.ingest(&ev(kind::IOMMU_UNMAP, 0x200000, 10_000, 812), &dev);
+    let unmapped = agg.mapping_state("0000:00:03.0", 0x200010, Some(45_000));
+    assert_eq!(
+        unmapped,
+        "unmapped 35.0us before the fault by pid 812: DMA after unmap"
+    );
+    assert!(agg
+        .mapping_state("0000:00:03.0", 0x300000, Some(45_000))
+        .starts_with("mapped"));
+    assert_eq!(
+        agg.mapping_state("0000:00:03.0", 0x123000, Some(45_000)),
+        "never mapped in this trace"
+    );
+    assert!(agg
+        .mapping_state("0000:00:09.0", 0x123000, None)
+        .starts_with("never mapped"));
+}

@@ -1,0 +1,569 @@
+//! The exported metrics: the aggregator's cumulative totals as bounded
+//! Prometheus families (docs/metrics.md), encoded by `prometheus-client`.
+//!
+//! A [`Model`] is built from the aggregator at every scrape and registered as
+//! the registry's [`Collector`], so there is no second set of counters to keep
+//! in step: the values are the aggregator's own, which are monotonic (the
+//! loss-free in-kernel totals, refreshed right before the model is built).
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    sync::Arc,
+};
+
+use gpudirect_trace_common::{op, LatHist};
+use hdrhistogram::Histogram;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, MetricType},
+    registry::{Registry, Unit},
+};
+
+use crate::{
+    aggregate::{Aggregator, DeviceStats, UNATTRIBUTED},
+    decode::{dir_name, kind_name},
+    ebpf::{ProbeStatus, SelfStats, Status},
+};
+
+/// The label that devices past `--max-devices` fold into.
+pub const OTHER_DEVICE: &str = "other";
+pub const DEFAULT_MAX_DEVICES: usize = 256;
+/// Longest `reason` label value; longer reasons are cut.
+pub const MAX_REASON_LEN: usize = 80;
+/// Content-Type of the OpenMetrics text format that `prometheus-client` writes.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (bytes) of the mapped-size buckets: the sub-page range, the
+/// page sizes (4 KiB, 64 KiB, 2 MiB, 1 GiB) and the steps between them.
+pub const SIZE_BUCKETS: &[u64] = &[
+    512,
+    4 << 10,
+    8 << 10,
+    16 << 10,
+    32 << 10,
+    64 << 10,
+    128 << 10,
+    256 << 10,
+    1 << 20,
+    2 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+    1 << 30,
+];
+
+/// Upper bounds (nanoseconds) of the latency buckets: powers of two from
+/// 512 ns to 134 ms, the kernel's own log2 buckets (bucket b holds
+/// [2^b, 2^(b+1)) ns), so streamed and in-kernel histograms export alike.
+pub const LATENCY_BUCKETS_NS: &[u64] = &[
+    1 << 9,
+    1 << 10,
+    1 << 11,
+    1 << 12,
+    1 << 13,
+    1 << 14,
+    1 << 15,
+    1 << 16,
+    1 << 17,
+    1 << 18,
+    1 << 19,
+    1 << 20,
+    1 << 21,
+    1 << 22,
+    1 << 23,
+    1 << 24,
+    1 << 25,
+    1 << 26,
+    1 << 27,
+];
+
+/// Bounded device labels. The first `max` devices seen keep their name for
+/// the life of the process (a label never moves, so every series stays
+/// monotonic); later ones are reported as `device="other"` and counted once
+/// each in `gpudirect_devices_folded_total`.
+#[derive(Debug)]
+pub struct DeviceLabels {
+    max: usize,
+    admitted: HashSet<Arc<str>>,
+    folded: HashSet<Arc<str>>,
+}
+
+impl DeviceLabels {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            admitted: HashSet::new(),
+            folded: HashSet::new(),
+        }
+    }
+
+    /// The label value for the device the aggregator calls `device`.
+    pub fn label(&mut self, device: &str) -> Arc<str> {
+        let name = label_name(device);
+        if let Some(l) = self.admitted.get(name) {
+            return l.clone();
+        }
+        if name != OTHER_DEVICE && self.admitted.len() < self.max && !self.folded.contains(name) {
+            let l: Arc<str> = Arc::from(name);
+            self.admitted.insert(l.clone());
+            return l;
+        }
+        if !self.folded.contains(name) {
+            self.folded.insert(Arc::from(name));
+        }
+        Arc::from(OTHER_DEVICE)
+    }
+
+    /// Distinct devices folded into `device="other"` so far.
+    pub fn folded(&self) -> u64 {
+        self.folded.len() as u64
+    }
+}
+
+/// Label values carry no addresses and no spaces: the unattributed IOMMU row
+/// becomes `unattributed`, devices whose name could not be read (shown as
+/// `dev@<address>` elsewhere) become `unnamed`, faults without a device
+/// (`-`) `unknown`.
+fn label_name(device: &str) -> &str {
+    if device == UNATTRIBUTED {
+        "unattributed"
+    } else if device == "-" || device.is_empty() {
+        "unknown"
+    } else if device.starts_with("dev@") {
+        "unnamed"
+    } else {
+        device
+    }
+}
+
+/// Faults of one (device, source, reason): `Session::fault_counts`, i.e.
+/// the iommu:io_page_fault tracepoint and the kernel log decoders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultCount {
+    pub device: String,
+    /// `faults::Source::as_str()`: vtd, amd-vi, smmu, iommu-tracepoint,
+    /// nvidia-xid, aer.
+    pub source: String,
+    pub reason: String,
+    pub count: u64,
+}
+
+/// A classic histogram: per-bucket (not cumulative) counts, `+Inf` last.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramValue {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    pub count: u64,
+}
+
+impl HistogramValue {
+    /// Buckets with upper bounds `bounds` (in the histogram's unit, exported
+    /// multiplied by `scale`) from an HdrHistogram. Each recorded value is
+    /// placed by the lowest value it stands for: exact for sizes below 2048
+    /// and for page multiples below 8 MiB, within 0.1% otherwise.
+    pub fn from_hdr(h: &Histogram<u64>, bounds: &[u64], scale: f64) -> Self {
+        let mut counts = vec![0u64; bounds.len() + 1];
+        let mut sum = 0.0;
+        for v in h.iter_recorded() {
+            let low = h.lowest_equivalent(v.value_iterated_to());
+            let n = v.count_at_value();
+            counts[bounds.partition_point(|&b| b < low)] += n;
+            sum += low as f64 * n as f64;
+        }
+        let uppers = bounds
+            .iter()
+            .map(|&b| b as f64 * scale)
+            .chain(std::iter::once(f64::INFINITY));
+        Self {
+            buckets: uppers.zip(counts).collect(),
+            sum: sum * scale,
+            count: h.len(),
+        }
+    }
+
+    /// Buckets of a kernel log2 histogram (bucket b: [2^b, 2^(b+1)) ns) at
+    /// the power-of-two `bounds_ns`: exact, as every log2 bucket lies wholly
+    /// below or above each bound. Sum and count are the kernel's.
+    pub fn from_log2(h: &LatHist, bounds_ns: &[u64], scale: f64) -> Self {
+        let mut counts = vec![0u64; bounds_ns.len() + 1];
+        for (b, &n) in h.buckets.iter().enumerate() {
+            // Everything in bucket b is < 2^(b+1): the first bound >= that.
+            let upper = 1u128 << (b + 1);
+            counts[bounds_ns.partition_point(|&x| u128::from(x) < upper)] += n;
+        }
+        let uppers = bounds_ns
+            .iter()
+            .map(|&b| b as f64 * scale)
+            .chain(std::iter::once(f64::INFINITY));
+        Self {
+            buckets: uppers.zip(counts).collect(),
+            sum: h.sum_ns as f64 * scale,
+            count: h.count,
+        }
+    }
+
+    fn add(&mut self, other: &Self) {
+        if self.buckets.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&other.buckets) {
+            a.1 += b.1;
+        }
+        self.sum += other.sum;
+        self.count += other.count;
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Type {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric family. Samples with equal labels are summed (devices folded
+/// into `other`).
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    kind: Type,
+    values: BTreeMap<Labels, u64>,
+    histograms: BTreeMap<Labels, HistogramValue>,
+}
+
+/// Every exported family with its current samples, in output order.
+#[derive(Debug, Default)]
+pub struct Model {
+    families: Vec<Family>,
+}
+
+impl Model {
+    /// The model of everything the session knows: per-device DMA/IOMMU
+    /// activity and latency, `faults` (all sources), Xids, and the tracer's
+    /// self-metrics. `streamed`: hot events come through the ring buffer (not
+    /// `--aggregate-only`); without them outstanding mappings are unknown
+    /// and not exported.
+    pub fn build(
+        agg: &Aggregator,
+        stats: &SelfStats,
+        probes: &[ProbeStatus],
+        faults: &[FaultCount],
+        labels: &mut DeviceLabels,
+        streamed: bool,
+    ) -> Self {
+        let mut m = Self::default();
+        m.add_devices(agg, labels, streamed);
+        m.add_faults(faults, labels);
+        m.add_self(agg, stats, probes, labels);
+        m
+    }
+
+    fn family(&mut self, name: &'static str, kind: Type, unit: Option<Unit>) -> &mut Family {
+        let found = self
+            .families
+            .iter()
+            .position(|f| f.name == name && f.unit == unit);
+        let i = match found {
+            Some(i) => i,
+            None => {
+                self.families.push(Family {
+                    name,
+                    help: help(&exported_name(name, unit.as_ref(), kind)),
+                    unit,
+                    kind,
+                    values: BTreeMap::new(),
+                    histograms: BTreeMap::new(),
+                });
+                self.families.len() - 1
+            }
+        };
+        &mut self.families[i]
+    }
+
+    fn add(&mut self, name: &'static str, kind: Type, unit: Option<Unit>, l: Labels, v: u64) {
+        *self.family(name, kind, unit).values.entry(l).or_default() += v;
+    }
+
+    fn add_histogram(&mut self, name: &'static str, unit: Unit, l: Labels, h: &HistogramValue) {
+        let f = self.family(name, Type::Histogram, Some(unit));
+        f.histograms.entry(l).or_default().add(h);
+    }
+
+    fn add_devices(&mut self, agg: &Aggregator, labels: &mut DeviceLabels, streamed: bool) {
+        use Type::{Counter, Gauge};
+        let bytes = || Some(Unit::Bytes);
+        for (name, d) in &agg.devices {
+            let dev = labels.label(name).to_string();
+            let l1 = |k: &'static str, v: &str| vec![("device", dev.clone()), (k, v.to_owned())];
+            for (dir, &b) in d.bytes_by_dir.iter().enumerate() {
+                if b > 0 {
+                    let l = l1("direction", dir_name(dir as u32));
+                    self.add("gpudirect_dma_map", Counter, bytes(), l, b);
+                }
+            }
+            for (level, lv) in [
+                ("dma", &d.dma),
+                ("iommu", &d.iommu),
+                ("coherent", &d.coherent),
+            ] {
+                if lv.maps == 0 && lv.unmaps == 0 && lv.sizes.is_empty() {
+                    continue;
+                }
+                self.add(
+                    "gpudirect_dma_maps",
+                    Counter,
+                    None,
+                    l1("level", level),
+                    lv.maps,
+                );
+                self.add(
+                    "gpudirect_dma_unmaps",
+                    Counter,
+                    None,
+                    l1("level", level),
+                    lv.unmaps,
+                );
+                if streamed {
+                    let outstanding = lv.outstanding() as u64 + lv.untracked;
+                    let l = l1("level", level);
+                    self.add(
+                        "gpudirect_mappings_outstanding",
+                        Gauge,
+                        None,
+                        l,
+                        outstanding,
+                    );
+                    let (l, ob) = (l1("level", level), lv.outstanding_bytes);
+                    self.add("gpudirect_mappings_outstanding", Gauge, bytes(), l, ob);
+                }
+                if !lv.sizes.is_empty() {
+                    let h = HistogramValue::from_hdr(&lv.sizes, SIZE_BUCKETS, 1.0);
+                    let l = l1("level", level);
+                    self.add_histogram("gpudirect_dma_map_size", Unit::Bytes, l, &h);
+                }
+            }
+            let l = vec![("device", dev.clone())];
+            if d.iommu.bytes_mapped > 0 {
+                let b = d.iommu.bytes_mapped;
+                self.add("gpudirect_iommu_map", Counter, bytes(), l.clone(), b);
+            }
+            if d.swiotlb_bounces > 0 {
+                let (n, b) = (d.swiotlb_bounces, d.swiotlb_bytes);
+                self.add("gpudirect_swiotlb_bounces", Counter, None, l.clone(), n);
+                self.add("gpudirect_swiotlb_bounced", Counter, bytes(), l.clone(), b);
+            }
+            if d.map_errors > 0 {
+                self.add("gpudirect_dma_map_errors", Counter, None, l, d.map_errors);
+            }
+            for (xid, &n) in &d.xid_counts {
+                let l = l1("xid", &xid.to_string());
+                self.add("gpudirect_nvidia_xid", Counter, None, l, n);
+            }
+            self.add_latency(&dev, d);
+        }
+    }
+
+    /// `gpudirect_iommu_map_latency_seconds{device,op}`: the kernel's
+    /// loss-free log2 histogram of each operation where it has one, else the
+    /// streamed HdrHistogram (never both: one source per series, so its
+    /// counts only grow).
+    fn add_latency(&mut self, dev: &str, d: &DeviceStats) {
+        for o in 0..op::COUNT {
+            let kernel = d.kernel_latency.get(&o).filter(|k| k.count > 0);
+            let stream = d.latency.get(&o).filter(|l| !l.hist.is_empty());
+            let v = match (kernel, stream) {
+                (Some(k), _) => HistogramValue::from_log2(k, LATENCY_BUCKETS_NS, 1e-9),
+                (None, Some(l)) => HistogramValue::from_hdr(&l.hist, LATENCY_BUCKETS_NS, 1e-9),
+                (None, None) => continue,
+            };
+            let l = vec![
+                ("device", dev.to_owned()),
+                ("op", op::NAMES[o as usize].to_owned()),
+            ];
+            self.add_histogram("gpudirect_iommu_map_latency", Unit::Seconds, l, &v);
+        }
+    }
+
+    /// Adds fault counts: IOMMU faults (tracepoint, VT-d, AMD-Vi, SMMU) to
+    /// `gpudirect_iommu_faults_total`, PCIe AER errors to
+    /// `gpudirect_pcie_aer_errors_total`. Xids are left out: they are counted
+    /// per Xid number in the aggregator (`gpudirect_nvidia_xid_total`).
+    pub fn add_faults(&mut self, faults: &[FaultCount], labels: &mut DeviceLabels) {
+        for f in faults {
+            let device = ("device", labels.label(&f.device).to_string());
+            let mut reason = f.reason.clone();
+            if reason.len() > MAX_REASON_LEN {
+                let mut cut = MAX_REASON_LEN;
+                while !reason.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                reason.truncate(cut);
+            }
+            let reason = ("reason", reason);
+            match f.source.as_str() {
+                "nvidia-xid" => {}
+                "aer" => {
+                    let l = vec![device, reason];
+                    self.add("gpudirect_pcie_aer_errors", Type::Counter, None, l, f.count);
+                }
+                source => {
+                    let l = vec![device, ("source", source.to_owned()), reason];
+                    self.add("gpudirect_iommu_faults", Type::Counter, None, l, f.count);
+                }
+            }
+        }
+    }
+
+    fn add_self(
+        &mut self,
+        agg: &Aggregator,
+        stats: &SelfStats,
+        probes: &[ProbeStatus],
+        labels: &DeviceLabels,
+    ) {
+        use Type::{Counter, Gauge};
+        for p in probes {
+            let l = vec![("probe", p.name.to_owned()), ("kind", p.kind.to_owned())];
+            let up = u64::from(p.status == Status::Attached);
+            self.add("gpudirect_probe_attached", Gauge, None, l, up);
+        }
+        for (k, &n) in stats.hits.iter().enumerate().skip(1) {
+            let l = vec![("kind", kind_name(k as u16).to_owned())];
+            self.add("gpudirect_events", Counter, None, l, n);
+        }
+        let lost = stats.lost_events;
+        self.add(
+            "gpudirect_events_received",
+            Counter,
+            None,
+            vec![],
+            agg.events,
+        );
+        self.add("gpudirect_events_lost", Counter, None, vec![], lost);
+        let bad = agg.decode_errors;
+        self.add("gpudirect_events_undecodable", Counter, None, vec![], bad);
+        let folded = labels.folded();
+        self.add("gpudirect_devices_folded", Counter, None, vec![], folded);
+    }
+
+    /// The metric names as exported (with unit and `_total` suffixes).
+    pub fn exported_names(&self) -> Vec<String> {
+        let names = self.families.iter();
+        names
+            .map(|f| exported_name(f.name, f.unit.as_ref(), f.kind))
+            .collect()
+    }
+}
+
+fn exported_name(name: &str, unit: Option<&Unit>, kind: Type) -> String {
+    let mut n = name.to_owned();
+    if let Some(u) = unit {
+        n = format!("{n}_{}", u.as_str());
+    }
+    if kind == Type::Counter {
+        n.push_str("_total");
+    }
+    n
+}
+
+impl Collector for Model {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.families {
+            let kind = match f.kind {
+                Type::Counter => MetricType::Counter,
+                Type::Gauge => MetricType::Gauge,
+                Type::Histogram => MetricType::Histogram,
+            };
+            let mut m = encoder.encode_descriptor(f.name, f.help, f.unit.as_ref(), kind)?;
+            for (l, h) in &f.histograms {
+                m.encode_family(l)?
+                    .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
+            }
+            if let [(l, &v)] = f.values.iter().collect::<Vec<_>>()[..] {
+                if l.is_empty() {
+                    encode_value(f.kind, v, m)?;
+                    continue;
+                }
+            }
+            for (l, &v) in &f.values {
+                encode_value(f.kind, v, m.encode_family(l)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn encode_value(
+    kind: Type,
+    v: u64,
+    m: prometheus_client::encoding::MetricEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    match kind {
+        Type::Counter => ConstCounter::new(v).encode(m),
+        _ => ConstGauge::new(v).encode(m),
+    }
+}
+
+/// The model encoded as OpenMetrics 1.0 (`openmetrics`) or the Prometheus
+/// text format 0.0.4.
+pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(model));
+    let mut out = String::new();
+    if openmetrics {
+        prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    } else {
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
+    }
+    Ok(out)
+}
+
+fn help(exported: &str) -> &'static str {
+    match exported {
+        "gpudirect_dma_map_bytes_total" => {
+            "Bytes mapped through the streaming DMA API, by DMA direction."
+        }
+        "gpudirect_dma_maps_total" => {
+            "Mappings made: dma (streaming DMA API), iommu (IOMMU page tables), coherent (dma_alloc)."
+        }
+        "gpudirect_dma_unmaps_total" => "Mappings removed, by level as in gpudirect_dma_maps_total.",
+        "gpudirect_mappings_outstanding" => "Mappings made and not yet removed since the start.",
+        "gpudirect_mappings_outstanding_bytes" => "Bytes of the outstanding mappings.",
+        "gpudirect_dma_map_size_bytes" => {
+            "Mapped sizes (one observation per mapping, per entry for scatter-gather mappings)."
+        }
+        "gpudirect_iommu_map_bytes_total" => "Bytes mapped in IOMMU page tables (iommu:map).",
+        "gpudirect_swiotlb_bounces_total" => "Transfers bounced through the swiotlb buffer.",
+        "gpudirect_swiotlb_bounced_bytes_total" => {
+            "Bytes bounced through the swiotlb buffer (copied by the CPU)."
+        }
+        "gpudirect_dma_map_errors_total" => "Failed dma_map_sg calls.",
+        "gpudirect_nvidia_xid_total" => "NVIDIA Xid errors reported by the driver, by Xid number.",
+        "gpudirect_iommu_faults_total" => "IOMMU faults, by where they were seen and their reason.",
+        "gpudirect_iommu_map_latency_seconds" => {
+            "Time spent in DMA-API, IOMMU map/unmap, IOTLB sync and swiotlb map operations."
+        }
+        "gpudirect_pcie_aer_errors_total" => "PCIe AER errors reported in the kernel log.",
+        "gpudirect_probe_attached" => "1 if the probe is attached on this kernel, else 0.",
+        "gpudirect_events_total" => "Tracepoint hits counted in-kernel (loss-free), by event kind.",
+        "gpudirect_events_received_total" => "Event records received from the ring buffer.",
+        "gpudirect_events_lost_total" => "Event records the ring buffer had no room for.",
+        "gpudirect_events_undecodable_total" => "Event records that could not be decoded.",
+        "gpudirect_devices_folded_total" => {
+            "Devices reported as device=\"other\" (past --max-devices)."
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+#[path = "metrics_tests.rs"]
+mod tests;

@@ -1,0 +1,53 @@
+#!/bin/bash
+# gpudirect-trace on the GPU test host: probes, a traced PyTorch DMA workload,
+# and overhead measured in one run (untraced vs tracefs vs gpudirect-trace
+# streaming vs aggregate-only, alternating, ROUNDS rounds). Results go to $OUT
+# (or ./gpu-out). Usage: scripts/gpu-host/run.sh PATH/TO/gpudirect-trace [ROUNDS]
+set -u
+BIN=${1:?usage: run.sh BIN [ROUNDS]}
+ROUNDS=${2:-3}
+OUT=${OUT:-./gpu-out}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+T=/sys/kernel/tracing
+[ -d $T/events ] || mount -t tracefs nodev $T
+chmod +x "$BIN"
+{
+  uname -r; nvidia-smi -L 2>/dev/null; cat /proc/driver/nvidia/version 2>/dev/null | head -1
+} > "$OUT/host.txt" 2>&1
+"$BIN" probes > "$OUT/probes.txt" 2>&1
+"$BIN" probes --json > "$OUT/probes.json" 2>/dev/null
+
+# 1. Traced workload: live --json over the whole run.
+"$BIN" live --json --interval 2s > "$OUT/live.jsonl" 2> "$OUT/live.err" &
+tr=$!
+for i in $(seq 1 120); do grep -q "probes attached" "$OUT/live.err" && break; sleep 0.5; done
+python3 "$HERE/workload.py" --iters 500 > "$OUT/workload-traced.json" 2>&1
+sleep 2; kill -INT $tr; wait $tr
+
+# 2. Overhead, alternating modes within each round.
+work() { python3 "$HERE/workload.py" --iters "${ITERS:-1500}" 2>/dev/null | tail -1; }
+EVENTS="dma/dma_map_sg dma/dma_unmap_sg dma/dma_map_phys dma/dma_unmap_phys iommu/map iommu/unmap swiotlb/swiotlb_bounced"
+echo -n > "$OUT/overhead.jsonl"
+for r in $(seq 1 "$ROUNDS"); do
+  for mode in untraced tracefs streaming aggregate; do
+    case $mode in
+      untraced) res=$(work) ;;
+      tracefs)
+        echo > $T/trace
+        for e in $EVENTS; do [ -e $T/events/$e/enable ] && echo 1 > $T/events/$e/enable; done
+        cat $T/trace_pipe > /tmp/trace_pipe.out & cp=$!
+        res=$(work)
+        for e in $EVENTS; do [ -e $T/events/$e/enable ] && echo 0 > $T/events/$e/enable; done
+        kill $cp; wait $cp 2>/dev/null ;;
+      streaming|aggregate)
+        flag=""; [ $mode = aggregate ] && flag=--aggregate-only
+        "$BIN" live --json $flag --interval 5s > /tmp/live-$mode.jsonl 2> /tmp/live-$mode.err & tp=$!
+        for i in $(seq 1 120); do grep -q "probes attached" /tmp/live-$mode.err && break; sleep 0.5; done
+        res=$(work)
+        kill -INT $tp; wait $tp
+        tail -1 /tmp/live-$mode.jsonl > "$OUT/final-$mode.json" ;;
+    esac
+    echo "{\"round\":$r,\"mode\":\"$mode\",\"result\":$res}" | tee -a "$OUT/overhead.jsonl"
+  done
+done

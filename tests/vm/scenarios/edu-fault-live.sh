@@ -1,0 +1,20 @@
+#!/bin/sh
+# Faults decoded live: gpudirect-trace live follows the kernel log while the edu
+# writes to and reads from unmapped IOVAs; the final JSON object must report
+# both faults with source vtd, the edu's bus id, the IOVA, reasons 5 and 6, and
+# mapping state "never mapped". Checked on the host (check=edu-fault-live).
+# gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=intel timeout=300 check=edu-fault-live
+set -e
+# Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
+# live prints its "probes attached" line when ready; --duration starts then.
+gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
+tracer=$!
+i=0
+while ! grep -q "probes attached" /tmp/live.err 2>/dev/null && [ $i -lt 240 ]; do
+    sleep 0.5; i=$((i + 1))
+done
+cat /tmp/live.err
+gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
+gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x456000 --len 64 --dir read
+wait $tracer
+tail -n 1 /tmp/live.json

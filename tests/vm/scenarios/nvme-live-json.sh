@@ -1,0 +1,27 @@
+#!/bin/sh
+# gpudirect-trace live --json attributes the NVMe's maps, unmaps and mapped bytes
+# to its bus id while it is read (checked on the host: check=nvme-live-json reads
+# the final JSON interval). 6.12 has dma:* tracepoints naming the device; 6.1 has
+# only iommu:map/unmap, which the tracer attributes through the enclosing DMA-API
+# call (fentry/kprobe hooks).
+# gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
+set -e
+gpudirect-trace live --json --duration 120s > /tmp/live.json 2> /tmp/live.err &
+tracer=$!
+# Start the I/O only once every hook is attached: the tracer says so on stderr
+# (under TCG, attaching the fentry hooks takes seconds).
+i=0
+until grep -q 'probes attached' /tmp/live.err; do
+    i=$((i + 1))
+    if [ $i -gt 120 ] || ! kill -0 $tracer 2>/dev/null; then
+        cat /tmp/live.err; echo "tracer not ready"; exit 1
+    fi
+    sleep 0.5
+done
+cat /tmp/live.err
+dd if=/dev/nvme0n1 of=/dev/null bs=1M count=32 iflag=direct
+# Let one more interval pass, then end it like Ctrl-C (final summary follows).
+sleep 2
+kill -INT $tracer
+wait $tracer
+cat /tmp/live.err /tmp/live.json

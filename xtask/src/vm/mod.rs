@@ -1,0 +1,211 @@
+//! `cargo xtask vm`: boot a Debian kernel under qemu with the project's binaries in
+//! an initramfs and run one command in the guest.
+
+pub mod checks;
+pub mod cpio;
+pub mod demo;
+pub mod initramfs;
+pub mod kernel;
+pub mod moddep;
+pub mod probe_matrix;
+pub mod qemu;
+pub mod scenario;
+
+use std::{
+    path::PathBuf,
+    process::{Command, ExitCode},
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use qemu::{Device, Iommu};
+
+use crate::host;
+
+/// Options shared by every subcommand that boots a VM.
+#[derive(Args, Debug, Clone)]
+pub struct BootOpts {
+    /// Guest IOMMU.
+    #[arg(long, value_enum, default_value = "intel")]
+    pub iommu: Iommu,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub memory: u32,
+    /// Guest CPUs (TCG: more CPUs boot slower on a small host).
+    #[arg(long, default_value_t = 1)]
+    pub smp: u32,
+    /// Show the guest kernel's boot log (default: `quiet`).
+    #[arg(long)]
+    pub kernel_log: bool,
+    /// Do not run `cargo build`; use the binaries already in the target directory.
+    #[arg(long)]
+    pub no_build: bool,
+    /// Leave gpudirect-trace out of the guest (only busybox and gdt-dma-inject).
+    #[arg(long)]
+    pub no_tracer: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VmArgs {
+    /// Kernel series: 5.10 (bullseye), 6.1 (bookworm), 6.12 (trixie).
+    #[arg(long, default_value = "6.1")]
+    pub kernel: String,
+    /// PCI devices to add (repeatable). Default: nvme and edu.
+    #[arg(long = "device", value_enum)]
+    pub devices: Vec<Device>,
+    /// Extra kernel modules to load in the guest (dependencies are added).
+    #[arg(long = "module")]
+    pub modules: Vec<String>,
+    /// Kill the VM after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub boot: BootOpts,
+    /// Command to run in the guest shell (after `--`).
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Everything one VM run needs.
+pub struct RunSpec {
+    pub kernel: String,
+    pub devices: Vec<Device>,
+    pub modules: Vec<String>,
+    pub timeout: Duration,
+    pub command: Vec<String>,
+    pub prefix: String,
+    pub label: String,
+}
+
+/// Built binaries to put into the guest.
+pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
+    let mut pkgs = vec!["gdt-dma-inject"];
+    if !opts.no_tracer {
+        pkgs.push("gpudirect-trace");
+    }
+    if !opts.no_build {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut c = Command::new(cargo);
+        c.current_dir(host::repo_root())
+            .args(["build", "--release"]);
+        for p in &pkgs {
+            c.args(["-p", p]);
+        }
+        eprintln!("xtask: building {} (release)", pkgs.join(", "));
+        host::run(&mut c).context(
+            "building the guest binaries failed (gpudirect-trace needs the eBPF toolchain; \
+             --no-tracer leaves it out)",
+        )?;
+    }
+    let dir = host::target_dir().join("release");
+    pkgs.iter()
+        .map(|p| {
+            let path = dir.join(p);
+            if !path.exists() {
+                bail!("{} missing (build it or drop --no-build)", path.display());
+            }
+            Ok(path)
+        })
+        .collect()
+}
+
+/// Prepares the host side (tools, kernel, disk, initramfs) and boots the VM.
+pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qemu::Outcome> {
+    host::ensure_packages(host::VM_PACKAGES)?;
+    let k = kernel::fetch(&spec.kernel)?;
+    let cache = host::vm_cache()?;
+    let disk = cache.join("nvme-64M.img");
+    qemu::ensure_disk(&disk, 64)?;
+    let run_dir = cache.join("run");
+    std::fs::create_dir_all(&run_dir)?;
+    let initrd = run_dir.join(format!("{}-{}.cpio", spec.label, k.release));
+
+    let mut modules: Vec<String> = Vec::new();
+    for d in &spec.devices {
+        modules.extend(d.modules().iter().map(|m| m.to_string()));
+    }
+    modules.extend(spec.modules.iter().cloned());
+    // VFIO is there for scenarios that want it, where the kernel has it.
+    let optional = ["vfio_pci", "vfio_iommu_type1"]
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    let mut env = vec![
+        ("GDT_KERNEL".to_string(), spec.kernel.clone()),
+        ("GDT_KERNEL_RELEASE".to_string(), k.release.clone()),
+        (
+            "GDT_IOMMU".to_string(),
+            format!("{:?}", opts.iommu).to_lowercase(),
+        ),
+    ];
+    for d in &spec.devices {
+        env.push((d.env_name().to_string(), d.bdf().to_string()));
+    }
+    initramfs::build(
+        &initramfs::Spec {
+            kernel: &k,
+            modules,
+            optional_modules: optional,
+            binaries: binaries.to_vec(),
+            scenarios: Some(host::repo_root().join("tests/vm/scenarios")),
+            env,
+            command: spec.command.clone(),
+        },
+        &initrd,
+    )?;
+    eprintln!(
+        "xtask: booting {} ({}) iommu={:?} devices={:?}",
+        k.release, k.series, opts.iommu, spec.devices
+    );
+    qemu::run(&qemu::Config {
+        vmlinuz: k.vmlinuz(),
+        initrd,
+        iommu: opts.iommu,
+        devices: spec.devices.clone(),
+        disk,
+        memory_mib: opts.memory,
+        smp: opts.smp,
+        timeout: spec.timeout,
+        stall: Duration::from_secs(180).min(spec.timeout),
+        kernel_log: opts.kernel_log,
+        prefix: spec.prefix.clone(),
+    })
+}
+
+pub fn default_devices(devices: &[Device]) -> Vec<Device> {
+    let mut d = if devices.is_empty() {
+        vec![Device::Nvme, Device::Edu]
+    } else {
+        devices.to_vec()
+    };
+    d.sort();
+    d.dedup();
+    d
+}
+
+/// `cargo xtask vm`: exits with the guest command's status.
+pub fn main(args: VmArgs) -> Result<ExitCode> {
+    let binaries = build_binaries(&args.boot)?;
+    let spec = RunSpec {
+        kernel: args.kernel.clone(),
+        devices: default_devices(&args.devices),
+        modules: args.modules.clone(),
+        timeout: Duration::from_secs(args.timeout),
+        command: args.command.clone(),
+        prefix: String::new(),
+        label: "vm".into(),
+    };
+    let out = boot(&spec, &args.boot, &binaries)?;
+    if let Some(p) = &out.problem {
+        eprintln!("xtask: vm: {p}");
+    }
+    if let (Some(b), Some(s)) = (out.boot_secs, out.sentinel_secs) {
+        eprintln!("xtask: vm: booted in {b:.1}s, finished after {s:.1}s");
+    }
+    Ok(match out.exit {
+        Some(code) if out.problem.is_none() => ExitCode::from(code.clamp(0, 255) as u8),
+        Some(code) if code != 0 => ExitCode::from(code.clamp(0, 255) as u8),
+        _ => ExitCode::from(125),
+    })
+}

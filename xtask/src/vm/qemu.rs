@@ -1,0 +1,343 @@
+//! Runs qemu (TCG, q35, optional emulated VT-d) with a watchdog, streaming the
+//! serial console and watching for the init's sentinel lines.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+
+/// The IOMMU the guest sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Iommu {
+    /// Emulated Intel VT-d (legacy mode), caching mode, interrupt remapping.
+    Intel,
+    /// Emulated Intel VT-d in scalable mode (x-scalable-mode=on).
+    IntelScalable,
+    /// No IOMMU: DMA is direct.
+    None,
+}
+
+/// Extra PCI devices; each has a fixed address so bus ids are stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Device {
+    /// NVMe controller at 0000:00:04.0 backed by a 64 MiB raw image.
+    Nvme,
+    /// qemu's `edu` teaching device (DMA engine) at 0000:00:03.0.
+    Edu,
+    /// Intel e1000e NIC at 0000:00:05.0 (no network peer).
+    E1000e,
+}
+
+impl Device {
+    pub fn bdf(self) -> &'static str {
+        match self {
+            Device::Edu => "0000:00:03.0",
+            Device::Nvme => "0000:00:04.0",
+            Device::E1000e => "0000:00:05.0",
+        }
+    }
+
+    pub fn env_name(self) -> &'static str {
+        match self {
+            Device::Edu => "GDT_EDU_BDF",
+            Device::Nvme => "GDT_NVME_BDF",
+            Device::E1000e => "GDT_E1000E_BDF",
+        }
+    }
+
+    /// Modules the guest must load to drive the device.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            Device::Nvme => &["nvme"],
+            Device::Edu => &[],
+            Device::E1000e => &["e1000e"],
+        }
+    }
+}
+
+pub struct Config {
+    pub vmlinuz: PathBuf,
+    pub initrd: PathBuf,
+    pub iommu: Iommu,
+    pub devices: Vec<Device>,
+    pub disk: PathBuf,
+    pub memory_mib: u32,
+    pub smp: u32,
+    pub timeout: Duration,
+    /// Give up when the console is silent this long.
+    pub stall: Duration,
+    pub kernel_log: bool,
+    /// Prefix for streamed console lines (empty: as is).
+    pub prefix: String,
+}
+
+#[derive(Debug)]
+pub struct Outcome {
+    /// The command's exit status as reported by the guest, if it got that far.
+    pub exit: Option<i32>,
+    pub success: bool,
+    /// Why the run did not end with a sentinel (timeout, stall, panic, qemu exit).
+    pub problem: Option<String>,
+    pub lines: Vec<String>,
+    /// Seconds from qemu start to the guest's "booted" line and to the sentinel.
+    pub boot_secs: Option<f64>,
+    pub sentinel_secs: Option<f64>,
+}
+
+pub fn command_line(cfg: &Config) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |s: &str| a.push(s.to_string());
+    for s in [
+        "-M",
+        "q35,kernel-irqchip=split",
+        "-accel",
+        "tcg",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-serial",
+        "stdio",
+        "-monitor",
+        "none",
+        "-no-reboot",
+    ] {
+        push(s);
+    }
+    push("-m");
+    push(&cfg.memory_mib.to_string());
+    push("-smp");
+    push(&cfg.smp.to_string());
+    // The IOMMU must come before the PCI devices it translates for.
+    match cfg.iommu {
+        Iommu::Intel => {
+            push("-device");
+            push("intel-iommu,intremap=on,caching-mode=on");
+        }
+        Iommu::IntelScalable => {
+            push("-device");
+            push("intel-iommu,intremap=on,caching-mode=on,x-scalable-mode=on");
+        }
+        Iommu::None => {}
+    }
+    for d in &cfg.devices {
+        match d {
+            Device::Edu => {
+                push("-device");
+                push("edu,addr=03.0");
+            }
+            Device::Nvme => {
+                push("-drive");
+                push(&format!(
+                    "file={},if=none,id=nvm0,format=raw,snapshot=on",
+                    cfg.disk.display()
+                ));
+                push("-device");
+                push("nvme,serial=gdt-nvme0,drive=nvm0,addr=04.0");
+            }
+            Device::E1000e => {
+                push("-device");
+                push("e1000e,addr=05.0,romfile=");
+            }
+        }
+    }
+    let mut append = vec!["console=ttyS0", "panic=-1", "oops=panic", "rdinit=/init"];
+    match cfg.iommu {
+        Iommu::Intel | Iommu::IntelScalable => {
+            append.extend(["intel_iommu=on", "iommu.strict=1"]);
+        }
+        Iommu::None => append.push("intel_iommu=off"),
+    }
+    if !cfg.kernel_log {
+        append.push("quiet");
+    }
+    push("-kernel");
+    push(&cfg.vmlinuz.display().to_string());
+    push("-initrd");
+    push(&cfg.initrd.display().to_string());
+    push("-append");
+    push(&append.join(" "));
+    a
+}
+
+enum Msg {
+    Line(String),
+    Eof,
+}
+
+fn reader(stream: impl std::io::Read + Send + 'static, tx: mpsc::Sender<Msg>) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stream);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\r', '\n'])
+                        .replace('\r', "");
+                    if tx.send(Msg::Line(line)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(Msg::Eof);
+    });
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Boots the VM and waits for the sentinel, a problem, or the timeout.
+pub fn run(cfg: &Config) -> Result<Outcome> {
+    let args = command_line(cfg);
+    let start = Instant::now();
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64")?;
+    let (tx, rx) = mpsc::channel();
+    reader(child.stdout.take().context("qemu stdout")?, tx.clone());
+    reader(child.stderr.take().context("qemu stderr")?, tx);
+
+    let mut out = Outcome {
+        exit: None,
+        success: false,
+        problem: None,
+        lines: Vec::new(),
+        boot_secs: None,
+        sentinel_secs: None,
+    };
+    let mut eofs = 0;
+    let mut last_output = Instant::now();
+    let stdout = std::io::stdout();
+    loop {
+        let now = Instant::now();
+        if now >= start + cfg.timeout {
+            out.problem = Some(format!("timed out after {}s", cfg.timeout.as_secs()));
+            kill(&mut child);
+            break;
+        }
+        if now >= last_output + cfg.stall {
+            out.problem = Some(format!("console silent for {}s", cfg.stall.as_secs()));
+            kill(&mut child);
+            break;
+        }
+        let wait = (start + cfg.timeout)
+            .min(last_output + cfg.stall)
+            .saturating_duration_since(now);
+        match rx.recv_timeout(wait.min(Duration::from_secs(1))) {
+            Ok(Msg::Line(line)) => {
+                last_output = Instant::now();
+                {
+                    let mut o = stdout.lock();
+                    let _ = writeln!(o, "{}{line}", cfg.prefix);
+                }
+                let secs = start.elapsed().as_secs_f64();
+                if line.starts_with("gdt-vm: booted") {
+                    out.boot_secs = Some(secs);
+                } else if let Some(code) = line.strip_prefix("gdt-vm: exit=") {
+                    out.exit = code.trim().parse().ok();
+                } else if line.trim() == "gdt-vm: success" {
+                    out.success = true;
+                    out.sentinel_secs = Some(secs);
+                } else if line.trim() == "gdt-vm: failure" {
+                    out.sentinel_secs = Some(secs);
+                } else if line.contains("Kernel panic") && out.problem.is_none() {
+                    out.problem = Some(format!("guest kernel panic: {line}"));
+                }
+                out.lines.push(line);
+            }
+            Ok(Msg::Eof) => {
+                eofs += 1;
+                if eofs == 2 {
+                    break;
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // qemu exits by itself after poweroff; give it a moment, then make sure.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait()? {
+            Some(status) => {
+                if out.sentinel_secs.is_none() && out.problem.is_none() {
+                    out.problem = Some(format!("qemu exited ({status}) before the sentinel"));
+                } else if !status.success() && out.problem.is_none() {
+                    out.problem = Some(format!("qemu exited with {status}"));
+                }
+                break;
+            }
+            None if Instant::now() >= deadline => {
+                kill(&mut child);
+                break;
+            }
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    if out.sentinel_secs.is_none() && out.problem.is_none() {
+        out.problem = Some("no sentinel line from the guest".into());
+    }
+    Ok(out)
+}
+
+/// A raw disk image with recognisable content: every 512-byte sector starts with
+/// `gdt-sector-NNNNNNNN` (its number), the rest is zero.
+pub fn ensure_disk(path: &Path, mib: u64) -> Result<()> {
+    let size = mib * 1024 * 1024;
+    if std::fs::metadata(path)
+        .map(|m| m.len() == size)
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let mut data = vec![0u8; size as usize];
+    for (i, sector) in data.chunks_mut(512).enumerate() {
+        let tag = format!("gdt-sector-{i:08}\n");
+        sector[..tag.len()].copy_from_slice(tag.as_bytes());
+    }
+    std::fs::write(path, data).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iommu_device_precedes_pci_devices() {
+        let cfg = Config {
+            vmlinuz: "/k".into(),
+            initrd: "/i".into(),
+            iommu: Iommu::Intel,
+            devices: vec![Device::Nvme, Device::Edu],
+            disk: "/d.img".into(),
+            memory_mib: 1024,
+            smp: 1,
+            timeout: Duration::from_secs(1),
+            stall: Duration::from_secs(1),
+            kernel_log: false,
+            prefix: String::new(),
+        };
+        let a = command_line(&cfg);
+        let pos = |s: &str| a.iter().position(|x| x.starts_with(s)).expect(s);
+        assert!(pos("intel-iommu") < pos("nvme,"));
+        assert!(pos("intel-iommu") < pos("edu,"));
+        let append = &a[a.len() - 1];
+        assert!(append.contains("intel_iommu=on") && append.contains("panic=-1"));
+        assert!(a.iter().any(|x| x == "-no-reboot"));
+    }
+}

@@ -1,0 +1,312 @@
+//! `cargo xtask vm-test`: runs every scenario under tests/vm/scenarios/ in a VM on
+//! each selected kernel where it applies.
+//!
+//! A scenario is a shell script run by the guest's busybox `sh`; exit 0 = pass.
+//! Header lines of the form `# gdt-vm: key=value ...` say where it applies:
+//! `kernels=5.10,6.1,6.12` (default: all), `iommu=intel|intel-scalable|none`,
+//! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `timeout=SECS`,
+//! `check=NAME` (a host-side check of the console output, see [`host_check`]).
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+
+use super::{
+    boot, build_binaries,
+    qemu::{Device, Iommu},
+    BootOpts, RunSpec,
+};
+use crate::host;
+
+pub const DEFAULT_KERNELS: &[&str] = &["6.1", "6.12"];
+pub const ALL_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
+
+#[derive(Args, Debug)]
+pub struct VmTestArgs {
+    /// Kernel series to test (repeatable). Default: 6.1 and 6.12.
+    #[arg(long = "kernel")]
+    pub kernels: Vec<String>,
+    /// Test 5.10, 6.1 and 6.12.
+    #[arg(long)]
+    pub all_kernels: bool,
+    /// Only scenarios whose file name contains this.
+    #[arg(long)]
+    pub filter: Option<String>,
+    #[command(flatten)]
+    pub boot: BootOpts,
+}
+
+impl VmTestArgs {
+    /// The arguments of a plain `cargo xtask vm-test` (clap's defaults).
+    pub fn defaults() -> Self {
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            args: VmTestArgs,
+        }
+        <Wrap as clap::Parser>::parse_from(["vm-test"]).args
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: String,
+    pub path: PathBuf,
+    pub kernels: Option<Vec<String>>,
+    pub iommu: Iommu,
+    pub devices: Vec<Device>,
+    pub modules: Vec<String>,
+    pub timeout: u64,
+    pub check: Option<String>,
+}
+
+/// Reads the `# gdt-vm:` header lines of a scenario script.
+pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
+    let mut s = Scenario {
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        kernels: None,
+        iommu: Iommu::Intel,
+        devices: vec![Device::Nvme, Device::Edu],
+        modules: Vec::new(),
+        timeout: 300,
+        check: None,
+    };
+    for line in text.lines() {
+        let Some(rest) = line.trim().strip_prefix("# gdt-vm:") else {
+            continue;
+        };
+        for kv in rest.split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("{name}: bad header item {kv}"))?;
+            let list = || v.split(',').map(str::to_string).collect::<Vec<_>>();
+            match k {
+                "kernels" => s.kernels = Some(list()),
+                "iommu" => {
+                    s.iommu = Iommu::from_str(v, true)
+                        .map_err(|e| anyhow::anyhow!("{name}: iommu: {e}"))?
+                }
+                "devices" => {
+                    s.devices = list()
+                        .iter()
+                        .map(|d| Device::from_str(d, true))
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| anyhow::anyhow!("{name}: devices: {e}"))?
+                }
+                "modules" => s.modules = list(),
+                "timeout" => s.timeout = v.parse().context("timeout")?,
+                "check" => s.check = Some(v.to_string()),
+                other => bail!("{name}: unknown header key {other}"),
+            }
+        }
+    }
+    Ok(s)
+}
+
+pub fn load_all(dir: &Path) -> Result<Vec<Scenario>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "sh") {
+            let name = p
+                .file_stem()
+                .context("name")?
+                .to_string_lossy()
+                .into_owned();
+            out.push(parse(&name, &p, &std::fs::read_to_string(&p)?)?);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The last complete `live --json` interval object in the console output.
+fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
+    lines
+        .iter()
+        .rev()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .find(|v| v["devices"].is_array())
+}
+
+/// Host-side checks of a scenario's console output on kernel `series`.
+pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
+    match name {
+        // `gpudirect-trace live --json` (counters are cumulative; the last object
+        // is the final summary) must show the NVMe's maps, unmaps and bytes on
+        // its bus id: from dma:* on 6.8+, and on older kernels from iommu:map/
+        // unmap attributed in-kernel through the enclosing DMA-API call.
+        "nvme-live-json" => {
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            let want = Device::Nvme.bdf();
+            let devices = v["devices"].as_array().cloned().unwrap_or_default();
+            let d = devices
+                .iter()
+                .find(|d| d["device"].as_str() == Some(want))
+                .with_context(|| format!("no device entry {want:?} in the final interval"))?;
+            let n = |k: &str| d[k].as_u64().unwrap_or(0);
+            let (maps, unmaps, bytes) = (n("maps"), n("unmaps"), n("bytes_mapped"));
+            if maps == 0 || unmaps == 0 || bytes < 32 << 20 {
+                bail!("{want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} (want > 0, > 0, >= 32 MiB)");
+            }
+            eprintln!(
+                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({})",
+                d["level"].as_str().unwrap_or("?")
+            );
+            Ok(())
+        }
+        "nvme-latency" | "edu-fault-live" | "vfio-after-unmap" => {
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            match name {
+                "nvme-latency" => super::checks::nvme_latency(series, &v),
+                "edu-fault-live" => super::checks::edu_fault_live(series, &v),
+                _ => super::checks::vfio_after_unmap(series, &v),
+            }
+        }
+        other => bail!("unknown host check {other}"),
+    }
+}
+
+struct Row {
+    scenario: String,
+    kernel: String,
+    result: String,
+    boot: Option<f64>,
+    total: Option<f64>,
+}
+
+pub fn main(args: VmTestArgs) -> Result<ExitCode> {
+    let kernels: Vec<String> = if args.all_kernels {
+        ALL_KERNELS.iter().map(|s| s.to_string()).collect()
+    } else if args.kernels.is_empty() {
+        DEFAULT_KERNELS.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.kernels.clone()
+    };
+    let scenarios = load_all(&host::repo_root().join("tests/vm/scenarios"))?;
+    let binaries = build_binaries(&args.boot)?;
+    let mut rows = Vec::new();
+    for k in &kernels {
+        for s in &scenarios {
+            if args
+                .filter
+                .as_ref()
+                .is_some_and(|f| !s.name.contains(f.as_str()))
+            {
+                continue;
+            }
+            if s.kernels.as_ref().is_some_and(|ks| !ks.contains(k)) {
+                continue;
+            }
+            let mut opts = args.boot.clone();
+            opts.iommu = s.iommu;
+            let spec = RunSpec {
+                kernel: k.clone(),
+                devices: s.devices.clone(),
+                modules: s.modules.clone(),
+                timeout: Duration::from_secs(s.timeout),
+                command: vec!["sh".into(), format!("/scenarios/{}.sh", s.name)],
+                prefix: format!("[{k} {}] ", s.name),
+                label: s.name.clone(),
+            };
+            let out = boot(&spec, &opts, &binaries)?;
+            let mut result = match (&out.problem, out.success) {
+                (Some(p), _) => format!("FAIL ({p})"),
+                (None, true) => "pass".to_string(),
+                (None, false) => format!("FAIL (exit {})", out.exit.unwrap_or(-1)),
+            };
+            if result == "pass" {
+                if let Some(c) = &s.check {
+                    if let Err(e) = host_check(c, k, &out.lines) {
+                        result = format!("FAIL (host check: {e:#})");
+                    }
+                }
+            }
+            eprintln!("xtask: vm-test {} on {k}: {result}", s.name);
+            rows.push(Row {
+                scenario: s.name.clone(),
+                kernel: k.clone(),
+                result,
+                boot: out.boot_secs,
+                total: out.sentinel_secs,
+            });
+        }
+    }
+    let secs = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}s"));
+    println!(
+        "\n{:<28} {:<6} {:>8} {:>8}  result",
+        "scenario", "kernel", "boot", "total"
+    );
+    for r in &rows {
+        println!(
+            "{:<28} {:<6} {:>8} {:>8}  {}",
+            r.scenario,
+            r.kernel,
+            secs(r.boot),
+            secs(r.total),
+            r.result
+        );
+    }
+    let failed = rows.iter().filter(|r| r.result != "pass").count();
+    if rows.is_empty() {
+        bail!("no scenario applies to the selected kernels");
+    }
+    println!("{} run, {} failed", rows.len(), failed);
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_a_plain_vm_test() {
+        let a = VmTestArgs::defaults();
+        assert!(a.kernels.is_empty() && !a.all_kernels && a.filter.is_none());
+        assert_eq!(a.boot.iommu, Iommu::Intel);
+        assert_eq!(a.boot.memory, 1024);
+    }
+
+    #[test]
+    fn header_lines_configure_the_run() {
+        let text = "#!/bin/sh\n# gdt-vm: kernels=5.10,6.1 devices=edu\n\
+                    # gdt-vm: timeout=120 check=nvme-live-json iommu=none\necho hi\n";
+        let s = parse("x", Path::new("x.sh"), text).expect("parse");
+        assert_eq!(s.kernels, Some(vec!["5.10".to_string(), "6.1".to_string()]));
+        assert_eq!(s.devices, vec![Device::Edu]);
+        assert_eq!(s.iommu, Iommu::None);
+        assert_eq!(s.timeout, 120);
+        assert_eq!(s.check.as_deref(), Some("nvme-live-json"));
+        assert!(parse("x", Path::new("x.sh"), "# gdt-vm: bogus=1\n").is_err());
+    }
+
+    #[test]
+    fn live_json_check_uses_the_final_interval() {
+        let nvme = r#"{"devices":[{"device":"0000:00:04.0","maps":256,"unmaps":256,"bytes_mapped":33554432}],"events":512,"final":true}"#;
+        let unattributed = r#"{"devices":[{"device":"(iommu, unattributed)","maps":224,"unmaps":64,"bytes_mapped":33554432}],"final":true}"#;
+        let empty = r#"{"devices":[],"events":0,"lost_events":0}"#;
+        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        host_check(
+            "nvme-live-json",
+            "6.12",
+            &lines(&["[ 3.1] noise", empty, nvme]),
+        )
+        .expect("6.12");
+        // A later empty object is the final word: activity must be in it.
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
+        // Traffic left unattributed is a failure on every kernel.
+        assert!(host_check("nvme-live-json", "6.1", &lines(&[unattributed])).is_err());
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[unattributed])).is_err());
+    }
+}
