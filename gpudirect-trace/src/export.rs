@@ -166,6 +166,20 @@ fn loss_json(h: &Header, l: &Loss) -> Value {
     })
 }
 
+/// A decoded fault as a JSON line: its `explain --json` keys plus `kind`
+/// "decoded_fault" and `t_s`.
+fn fault_json(h: &Header, mut f: Value) -> Value {
+    if let Value::Object(m) = &mut f {
+        let t = m.get("timestamp_ns").and_then(Value::as_u64);
+        m.insert("kind".into(), json!("decoded_fault"));
+        m.insert(
+            "t_s".into(),
+            json!(t.map(|t| t.saturating_sub(h.start_ts_ns) as f64 / 1e9)),
+        );
+    }
+    f
+}
+
 type Items<'a> = dyn Iterator<Item = io::Result<Item>> + 'a;
 
 fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) -> io::Result<()> {
@@ -176,6 +190,7 @@ fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) 
                 Value::Object(event_json(h, &record, &device, &mut red))
             }
             Item::Loss(l) => loss_json(h, &l),
+            Item::Fault(f) => fault_json(h, f),
             _ => continue,
         };
         serde_json::to_writer(&mut *out, &v)?;
@@ -233,6 +248,16 @@ fn chrome(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool)
                     out,
                     json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(l.ts_ns),
                     "name": format!("{} events lost", l.lost), "args": {"lost": l.lost, "total": l.total}}),
+                )?;
+                continue;
+            }
+            Item::Fault(f) => {
+                let ts = f["timestamp_ns"].as_u64().unwrap_or(h.start_ts_ns);
+                let name = format!("fault: {}", f["reason"].as_str().unwrap_or("?"));
+                emit(
+                    out,
+                    json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(ts),
+                    "name": name, "args": f}),
                 )?;
                 continue;
             }

@@ -214,10 +214,16 @@ pub fn pump<W: Write>(
             }
         }
     });
-    match err {
-        Some(e) => bail!("writing {path}: {e}"),
-        None => Ok(()),
+    if let Some(e) = err {
+        bail!("writing {path}: {e}");
     }
+    // Decoded faults (kernel log, and the tracepoint's with their mapping
+    // state): the recorder is their only consumer, so it takes them all.
+    session.poll_kmsg();
+    let faults: Vec<_> = session.faults.drain(..).collect();
+    writer
+        .faults(&faults)
+        .with_context(|| format!("writing {path}"))
 }
 
 /// Writes a loss record if the kernel dropped events since the last call,

@@ -61,6 +61,9 @@ pub struct Replay {
     /// Faults, Xids, map errors and IOMMU changes in the window, in order.
     pub incidents: Vec<Notable>,
     pub losses: Vec<Loss>,
+    /// Decoded faults (kernel log and iommu:io_page_fault) in the window, as
+    /// `explain --json` objects.
+    pub faults: Vec<serde_json::Value>,
     pub stats: ReadStats,
     /// Window bounds, CLOCK_MONOTONIC ns.
     pub from_ns: u64,
@@ -82,6 +85,20 @@ impl Replay {
 
     fn wanted(&self, filter: &[String], device: &str) -> bool {
         filter.is_empty() || filter.iter().any(|f| f == device)
+    }
+
+    /// A decoded fault: counted on its device when it came from the kernel
+    /// log (tracepoint faults are events, already counted), listed if wanted.
+    fn add_fault(&mut self, f: serde_json::Value, filter: &[String], xid_traced: bool) {
+        let device = f["device"].as_str().unwrap_or("-").to_owned();
+        let xid = f["xid"].as_u64().map(|x| x as u32);
+        if f["source"] != "iommu-tracepoint" && !(xid.is_some() && xid_traced) {
+            let n = f["count"].as_u64().unwrap_or(1).max(1);
+            self.agg.count_fault(&Arc::from(device.as_str()), xid, n);
+        }
+        if self.wanted(filter, &device) {
+            self.faults.push(f);
+        }
     }
 }
 
@@ -107,6 +124,7 @@ pub fn replay(
         agg: Aggregator::new(),
         incidents: Vec::new(),
         losses: Vec::new(),
+        faults: Vec::new(),
         stats: ReadStats::default(),
         from_ns,
         to_ns,
@@ -116,6 +134,13 @@ pub fn replay(
         kernel_hits: 0,
         file_len: std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
     };
+    // As in the live session: with nvidia_dev_xid attached, the log's Xid
+    // lines were already counted by the tracepoint.
+    let xid_traced = r
+        .header
+        .probes
+        .iter()
+        .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == "attached");
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
     let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
@@ -129,6 +154,7 @@ pub fn replay(
             Item::Loss(l) => l.ts_ns,
             Item::Checkpoint(cp) => cp.ts_ns,
             Item::End(e) => e.ts_ns,
+            Item::Fault(f) => f["timestamp_ns"].as_u64().unwrap_or(0),
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
@@ -165,6 +191,9 @@ pub fn replay(
                 last = Some(cp);
             }
             Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
+            Item::Fault(f) if f["timestamp_ns"].as_u64().is_none_or(in_window) => {
+                r.add_fault(f, filter, xid_traced);
+            }
             _ => {}
         }
     }
@@ -318,6 +347,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
             "lost_events": lost,
             "losses": r.losses,
             "incidents": r.incidents,
+            "faults": r.faults,
             "counters": r.counters,
             "read": r.stats,
             "warnings": read_warnings(&path, &r.stats, r.file_len),
@@ -370,6 +400,34 @@ fn text(path: &str, r: &Replay, devices: &[DeviceSnapshot], lost: u64, window_s:
             "  ({} earlier ones: --json lists all)",
             r.incidents.len() - 32
         );
+    }
+    for (i, f) in r.faults.iter().enumerate().take(32) {
+        if i == 0 {
+            let _ = writeln!(s, "\nfaults decoded (kernel log and iommu:io_page_fault):");
+        }
+        let at = f["timestamp_ns"]
+            .as_u64()
+            .map(|t| format!("{:>12.6}s", r.seconds(t)))
+            .unwrap_or_else(|| format!("{:>13}", "-"));
+        let field = |k: &str| f[k].as_str().unwrap_or("-").to_owned();
+        let _ = writeln!(
+            s,
+            "  {at}  {:<16} {:<14} {:<18} {}{}",
+            field("source"),
+            field("device"),
+            field("address"),
+            f["xid"]
+                .as_u64()
+                .map(|x| format!("Xid {x}: "))
+                .unwrap_or_default(),
+            field("reason"),
+        );
+        if let Some(m) = f["mapping_state"].as_str() {
+            let _ = writeln!(s, "      mapping: {m}");
+        }
+    }
+    if r.faults.len() > 32 {
+        let _ = writeln!(s, "  ({} more: --json lists all)", r.faults.len() - 32);
     }
     if let Some(c) = r.counters {
         let _ = writeln!(

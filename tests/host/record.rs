@@ -249,7 +249,7 @@ fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
             Item::Event { .. } => events += 1,
             Item::Loss(l) => losses.push(l),
             Item::Checkpoint(cp) => last_cp = Some(cp),
-            Item::End(_) => {}
+            _ => {}
         }
     }
     assert_eq!(losses.len(), 2, "{losses:?}");

@@ -247,6 +247,28 @@ fn timeline(r: &Replay, span: u64) -> String {
             esc(&n.detail)
         );
     }
+    for f in r
+        .faults
+        .iter()
+        .filter(|f| f["source"] != "iommu-tracepoint")
+    {
+        let Some(ts) = f["timestamp_ns"].as_u64() else {
+            continue;
+        };
+        let text = format!(
+            "{:.6}s {} {} {}",
+            r.seconds(ts),
+            f["source"].as_str().unwrap_or("-"),
+            f["device"].as_str().unwrap_or("-"),
+            f["reason"].as_str().unwrap_or("")
+        );
+        let _ = write!(
+            s,
+            "<rect class=\"mark log-fault\" x=\"{:.1}\" y=\"16\" width=\"7\" height=\"7\" fill=\"#a40000\"><title>{}</title></rect>",
+            x(ts) - 3.5,
+            esc(&text)
+        );
+    }
     for l in &r.losses {
         let _ = write!(
             s,
@@ -260,7 +282,7 @@ fn timeline(r: &Replay, span: u64) -> String {
         "<text x=\"4\" y=\"24\" class=\"ax\">faults</text><text x=\"4\" y=\"39\" class=\"ax\">Xids</text>\
          <text x=\"4\" y=\"52\" class=\"ax\">other</text><text x=\"4\" y=\"66\" class=\"ax\">losses</text></svg>",
     );
-    if r.incidents.is_empty() && r.losses.is_empty() {
+    if r.incidents.is_empty() && r.losses.is_empty() && r.faults.is_empty() {
         s.push_str("<p>No faults, Xids, errors or losses in this window.</p>");
     }
     s

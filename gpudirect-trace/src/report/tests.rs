@@ -58,6 +58,13 @@ fn sample(path: &Path) -> u64 {
     };
     w.push(&Record::Event(fault), "0000:41:00.0")
         .expect("fault");
+    // A VT-d fault from the kernel log, on the same device.
+    w.faults(&[serde_json::json!({
+        "source": "vtd", "device": "0000:41:00.0", "address": "0xbeef000",
+        "reason": "PTE Write access is not set", "timestamp_ns": t0 + 4_000_000_000u64,
+        "count": 1, "mapping_state": "never mapped"
+    })])
+    .expect("faults");
     w.loss(&Loss {
         ts_ns: t0 + 5_000_000_000,
         lost: 42,
@@ -83,10 +90,14 @@ fn report_replays_whole_file_and_windows() {
     assert_eq!(r.incidents.len(), 1);
     assert_eq!(r.incidents[0].address.as_deref(), Some("0xdead0000"));
     assert!(r.stats.clean_end);
+    assert_eq!(r.faults.len(), 1);
+    assert_eq!(r.faults[0]["reason"], "PTE Write access is not set");
     // Whole file: the last checkpoint's loss-free counts replace the stream's.
     let mut agg = r.agg;
     let snap = agg.snapshot(1.0, &["0000:00:04.0".to_owned()]);
     assert_eq!(snap[0].maps, 9000);
+    let gpu = agg.snapshot(1.0, &["0000:41:00.0".to_owned()]);
+    assert_eq!(gpu[0].faults, 2, "the tracepoint's fault and the log's");
 
     let w = replay(
         &f,
@@ -96,7 +107,7 @@ fn report_replays_whole_file_and_windows() {
     )
     .expect("window");
     assert_eq!(w.agg.events, 201, "200 events 10 ms apart + the fault");
-    assert!(w.losses.is_empty() && w.counters.is_none());
+    assert!(w.losses.is_empty() && w.counters.is_none() && w.faults.is_empty());
     let only = replay(&f, None, None, &["0000:00:04.0".to_owned()]).expect("filtered");
     assert!(only.incidents.is_empty(), "the fault is on another device");
     assert!(replay(
@@ -122,6 +133,7 @@ fn html_page_is_self_contained_with_the_plots() {
         "<svg id=\"timeline\"",
         "class=\"mark io_page_fault\"",
         "class=\"mark loss\"",
+        "class=\"mark log-fault\"",
         "<table id=\"devices\">",
     ] {
         assert!(page.contains(want), "missing {want}");
@@ -157,7 +169,14 @@ fn jsonl_has_every_event_and_redaction_keeps_pseudonyms_stable() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
-    assert_eq!(lines.len(), N + 2, "events, the fault and the loss record");
+    assert_eq!(
+        lines.len(),
+        N + 3,
+        "events, the fault event, the log's fault, the loss"
+    );
+    assert!(lines
+        .iter()
+        .any(|l| l["kind"] == "decoded_fault" && l["t_s"] == 4.0));
     let shared = format!("{SHARED_PHYS:#x}");
     assert_eq!(
         lines

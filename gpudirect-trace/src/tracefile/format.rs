@@ -32,6 +32,7 @@ pub mod block {
     pub const LOSS: u16 = 4;
     pub const CHECKPOINT: u16 = 5;
     pub const END: u16 = 6;
+    pub const FAULTS: u16 = 7;
 }
 
 /// Bits of the block flags.

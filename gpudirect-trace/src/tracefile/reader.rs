@@ -75,10 +75,16 @@ pub struct ReadStats {
 
 #[derive(Clone, Debug)]
 pub enum Item {
-    Event { record: Record, device: Arc<str> },
+    Event {
+        record: Record,
+        device: Arc<str>,
+    },
     Loss(Loss),
     Checkpoint(Checkpoint),
     End(End),
+    /// A decoded fault (kernel log or iommu:io_page_fault) as a JSON object
+    /// (`explain --json` keys).
+    Fault(serde_json::Value),
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -273,6 +279,7 @@ impl<R: Read> TraceReader<R> {
                     | block::LOSS
                     | block::CHECKPOINT
                     | block::END
+                    | block::FAULTS
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -332,6 +339,11 @@ impl<R: Read> TraceReader<R> {
             block::END => {
                 self.stats.clean_end = true;
                 self.pending.push_back(Item::End(format::decode_end(&raw)?));
+            }
+            block::FAULTS => {
+                let list: Vec<serde_json::Value> =
+                    serde_json::from_slice(&raw).map_err(|_| Malformed("faults JSON"))?;
+                self.pending.extend(list.into_iter().map(Item::Fault));
             }
             _ => {} // a second header: ignored
         }

@@ -141,6 +141,17 @@ impl<W: Write> TraceWriter<W> {
         self.block(block::CHECKPOINT, &payload, true)
     }
 
+    /// FAULTS: decoded faults (kernel log, iommu:io_page_fault), as the JSON
+    /// objects `explain --json` prints.
+    pub fn faults<T: serde::Serialize>(&mut self, faults: &[T]) -> io::Result<()> {
+        if faults.is_empty() {
+            return Ok(());
+        }
+        self.write_events()?;
+        let json = serde_json::to_vec(faults)?;
+        self.block(block::FAULTS, &json, true)
+    }
+
     /// Writes what is pending and the END block; returns the sink.
     pub fn finish(mut self, end: &End) -> io::Result<W> {
         self.write_events()?;
