@@ -80,6 +80,49 @@ pub enum Command {
     ///
     /// Example: gpudirect-trace serve --listen 127.0.0.1:9435
     Serve(crate::serve::ServeArgs),
+    /// Record events to a trace file until Ctrl-C, --duration, or CMD's exit
+    ///
+    /// Writes the per-event stream (unless --aggregate-only), loss records and
+    /// per-second checkpoints of the kernel's per-device counters into FILE
+    /// (format: docs/trace-format.md), flushed every second: a recorder killed
+    /// at any moment leaves a file that reads up to its last second. With
+    /// `-- CMD ARGS`, runs CMD and exits with its status, like `perf record`.
+    ///
+    /// Examples:
+    ///   gpudirect-trace record -o dma.gdt --duration 30s
+    ///   gpudirect-trace record -o nccl.gdt -- ./all_reduce_perf -b 8 -e 1G
+    #[command(verbatim_doc_comment)]
+    Record(crate::record::RecordArgs),
+    /// Per-device tables, losses, faults and Xids of a trace file
+    ///
+    /// The same tables as `live`, for the whole recording or a window of it
+    /// (--from/--to count from the start of the recording). A file cut short
+    /// (recorder killed, disk full) is read up to its last complete block,
+    /// with a warning naming the byte offset where the readable part ends.
+    ///
+    /// Examples:
+    ///   gpudirect-trace report dma.gdt
+    ///   gpudirect-trace report dma.gdt --device 0000:41:00.0 --from 2s --to 5s
+    ///   gpudirect-trace report dma.gdt --html dma.html   (self-contained page with plots)
+    #[command(verbatim_doc_comment)]
+    Report(crate::report::ReportArgs),
+    /// Convert a trace file: JSON lines, Chrome/Perfetto JSON, HdrHistogram logs
+    ///
+    /// JSON lines: one object per event (and per loss record). Chrome: the
+    /// trace-event format, one track per device, mappings as spans from map
+    /// to unmap. hdr: HdrHistogram V2 interval logs of mapped sizes per
+    /// device and operation, one interval per second.
+    ///
+    /// --redact replaces physical addresses with per-file pseudonyms so a
+    /// trace can be shared (IOVAs, DMA addresses and bus ids stay).
+    ///
+    /// Examples:
+    ///   gpudirect-trace export dma.gdt --format jsonl | jq 'select(.kind=="io_page_fault")'
+    ///   gpudirect-trace export dma.gdt --format chrome -o dma.json   (open in ui.perfetto.dev)
+    ///   gpudirect-trace export dma.gdt --format hdr -o sizes.hlog
+    ///   gpudirect-trace export dma.gdt --format jsonl --redact -o shareable.jsonl
+    #[command(verbatim_doc_comment)]
+    Export(crate::export::ExportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -144,5 +187,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => crate::doctor::run(&args),
         Command::Explain(args) => crate::faults::run_explain(&args),
         Command::Serve(args) => crate::serve::run(&args),
+        Command::Record(args) => crate::record::run(&args),
+        Command::Report(args) => crate::report::run(&args),
+        Command::Export(args) => crate::export::run(&args),
     }
 }

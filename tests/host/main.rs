@@ -12,6 +12,7 @@
 
 mod deploy;
 mod inject;
+mod record;
 mod serve;
 
 use std::process::Command;

@@ -25,6 +25,8 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "/usr/share/keyrings/debian-archive-keyring.gpg",
     ),
     ("prometheus", "/usr/bin/promtool"),
+    // `report --html` is checked in headless Chromium (report::tests).
+    ("chromium", "/usr/bin/chromium"),
 ];
 
 pub fn run() -> anyhow::Result<()> {

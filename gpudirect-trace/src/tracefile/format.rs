@@ -1,0 +1,420 @@
+//! The bytes of a trace file (docs/trace-format.md): preamble, block framing,
+//! and the payload encodings of each block type. Pure functions on byte
+//! slices, shared by the writer, the reader and the fuzz target.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// First 8 bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
+/// Format version written. A reader refuses a newer major version and reads
+/// any minor version of its own major (minor versions only add block types,
+/// header fields or flags that older readers may ignore).
+pub const MAJOR: u16 = 1;
+pub const MINOR: u16 = 0;
+/// Magic (8) + major (2) + minor (2) + reserved (4).
+pub const PREAMBLE_LEN: usize = 16;
+/// Bytes before the payload: len u32, type u16, flags u16, crc32c u32.
+pub const BLOCK_HEAD: usize = 12;
+/// Head plus the trailing copy of len.
+pub const BLOCK_OVERHEAD: usize = BLOCK_HEAD + 4;
+/// Largest stored payload a reader accepts (writers stay far below).
+pub const MAX_PAYLOAD: usize = 64 << 20;
+/// Largest decompressed payload a reader accepts (bounds zstd bombs).
+pub const MAX_RAW: usize = 256 << 20;
+
+/// Block types. Readers skip types they do not know.
+pub mod block {
+    pub const HEADER: u16 = 1;
+    pub const DEVICES: u16 = 2;
+    pub const EVENTS: u16 = 3;
+    pub const LOSS: u16 = 4;
+    pub const CHECKPOINT: u16 = 5;
+    pub const END: u16 = 6;
+    pub const FAULTS: u16 = 7;
+}
+
+/// Bits of the block flags.
+pub mod flag {
+    /// The payload is one zstd frame.
+    pub const ZSTD: u16 = 1;
+    /// Flags this reader understands; a block with any other bit is skipped
+    /// as unknown (a future encoding).
+    pub const KNOWN: u16 = ZSTD;
+}
+
+pub fn preamble() -> [u8; PREAMBLE_LEN] {
+    let mut p = [0u8; PREAMBLE_LEN];
+    p[..8].copy_from_slice(&MAGIC);
+    p[8..10].copy_from_slice(&MAJOR.to_le_bytes());
+    p[10..12].copy_from_slice(&MINOR.to_le_bytes());
+    p
+}
+
+/// The file header (block type HEADER, zstd-compressed JSON).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Header {
+    pub hostname: String,
+    pub kernel_release: String,
+    /// /proc/sys/kernel/random/boot_id: timestamps of two files are
+    /// comparable only when their boot ids are equal.
+    pub boot_id: String,
+    /// Always "CLOCK_MONOTONIC": the clock of every `ts_ns` in the file.
+    pub clock: String,
+    pub tool_version: String,
+    /// CLOCK_MONOTONIC when recording started; `--from`/`--to` count from it.
+    pub start_ts_ns: u64,
+    /// Wall-clock time at `start_ts_ns`, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    pub aggregate_only: bool,
+    /// The command traced (`record -- CMD ARGS`), if any.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// The probe table as attached.
+    pub probes: Vec<ProbeInfo>,
+    /// PCI devices present when recording started.
+    pub devices: Vec<PciDevice>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProbeInfo {
+    pub name: String,
+    pub kind: String,
+    pub program: String,
+    /// attached, unavailable, failed or loaded.
+    pub status: String,
+    pub reason: String,
+    pub hot: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PciDevice {
+    pub bus_id: String,
+    pub vendor: String,
+    pub device: String,
+    pub class: String,
+    pub driver: Option<String>,
+    pub iommu_group: Option<u32>,
+    pub numa_node: Option<i32>,
+}
+
+/// Events the kernel side dropped (ring buffer full) between two points.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Loss {
+    /// CLOCK_MONOTONIC when the loss was noticed (the drops happened since
+    /// the previous loss record or the start).
+    pub ts_ns: u64,
+    /// Events dropped since the previous loss record.
+    pub lost: u64,
+    /// Events dropped since the start of the recording.
+    pub total: u64,
+}
+
+/// One in-kernel (loss-free) counter: device, event kind, direction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CounterRow {
+    pub device: Arc<str>,
+    pub kind: u32,
+    pub dir: u32,
+    pub count: u64,
+    pub bytes: u64,
+}
+
+/// A snapshot of the kernel's per-device counters and self-statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub ts_ns: u64,
+    /// Records streamed and written so far.
+    pub events_written: u64,
+    pub lost_total: u64,
+    /// Tracepoint hits per event kind (index = event kind).
+    pub hits: Vec<u64>,
+    pub counters: Vec<CounterRow>,
+}
+
+/// The last block of a cleanly closed file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct End {
+    pub ts_ns: u64,
+    pub events_written: u64,
+    pub lost_total: u64,
+    /// Exit status of the traced command, if any (signals as 128 + n).
+    pub exit_status: Option<i32>,
+}
+
+/// A payload that passed its checksum but does not decode (writer bug or a
+/// crafted file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Malformed(pub &'static str);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed block payload: {}", self.0)
+    }
+}
+
+/// Frames `payload` as one block.
+pub fn frame(out: &mut Vec<u8>, typ: u16, flags: u16, payload: &[u8]) {
+    let len = u32::try_from(payload.len()).expect("block payloads stay below 4 GiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&typ.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&block_crc(typ, flags, payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&len.to_le_bytes());
+}
+
+/// crc32c over type, flags and payload (the lengths are checked by their
+/// duplicate at the end of the block).
+pub fn block_crc(typ: u16, flags: u16, payload: &[u8]) -> u32 {
+    let mut tf = [0u8; 4];
+    tf[..2].copy_from_slice(&typ.to_le_bytes());
+    tf[2..].copy_from_slice(&flags.to_le_bytes());
+    crc32c::crc32c_append(crc32c::crc32c(&tf), payload)
+}
+
+/// Outcome of looking for a block at the start of a byte slice.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// A complete, checksummed block; `total` bytes long.
+    Valid { typ: u16, flags: u16, total: usize },
+    /// Possibly a block, but the slice ends before it does.
+    NeedMore(usize),
+    /// Not a block.
+    Invalid,
+}
+
+pub fn check_block(b: &[u8]) -> Check {
+    if b.len() < BLOCK_HEAD {
+        return Check::NeedMore(BLOCK_HEAD);
+    }
+    let len = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    if len > MAX_PAYLOAD {
+        return Check::Invalid;
+    }
+    let total = len + BLOCK_OVERHEAD;
+    if b.len() < total {
+        return Check::NeedMore(total);
+    }
+    let tail = u32::from_le_bytes([b[total - 4], b[total - 3], b[total - 2], b[total - 1]]);
+    if tail as usize != len {
+        return Check::Invalid;
+    }
+    let typ = u16::from_le_bytes([b[4], b[5]]);
+    let flags = u16::from_le_bytes([b[6], b[7]]);
+    let crc = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    if typ == 0 || block_crc(typ, flags, &b[BLOCK_HEAD..BLOCK_HEAD + len]) != crc {
+        return Check::Invalid;
+    }
+    Check::Valid { typ, flags, total }
+}
+
+// ---- varints -------------------------------------------------------------
+
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+pub fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Reads varints and bytes from a payload, failing instead of panicking.
+pub struct Cursor<'a> {
+    b: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(b: &'a [u8]) -> Self {
+        Self { b, pos: 0 }
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.b.len() - self.pos
+    }
+
+    pub fn varint128(&mut self, max_bits: u32) -> Result<u128, Malformed> {
+        let mut v = 0u128;
+        let mut shift = 0;
+        loop {
+            let &byte = self.b.get(self.pos).ok_or(Malformed("varint past end"))?;
+            self.pos += 1;
+            if shift > 63 {
+                return Err(Malformed("varint too long"));
+            }
+            v |= u128::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                if v >> max_bits != 0 {
+                    return Err(Malformed("varint out of range"));
+                }
+                return Ok(v);
+            }
+            shift += 7;
+        }
+    }
+
+    pub fn varint(&mut self) -> Result<u64, Malformed> {
+        self.varint128(64).map(|v| v as u64)
+    }
+
+    pub fn varint_u32(&mut self) -> Result<u32, Malformed> {
+        u32::try_from(self.varint()?).map_err(|_| Malformed("value exceeds 32 bits"))
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if n > self.remaining() {
+            return Err(Malformed("byte string past end"));
+        }
+        let s = &self.b[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    pub fn string(&mut self) -> Result<String, Malformed> {
+        let n = self.varint()? as usize;
+        Ok(String::from_utf8_lossy(self.bytes(n)?).into_owned())
+    }
+}
+
+// ---- small blocks ----------------------------------------------------------
+
+/// DEVICES: names `first..first + names.len()` of the file's device table.
+pub fn encode_devices(first: u32, names: &[std::sync::Arc<str>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_varint(&mut out, u64::from(first));
+    put_varint(&mut out, names.len() as u64);
+    for n in names {
+        put_varint(&mut out, n.len() as u64);
+        out.extend_from_slice(n.as_bytes());
+    }
+    out
+}
+
+pub fn decode_devices(payload: &[u8]) -> Result<(u32, Vec<String>), Malformed> {
+    let mut c = Cursor::new(payload);
+    let first = c.varint_u32()?;
+    let n = c.varint()? as usize;
+    if n > c.remaining() {
+        return Err(Malformed("device count larger than the payload"));
+    }
+    let names = (0..n).map(|_| c.string()).collect::<Result<_, _>>()?;
+    Ok((first, names))
+}
+
+pub fn encode_loss(l: &Loss) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [l.ts_ns, l.lost, l.total] {
+        put_varint(&mut out, v);
+    }
+    out
+}
+
+pub fn decode_loss(payload: &[u8]) -> Result<Loss, Malformed> {
+    let mut c = Cursor::new(payload);
+    Ok(Loss {
+        ts_ns: c.varint()?,
+        lost: c.varint()?,
+        total: c.varint()?,
+    })
+}
+
+/// CHECKPOINT; `dev_index` maps a counter's device to the device table.
+pub fn encode_checkpoint(cp: &Checkpoint, mut dev_index: impl FnMut(&str) -> u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [cp.ts_ns, cp.events_written, cp.lost_total] {
+        put_varint(&mut out, v);
+    }
+    put_varint(&mut out, cp.hits.len() as u64);
+    for &h in &cp.hits {
+        put_varint(&mut out, h);
+    }
+    put_varint(&mut out, cp.counters.len() as u64);
+    for r in &cp.counters {
+        put_varint(&mut out, u64::from(dev_index(&r.device)));
+        for v in [u64::from(r.kind), u64::from(r.dir), r.count, r.bytes] {
+            put_varint(&mut out, v);
+        }
+    }
+    out
+}
+
+pub fn decode_checkpoint(
+    payload: &[u8],
+    mut device: impl FnMut(u32) -> std::sync::Arc<str>,
+) -> Result<Checkpoint, Malformed> {
+    let mut c = Cursor::new(payload);
+    let mut cp = Checkpoint {
+        ts_ns: c.varint()?,
+        events_written: c.varint()?,
+        lost_total: c.varint()?,
+        ..Default::default()
+    };
+    let n = c.varint()? as usize;
+    if n > c.remaining() {
+        return Err(Malformed("hit count larger than the payload"));
+    }
+    cp.hits = (0..n).map(|_| c.varint()).collect::<Result<_, _>>()?;
+    let n = c.varint()? as usize;
+    if n > c.remaining() {
+        return Err(Malformed("counter count larger than the payload"));
+    }
+    for _ in 0..n {
+        let dev = c.varint_u32()?;
+        cp.counters.push(CounterRow {
+            device: device(dev),
+            kind: c.varint_u32()?,
+            dir: c.varint_u32()?,
+            count: c.varint()?,
+            bytes: c.varint()?,
+        });
+    }
+    Ok(cp)
+}
+
+pub fn encode_end(e: &End) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in [e.ts_ns, e.events_written, e.lost_total] {
+        put_varint(&mut out, v);
+    }
+    match e.exit_status {
+        Some(s) => {
+            out.push(1);
+            put_varint(&mut out, zigzag(i64::from(s)));
+        }
+        None => out.push(0),
+    }
+    out
+}
+
+pub fn decode_end(payload: &[u8]) -> Result<End, Malformed> {
+    let mut c = Cursor::new(payload);
+    let mut e = End {
+        ts_ns: c.varint()?,
+        events_written: c.varint()?,
+        lost_total: c.varint()?,
+        exit_status: None,
+    };
+    if c.varint()? == 1 {
+        let s = unzigzag(c.varint()?);
+        e.exit_status = Some(i32::try_from(s).map_err(|_| Malformed("exit status range"))?);
+    }
+    Ok(e)
+}

@@ -1,0 +1,114 @@
+//! The native trace file (`record` writes it; `report` and `export` read it).
+//! Layout and rationale: docs/trace-format.md.
+//!
+//! - [`format`]: preamble, block framing (length, type, flags, crc32c, zstd
+//!   payload, length again), header and small block payloads;
+//! - [`columns`]: the compact column encoding of events;
+//! - [`writer`] / [`reader`]: appending blocks; reading them back, tolerating
+//!   truncation and damage.
+
+pub mod columns;
+pub mod format;
+pub mod reader;
+pub mod writer;
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::{fs, io::BufReader, path::Path};
+
+pub use format::{Checkpoint, CounterRow, End, Header, Loss, PciDevice, ProbeInfo};
+pub use reader::{Item, OpenError, ReadStats, TraceReader};
+pub use writer::TraceWriter;
+
+use crate::ebpf::ProbeStatus;
+
+/// Opens a trace file for reading; the error says what is wrong with it.
+pub fn open(path: &Path) -> anyhow::Result<TraceReader<BufReader<fs::File>>> {
+    let f = fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    TraceReader::new(BufReader::with_capacity(1 << 20, f))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns()`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn read_trim(path: impl AsRef<Path>) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+fn link_name(path: &Path) -> Option<String> {
+    fs::read_link(path)
+        .ok()?
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+}
+
+/// PCI devices under `sysfs`/bus/pci/devices: bus id, ids, driver, IOMMU
+/// group, NUMA node.
+pub fn pci_inventory(sysfs: &Path) -> Vec<PciDevice> {
+    let Ok(dir) = fs::read_dir(sysfs.join("bus/pci/devices")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PciDevice> = dir
+        .filter_map(Result::ok)
+        .map(|e| {
+            let p = e.path();
+            PciDevice {
+                bus_id: e.file_name().to_string_lossy().into_owned(),
+                vendor: read_trim(p.join("vendor")).unwrap_or_default(),
+                device: read_trim(p.join("device")).unwrap_or_default(),
+                class: read_trim(p.join("class")).unwrap_or_default(),
+                driver: link_name(&p.join("driver")),
+                iommu_group: link_name(&p.join("iommu_group")).and_then(|g| g.parse().ok()),
+                numa_node: read_trim(p.join("numa_node")).and_then(|n| n.parse().ok()),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+    out
+}
+
+/// The header of a recording starting now on this host.
+pub fn host_header(
+    kernel_release: &str,
+    probes: &[ProbeStatus],
+    aggregate_only: bool,
+    command: &[String],
+) -> Header {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    Header {
+        hostname: read_trim("/proc/sys/kernel/hostname").unwrap_or_default(),
+        kernel_release: kernel_release.to_owned(),
+        boot_id: read_trim("/proc/sys/kernel/random/boot_id").unwrap_or_default(),
+        clock: "CLOCK_MONOTONIC".to_owned(),
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        start_ts_ns: monotonic_ns(),
+        start_unix_ns: unix,
+        aggregate_only,
+        command: command.to_vec(),
+        probes: probes
+            .iter()
+            .map(|p| ProbeInfo {
+                name: p.name.to_owned(),
+                kind: p.kind.to_owned(),
+                program: p.program.to_owned(),
+                status: p.status.as_str().to_owned(),
+                reason: p.reason.clone(),
+                hot: p.hot,
+            })
+            .collect(),
+        devices: pci_inventory(Path::new("/sys")),
+    }
+}

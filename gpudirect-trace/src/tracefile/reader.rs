@@ -1,0 +1,368 @@
+//! Reading a trace file block by block, tolerating damage: a file cut at any
+//! byte reads up to its last complete block; a corrupt block is skipped by
+//! scanning for the next valid one; unknown block types are skipped.
+//! Nothing in a file can make the reader panic (fuzzed: gpudirect-trace/fuzz).
+
+use std::{collections::VecDeque, fmt, io, io::Read, sync::Arc};
+
+use serde::Serialize;
+
+use super::{
+    columns,
+    format::{self, block, flag, Check, Checkpoint, End, Header, Loss, Malformed},
+};
+use crate::decode::Record;
+
+/// Why a file cannot be read at all.
+#[derive(Debug)]
+pub enum OpenError {
+    Empty,
+    NotATrace,
+    NewerMajor {
+        major: u16,
+        minor: u16,
+    },
+    /// The preamble is there but the header block is cut or damaged.
+    BadHeader(String),
+    Io(io::Error),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Empty => write!(f, "the file is empty (the recorder never wrote its header)"),
+            OpenError::NotATrace => write!(
+                f,
+                "not a gpudirect-trace recording (no GDTRACE magic; make one with `gpudirect-trace record -o FILE`)"
+            ),
+            OpenError::NewerMajor { major, minor } => write!(
+                f,
+                "trace format version {major}.{minor} is newer than this gpudirect-trace reads ({}.x); \
+                 use a newer gpudirect-trace",
+                format::MAJOR
+            ),
+            OpenError::BadHeader(why) => write!(f, "the trace header is unreadable: {why}"),
+            OpenError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
+/// What reading found besides the data.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ReadStats {
+    pub version: (u16, u16),
+    pub blocks: u64,
+    /// Damaged regions skipped in the middle of the file.
+    pub corrupt_regions: u64,
+    pub skipped_bytes: u64,
+    pub unknown_blocks: u64,
+    /// Blocks whose checksum was right but whose payload did not decode.
+    pub undecodable_blocks: u64,
+    /// Set when the file ends inside a block: the offset where the readable
+    /// part ends (a recorder killed or a disk full).
+    pub truncated_at: Option<u64>,
+    /// The END block was read: the recorder closed the file.
+    pub clean_end: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum Item {
+    Event {
+        record: Record,
+        device: Arc<str>,
+    },
+    Loss(Loss),
+    Checkpoint(Checkpoint),
+    End(End),
+    /// A decoded fault (kernel log or iommu:io_page_fault) as a JSON object
+    /// (`explain --json` keys).
+    Fault(serde_json::Value),
+}
+
+const READ_CHUNK: usize = 256 << 10;
+
+pub struct TraceReader<R: Read> {
+    src: R,
+    /// File bytes from offset `buf_off`; `pos` indexes the next unread one.
+    buf: Vec<u8>,
+    buf_off: u64,
+    pos: usize,
+    eof: bool,
+    header: Header,
+    devices: Vec<Arc<str>>,
+    pending: VecDeque<Item>,
+    stats: ReadStats,
+    done: bool,
+}
+
+impl<R: Read> TraceReader<R> {
+    pub fn new(src: R) -> Result<Self, OpenError> {
+        let mut r = Self {
+            src,
+            buf: Vec::new(),
+            buf_off: 0,
+            pos: 0,
+            eof: false,
+            header: Header::default(),
+            devices: Vec::new(),
+            pending: VecDeque::new(),
+            stats: ReadStats::default(),
+            done: false,
+        };
+        r.fill(format::PREAMBLE_LEN)?;
+        if r.buf.is_empty() {
+            return Err(OpenError::Empty);
+        }
+        let n = r.buf.len().min(8);
+        if r.buf[..n] != format::MAGIC[..n] {
+            return Err(OpenError::NotATrace);
+        }
+        if r.buf.len() < format::PREAMBLE_LEN {
+            return Err(OpenError::BadHeader(format!(
+                "the file ends after {} bytes, inside the preamble",
+                r.buf.len()
+            )));
+        }
+        let major = u16::from_le_bytes([r.buf[8], r.buf[9]]);
+        let minor = u16::from_le_bytes([r.buf[10], r.buf[11]]);
+        if major > format::MAJOR {
+            return Err(OpenError::NewerMajor { major, minor });
+        }
+        r.stats.version = (major, minor);
+        r.pos = format::PREAMBLE_LEN;
+        match r.block_at_pos()? {
+            Some((block::HEADER, flags, payload)) => {
+                let raw = payload_bytes(flags, &payload)
+                    .map_err(|e| OpenError::BadHeader(e.to_string()))?;
+                r.header = serde_json::from_slice(&raw)
+                    .map_err(|e| OpenError::BadHeader(format!("header JSON: {e}")))?;
+                r.stats.blocks += 1;
+                Ok(r)
+            }
+            Some((typ, ..)) => Err(OpenError::BadHeader(format!(
+                "the first block has type {typ}, not the header"
+            ))),
+            None => Err(OpenError::BadHeader(format!(
+                "no complete header block at offset {} (file cut while it was being created?)",
+                format::PREAMBLE_LEN
+            ))),
+        }
+    }
+
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    /// The file's device table as read so far.
+    pub fn devices(&self) -> &[Arc<str>] {
+        &self.devices
+    }
+
+    /// Makes at least `n` bytes available from `pos`, unless the file ends.
+    fn fill(&mut self, n: usize) -> io::Result<()> {
+        if self.pos > READ_CHUNK && self.pos * 2 > self.buf.len() {
+            self.buf.drain(..self.pos);
+            self.buf_off += self.pos as u64;
+            self.pos = 0;
+        }
+        while !self.eof && self.buf.len() - self.pos < n {
+            // A chunk at a time: a damaged length field may ask for up to
+            // MAX_PAYLOAD bytes that the file does not have.
+            let want = READ_CHUNK;
+            let old = self.buf.len();
+            self.buf.resize(old + want, 0);
+            let got = loop {
+                match self.src.read(&mut self.buf[old..]) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    other => break other,
+                }
+            };
+            match got {
+                Ok(0) => {
+                    self.buf.truncate(old);
+                    self.eof = true;
+                }
+                Ok(k) => self.buf.truncate(old + k),
+                Err(e) => {
+                    self.buf.truncate(old);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks for a block `rel` bytes after `pos`, reading as needed.
+    fn check_at(&mut self, rel: usize) -> io::Result<Check> {
+        loop {
+            match format::check_block(&self.buf[self.pos + rel..]) {
+                // fill() reads enough or reaches the end of the file.
+                Check::NeedMore(n) if !self.eof => self.fill(rel + n)?,
+                other => return Ok(other),
+            }
+        }
+    }
+
+    /// The next valid block from `pos`, skipping damage. None at the end.
+    /// While scanning, `pos` stays where the damage began (fill() only
+    /// drops bytes before `pos`), and candidates are `rel` bytes after it.
+    fn block_at_pos(&mut self) -> io::Result<Option<(u16, u16, Vec<u8>)>> {
+        self.fill(format::BLOCK_HEAD)?;
+        if self.pos == self.buf.len() {
+            return Ok(None);
+        }
+        let start_off = self.buf_off + self.pos as u64;
+        let mut rel = 0usize;
+        loop {
+            match self.check_at(rel)? {
+                Check::Valid { typ, flags, total } => {
+                    let at = self.pos + rel;
+                    let payload = self.buf[at + format::BLOCK_HEAD..at + total - 4].to_vec();
+                    if rel > 0 {
+                        self.stats.corrupt_regions += 1;
+                        self.stats.skipped_bytes += rel as u64;
+                    }
+                    self.pos = at + total;
+                    return Ok(Some((typ, flags, payload)));
+                }
+                Check::NeedMore(_) | Check::Invalid => {
+                    // No block here: scan on. At the end of the file, the
+                    // readable part ended where the damage began.
+                    if self.pos + rel + 1 >= self.buf.len() && self.eof {
+                        self.stats.truncated_at = Some(start_off);
+                        self.pos = self.buf.len();
+                        return Ok(None);
+                    }
+                    rel += 1;
+                }
+            }
+        }
+    }
+
+    /// The next item; None at the end of the readable data. Damage is
+    /// counted in `stats`, never returned as an error; an I/O error ends the
+    /// reading and is returned.
+    pub fn next_item(&mut self) -> io::Result<Option<Item>> {
+        loop {
+            if let Some(item) = self.pending.pop_front() {
+                return Ok(Some(item));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let Some((typ, flags, payload)) = self.block_at_pos()? else {
+                self.done = true;
+                return Ok(None);
+            };
+            self.stats.blocks += 1;
+            if flags & !flag::KNOWN != 0 {
+                self.stats.unknown_blocks += 1;
+                continue;
+            }
+            let known = matches!(
+                typ,
+                block::HEADER
+                    | block::DEVICES
+                    | block::EVENTS
+                    | block::LOSS
+                    | block::CHECKPOINT
+                    | block::END
+                    | block::FAULTS
+            );
+            if !known {
+                self.stats.unknown_blocks += 1;
+                continue;
+            }
+            if let Err(e) = self.process(typ, flags, &payload) {
+                log::debug!("block of type {typ}: {e}");
+                self.stats.undecodable_blocks += 1;
+            }
+        }
+    }
+
+    fn device(&self, i: u32) -> Arc<str> {
+        match self.devices.get(i as usize) {
+            Some(n) => n.clone(),
+            None => Arc::from(format!("(device #{i}: name lost)")),
+        }
+    }
+
+    fn process(&mut self, typ: u16, flags: u16, payload: &[u8]) -> Result<(), Malformed> {
+        let raw = payload_bytes(flags, payload)?;
+        match typ {
+            block::DEVICES => {
+                let (first, names) = format::decode_devices(&raw)?;
+                let first = first as usize;
+                if first > self.devices.len() + (1 << 20) {
+                    return Err(Malformed("device table index far beyond the table"));
+                }
+                for (k, name) in names.into_iter().enumerate() {
+                    let i = first + k;
+                    while self.devices.len() < i {
+                        let gap = self.devices.len();
+                        self.devices
+                            .push(Arc::from(format!("(device #{gap}: name lost)")));
+                    }
+                    let name: Arc<str> = Arc::from(name);
+                    if i < self.devices.len() {
+                        self.devices[i] = name;
+                    } else {
+                        self.devices.push(name);
+                    }
+                }
+            }
+            block::EVENTS => {
+                for (record, d) in columns::decode_events(&raw)? {
+                    let device = self.device(d);
+                    self.pending.push_back(Item::Event { record, device });
+                }
+            }
+            block::LOSS => self
+                .pending
+                .push_back(Item::Loss(format::decode_loss(&raw)?)),
+            block::CHECKPOINT => {
+                let cp = format::decode_checkpoint(&raw, |i| self.device(i))?;
+                self.pending.push_back(Item::Checkpoint(cp));
+            }
+            block::END => {
+                self.stats.clean_end = true;
+                self.pending.push_back(Item::End(format::decode_end(&raw)?));
+            }
+            block::FAULTS => {
+                let list: Vec<serde_json::Value> =
+                    serde_json::from_slice(&raw).map_err(|_| Malformed("faults JSON"))?;
+                self.pending.extend(list.into_iter().map(Item::Fault));
+            }
+            _ => {} // a second header: ignored
+        }
+        Ok(())
+    }
+}
+
+fn payload_bytes(flags: u16, payload: &[u8]) -> Result<Vec<u8>, Malformed> {
+    if flags & flag::ZSTD == 0 {
+        return Ok(payload.to_vec());
+    }
+    let mut out = Vec::new();
+    let mut dec = zstd::stream::read::Decoder::new(payload).map_err(|_| Malformed("zstd init"))?;
+    let n = (&mut dec)
+        .take(format::MAX_RAW as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| Malformed("zstd frame does not decompress"))?;
+    if n > format::MAX_RAW {
+        return Err(Malformed("decompressed payload too large"));
+    }
+    Ok(out)
+}

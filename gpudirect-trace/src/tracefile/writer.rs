@@ -1,0 +1,173 @@
+//! Appending blocks to a trace file.
+//!
+//! Durability: every `flush` hands complete blocks to the kernel (`write` +
+//! `flush` of the buffered writer, no fsync). A killed recorder loses at most
+//! what was not yet flushed; a power loss loses what the page cache had not
+//! written back. Either way the file reads up to its last complete block.
+
+use std::{collections::HashMap, io, io::Write, sync::Arc};
+
+use super::{
+    columns::EventBatch,
+    format::{self, block, flag, Checkpoint, End, Header, Loss},
+};
+use crate::decode::Record;
+
+/// Events per EVENTS block at most (bounds memory and the reader's work per
+/// block); the recorder also flushes every second.
+pub const MAX_BATCH: u64 = 1 << 16;
+/// zstd level: 3 is zstd's default, fast enough for millions of events/s.
+pub const ZSTD_LEVEL: i32 = 3;
+
+pub struct TraceWriter<W: Write> {
+    out: W,
+    compressor: zstd::bulk::Compressor<'static>,
+    devices: HashMap<Arc<str>, u32>,
+    /// Names given an index but not yet written in a DEVICES block.
+    new_devices: Vec<Arc<str>>,
+    batch: EventBatch,
+    scratch: Vec<u8>,
+    bytes_written: u64,
+    events_written: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the preamble and the header block.
+    pub fn new(out: W, header: &Header) -> io::Result<Self> {
+        let mut w = Self {
+            out,
+            compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
+            devices: HashMap::new(),
+            new_devices: Vec::new(),
+            batch: EventBatch::default(),
+            scratch: Vec::new(),
+            bytes_written: 0,
+            events_written: 0,
+        };
+        let pre = format::preamble();
+        w.out.write_all(&pre)?;
+        w.bytes_written += pre.len() as u64;
+        let json = serde_json::to_vec(header)?;
+        w.block(block::HEADER, &json, true)?;
+        w.out.flush()?;
+        Ok(w)
+    }
+
+    /// Bytes written so far (including what is still buffered in `W`).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Events handed to `push` so far.
+    pub fn events_written(&self) -> u64 {
+        self.events_written
+    }
+
+    fn block(&mut self, typ: u16, payload: &[u8], compress: bool) -> io::Result<()> {
+        self.scratch.clear();
+        if compress {
+            let z = self.compressor.compress(payload)?;
+            format::frame(&mut self.scratch, typ, flag::ZSTD, &z);
+        } else {
+            format::frame(&mut self.scratch, typ, 0, payload);
+        }
+        self.out.write_all(&self.scratch)?;
+        self.bytes_written += self.scratch.len() as u64;
+        Ok(())
+    }
+
+    /// The device's index in the file's device table (new names are written
+    /// in a DEVICES block before the next block that uses them).
+    pub fn device_index(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.devices.get(name) {
+            return i;
+        }
+        let i = self.devices.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.devices.insert(name.clone(), i);
+        self.new_devices.push(name);
+        i
+    }
+
+    fn write_new_devices(&mut self) -> io::Result<()> {
+        if self.new_devices.is_empty() {
+            return Ok(());
+        }
+        let first = (self.devices.len() - self.new_devices.len()) as u32;
+        let payload = format::encode_devices(first, &self.new_devices);
+        self.new_devices.clear();
+        self.block(block::DEVICES, &payload, true)
+    }
+
+    /// Adds one event; writes a block when the batch is full.
+    pub fn push(&mut self, record: &Record, device: &str) -> io::Result<()> {
+        let i = self.device_index(device);
+        self.batch.push(record, i);
+        self.events_written += 1;
+        if self.batch.len() >= MAX_BATCH {
+            self.write_events()?;
+        }
+        Ok(())
+    }
+
+    fn write_events(&mut self) -> io::Result<()> {
+        self.write_new_devices()?;
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let payload = self.batch.take_payload();
+        self.block(block::EVENTS, &payload, true)
+    }
+
+    /// Writes the pending events as a block and flushes `W`.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.write_events()?;
+        self.out.flush()
+    }
+
+    pub fn loss(&mut self, loss: &Loss) -> io::Result<()> {
+        self.write_events()?;
+        self.block(block::LOSS, &format::encode_loss(loss), false)
+    }
+
+    pub fn checkpoint(&mut self, cp: &Checkpoint) -> io::Result<()> {
+        self.write_events()?;
+        for r in &cp.counters {
+            self.device_index(&r.device);
+        }
+        self.write_new_devices()?;
+        let devices = &self.devices;
+        let payload = format::encode_checkpoint(cp, |name| devices.get(name).copied().unwrap_or(0));
+        self.block(block::CHECKPOINT, &payload, true)
+    }
+
+    /// FAULTS: decoded faults (kernel log, iommu:io_page_fault), as the JSON
+    /// objects `explain --json` prints.
+    pub fn faults<T: serde::Serialize>(&mut self, faults: &[T]) -> io::Result<()> {
+        if faults.is_empty() {
+            return Ok(());
+        }
+        self.write_events()?;
+        let json = serde_json::to_vec(faults)?;
+        self.block(block::FAULTS, &json, true)
+    }
+
+    /// Writes what is pending and the END block; returns the sink.
+    pub fn finish(mut self, end: &End) -> io::Result<W> {
+        self.write_events()?;
+        self.block(block::END, &format::encode_end(end), false)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// Writes a block of a type this version does not define (tests of
+    /// forward compatibility).
+    pub fn raw_block(&mut self, typ: u16, flags: u16, payload: &[u8]) -> io::Result<()> {
+        self.write_events()?;
+        self.scratch.clear();
+        format::frame(&mut self.scratch, typ, flags, payload);
+        self.out.write_all(&self.scratch)?;
+        self.bytes_written += self.scratch.len() as u64;
+        Ok(())
+    }
+}

@@ -1,0 +1,271 @@
+//! Trace files: records produced by the real programs (BPF_PROG_TEST_RUN)
+//! through the writer and reader, and the `record`/`report` commands as
+//! processes (attached for real, including a recorder killed with SIGKILL).
+
+use std::{
+    os::unix::fs::PermissionsExt as _,
+    path::Path,
+    process::{Command, Output, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use gpudirect_trace::{
+    aggregate::Aggregator,
+    catalog::CATALOG,
+    decode::{decode, Record},
+    ebpf::testrun::run_raw_tracepoint,
+    record,
+    session::Session,
+    tracefile::{self, End, Item, TraceReader, TraceWriter},
+};
+use gpudirect_trace_common::kind;
+
+use crate::{
+    inject::{load_unattached, Injector},
+    require_root,
+};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
+}
+
+fn run_ok(args: &[&str]) -> Output {
+    let out = bin().args(args).output().expect("run gpudirect-trace");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn read_items(path: &Path) -> (tracefile::Header, Vec<Item>, tracefile::ReadStats) {
+    let mut r = tracefile::open(path).expect("readable trace");
+    let mut items = Vec::new();
+    while let Some(i) = r.next_item().expect("read") {
+        items.push(i);
+    }
+    (r.header().clone(), items, r.stats().clone())
+}
+
+#[test]
+fn records_from_the_real_programs_round_trip_through_a_trace_file() {
+    require_root();
+    let mut inj = Injector::new(load_unattached(1 << 20));
+    let dev = inj.device.addr;
+    for i in 0..20u64 {
+        let (phys, iova) = (0x1_0000_0000 + i * 0x1000, 0xfeed_0000 + i * 0x1000);
+        inj.run("dma_map", &[dev, phys, iova, 4096 << (i % 4), 2, 0]);
+    }
+    for i in 0..10u64 {
+        inj.run("dma_unmap", &[dev, 0xfeed_0000 + i * 0x1000, 4096, 2, 0]);
+    }
+    inj.run("iommu_io_page_fault", &[dev, 0x123000, 1]);
+    inj.run("iommu_map", &[0xffff_f000, 0x3_0000_0000, 8192]);
+    let mut records: Vec<Record> = Vec::new();
+    inj.tracer
+        .drain(|b| records.push(decode(b).expect("decodable")));
+    assert_eq!(records.len(), 32);
+    let names: Vec<Arc<str>> = records
+        .iter()
+        .map(|r| inj.tracer.device_name(r.event().dev))
+        .collect();
+
+    let header = tracefile::host_header(&inj.tracer.kernel.release, &inj.tracer.probes, false, &[]);
+    let mut w = TraceWriter::new(Vec::new(), &header).expect("header");
+    for (r, n) in records.iter().zip(&names) {
+        w.push(r, n).expect("push");
+    }
+    let bytes = w.finish(&End::default()).expect("finish");
+
+    let mut rd = TraceReader::new(&bytes[..]).expect("readable");
+    assert_eq!(
+        rd.header(),
+        &header,
+        "the probe table and inventory round-trip"
+    );
+    assert!(header.probes.len() >= CATALOG.len());
+    assert_eq!(rd.header().clock, "CLOCK_MONOTONIC");
+    let mut got = Vec::new();
+    while let Some(item) = rd.next_item().expect("read") {
+        if let Item::Event { record, device } = item {
+            got.push((record, device));
+        }
+    }
+    assert_eq!(got.len(), records.len());
+    let (mut before, mut after) = (Aggregator::new(), Aggregator::new());
+    for ((orig, name), (back, device)) in records.iter().zip(&names).zip(&got) {
+        let (a, b) = (orig.event(), back.event());
+        assert_eq!(
+            (a.kind, a.ts_ns, a.addr, a.phys, a.size, a.dir, a.aux, a.pid, a.tid),
+            (b.kind, b.ts_ns, b.addr, b.phys, b.size, b.dir, b.aux, b.pid, b.tid)
+        );
+        assert_eq!(name, device);
+        before.ingest(orig, name);
+        after.ingest(back, device);
+    }
+    assert!(names.iter().any(|n| **n == *inj.device.name));
+    let (s1, s2) = (before.snapshot(1.0, &[]), after.snapshot(1.0, &[]));
+    assert_eq!(
+        serde_json::to_value(&s1).expect("json"),
+        serde_json::to_value(&s2).expect("json"),
+        "the same tables from the file as from the live stream"
+    );
+    assert!(rd.stats().clean_end);
+}
+
+#[test]
+fn record_writes_a_private_readable_file_with_the_attached_probes() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("rec.gdt");
+    let fs = f.to_str().expect("utf-8 path");
+    run_ok(&["record", "-o", fs, "--duration", "2s"]);
+    let mode = std::fs::metadata(&f).expect("file").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (header, items, stats) = read_items(&f);
+    assert!(stats.clean_end, "{stats:?}");
+    assert!(!header.boot_id.is_empty() && !header.hostname.is_empty());
+    let map = header
+        .probes
+        .iter()
+        .find(|p| p.name == "iommu:map")
+        .expect("iommu:map in the probe table");
+    assert_eq!(map.status, "attached");
+    assert!(
+        items.iter().any(|i| matches!(i, Item::Checkpoint(_))),
+        "per-second checkpoints"
+    );
+    let out = run_ok(&["report", fs, "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report --json");
+    assert_eq!(doc["read"]["clean_end"], true);
+
+    // A second recording to the same file is refused without --force.
+    let out = bin()
+        .args(["record", "-o", fs, "--duration", "1s"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+}
+
+#[test]
+fn record_of_a_command_exits_with_its_status() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("cmd.gdt");
+    let out = bin()
+        .args([
+            "record",
+            "-o",
+            f.to_str().expect("path"),
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.3; exit 3",
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (header, items, _) = read_items(&f);
+    assert_eq!(header.command, ["sh", "-c", "sleep 0.3; exit 3"]);
+    let Some(Item::End(end)) = items.last() else {
+        panic!("no end block");
+    };
+    assert_eq!(end.exit_status, Some(3));
+}
+
+#[test]
+fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("killed.gdt");
+    let fs = f.to_str().expect("utf-8 path");
+    let mut child = bin()
+        .args(["record", "-o", fs])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start record");
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let out = run_ok(&["report", fs]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("report of"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("error"), "{err}");
+    let (header, _, stats) = read_items(&f);
+    assert!(!stats.clean_end);
+    assert!(!header.probes.is_empty());
+}
+
+#[test]
+fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
+    require_root();
+    // A one-page ring buffer: most of each burst is dropped in-kernel.
+    let inj = Injector::new(load_unattached(4096));
+    let dev = inj.device.addr;
+    let device_name = inj.device.name.clone();
+    let burst = |inj: &Injector, base: u64| {
+        for i in 0..500u64 {
+            inj.run(
+                "dma_map",
+                &[dev, (base + i) << 12, (base + i) << 12, 4096, 0, 0],
+            );
+        }
+    };
+    burst(&inj, 0);
+    let mut session = Session::from_tracer(inj.tracer, true);
+    let header = tracefile::host_header("test", &session.tracer.probes, false, &[]);
+    let mut w = TraceWriter::new(Vec::new(), &header).expect("header");
+    let mut lost_seen = 0;
+    record::pump(&mut session, &mut w, "mem").expect("pump");
+    record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
+    let first_loss = lost_seen;
+    assert!(first_loss > 0, "a 4 KiB ring overflows with 500 events");
+    // Drive the programs again through the session's own tracer.
+    for i in 0..500u64 {
+        let fd = session.tracer.program_fd("dma_map").expect("program");
+        let a = (1000 + i) << 12;
+        run_raw_tracepoint(fd, &[dev, a, a, 4096, 0, 0], None).expect("test run");
+    }
+    record::pump(&mut session, &mut w, "mem").expect("pump");
+    record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
+    let total_lost = session.tracer.self_stats().lost_events;
+    assert_eq!(lost_seen, total_lost);
+    let bytes = w.finish(&End::default()).expect("finish");
+
+    let mut rd = TraceReader::new(&bytes[..]).expect("readable");
+    let (mut events, mut losses, mut last_cp) = (0u64, Vec::new(), None);
+    while let Some(item) = rd.next_item().expect("read") {
+        match item {
+            Item::Event { .. } => events += 1,
+            Item::Loss(l) => losses.push(l),
+            Item::Checkpoint(cp) => last_cp = Some(cp),
+            _ => {}
+        }
+    }
+    assert_eq!(losses.len(), 2, "{losses:?}");
+    assert_eq!(losses[0].lost, first_loss);
+    assert_eq!(losses[1].lost, total_lost - first_loss);
+    assert_eq!(losses[1].total, total_lost);
+    assert_eq!(events + total_lost, 1000, "written + lost = injected");
+    let cp = last_cp.expect("checkpoint");
+    let maps: u64 = cp
+        .counters
+        .iter()
+        .filter(|c| *c.device == *device_name && c.kind == u32::from(kind::DMA_MAP))
+        .map(|c| c.count)
+        .sum();
+    assert_eq!(
+        maps, 1000,
+        "the kernel counters in the checkpoint saw every event"
+    );
+}
