@@ -87,14 +87,25 @@ pub fn base_event(k: u16, dev: u64, extra_flags: u16) -> Event {
     }
 }
 
-/// Wake the reader only when enough is waiting; rare events always wake it.
+/// Wake the reader once per `wakeup_bytes` of backlog: only the record that
+/// makes the waiting data cross the threshold forces a wake-up. (Forcing one
+/// for every record above the threshold costs the traced CPU an irq_work each
+/// until the reader catches up: measured ~3.5 us per event.) Rare events
+/// always wake it. `avail` is the waiting data including this record.
 #[inline(always)]
-pub fn wakeup_flag(cfg: &Config, rare: bool) -> u64 {
-    if rare || EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= cfg.wakeup_bytes {
+pub fn wakeup_flag(cfg: &Config, rare: bool, avail: u64, record: u64) -> u64 {
+    if rare || (avail >= cfg.wakeup_bytes && avail - record < cfg.wakeup_bytes) {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
     }
+}
+
+/// Bytes a record of `len` takes in the ring buffer (8-byte header, 8-byte
+/// rounding).
+#[inline(always)]
+const fn ring_bytes(len: usize) -> u64 {
+    ((len + 8 + 7) & !7) as u64
 }
 
 #[inline(always)]
@@ -147,7 +158,10 @@ fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(*ev);
-            entry.submit(wakeup_flag(cfg, rare));
+            // Reserved data counts as waiting, so this includes the record.
+            let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+            let flag = wakeup_flag(cfg, rare, avail, ring_bytes(core::mem::size_of::<T>()));
+            entry.submit(flag);
         }
         None => lost(),
     }
@@ -158,7 +172,12 @@ fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
 #[inline(always)]
 pub fn output_hot<T: 'static>(ev: &T) {
     let cfg = config();
-    if cfg.stream != 0 && EVENTS.output(ev, wakeup_flag(&cfg, false)).is_err() {
+    if cfg.stream == 0 {
+        return;
+    }
+    let record = ring_bytes(core::mem::size_of::<T>());
+    let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64) + record;
+    if EVENTS.output(ev, wakeup_flag(&cfg, false, avail, record)).is_err() {
         lost();
     }
 }

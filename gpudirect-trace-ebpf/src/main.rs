@@ -273,7 +273,7 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
-    entry.submit(emit::wakeup_flag(&cfg, true));
+    entry.submit(emit::wakeup_flag(&cfg, true, 0, 0));
     0
 }
 

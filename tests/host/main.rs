@@ -10,6 +10,7 @@
 //! `inject::known_kernel_object`): the device name the programs read must be
 //! exactly that string.
 
+mod bench;
 mod deploy;
 mod inject;
 mod record;

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's one entry point for bootstrap, build, tests, VMs.
 //! Keep this file a small dispatcher: each subcommand lives in its own module.
 
+mod bench;
 mod bootstrap;
 mod host;
 mod test;
@@ -36,6 +37,9 @@ enum Cmd {
     VmTest(vm::scenario::VmTestArgs),
     /// Show the tracer's live view in a VM while DMA happens and a fault is injected.
     Demo(vm::demo::DemoArgs),
+    /// Benchmarks on the host kernel (per-program cost, pipeline rates,
+    /// decode throughput, trace file size): prints and writes docs/benchmarks.md.
+    Bench,
     /// Regenerate docs/probe-compatibility.md from `gpudirect-trace probes --json` in VMs.
     ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
 }
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
         Cmd::Demo(a) => vm::demo::main(a),
+        Cmd::Bench => done(bootstrap::run().and_then(|()| bench::run())),
         Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
     };
     match result {

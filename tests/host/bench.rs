@@ -1,0 +1,199 @@
+//! Benchmarks (not tests): `#[ignore]`d, run by `cargo xtask bench` in release
+//! mode, which collects the `BENCH` lines they print into docs/benchmarks.md.
+//! Nothing here asserts a timing; the only assertion is the loss accounting
+//! identity, which must hold at any rate.
+
+use std::{
+    os::fd::{AsRawFd as _, BorrowedFd},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use gpudirect_trace::{
+    aggregate::Aggregator,
+    decode::decode,
+    ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
+};
+use gpudirect_trace_common::{kind, Event};
+
+use crate::inject::{known_kernel_object, Injector};
+
+fn set_bpf_stats(on: bool) {
+    std::fs::write(
+        "/proc/sys/kernel/bpf_stats_enabled",
+        if on { "1" } else { "0" },
+    )
+    .expect("write kernel.bpf_stats_enabled (root)");
+}
+
+/// Per-program cost per hit, from the kernel's own accounting, with events
+/// driven through BPF_PROG_TEST_RUN.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_program_cost() {
+    let dev = known_kernel_object().addr;
+    let programs: [(&str, Vec<u64>); 6] = [
+        ("dma_map", vec![dev, 0x1000, 0x2000, 4096, 1, 0]),
+        ("dma_unmap", vec![dev, 0x2000, 4096, 1, 0]),
+        ("dma_map_sg", vec![dev, 0, 1, 1, 1, 0]),
+        ("iommu_map", vec![0xfff0_0000, 0x5000, 4096]),
+        ("iommu_unmap", vec![0xfff0_0000, 4096, 4096]),
+        ("swiotlb_bounced", vec![dev, 0x2000, 512]),
+    ];
+    const RUNS: u32 = 100_000;
+    for stream in [true, false] {
+        let mut tracer = Tracer::load(&TracerOptions {
+            attach: false,
+            stream,
+            ..Default::default()
+        })
+        .expect("load");
+        set_bpf_stats(true);
+        for (prog, args) in &programs {
+            let fd = tracer.program_fd(prog).expect("program").as_raw_fd();
+            for i in 0..RUNS {
+                // SAFETY: the tracer (owner of the fd) outlives this loop.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                run_raw_tracepoint(fd, args, None).expect("test run");
+                if i % 10_000 == 0 {
+                    tracer.drain(|_| {});
+                }
+            }
+            tracer.drain(|_| {});
+        }
+        set_bpf_stats(false);
+        let mode = if stream {
+            "streaming"
+        } else {
+            "aggregate-only"
+        };
+        for s in tracer.program_stats() {
+            println!(
+                "BENCH program_cost mode={mode} program={} runs={} ns_per_hit={:.1}",
+                s.program, s.run_count, s.ns_per_run
+            );
+        }
+    }
+}
+
+/// End to end: injector threads at rising target rates, one reader draining
+/// and aggregating; received + lost must equal injected at every rate.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_pipeline_rates() {
+    let threads = 2;
+    for rate in [50_000u64, 200_000, 800_000, u64::MAX] {
+        let mut inj = Injector::new(
+            Tracer::load(&TracerOptions {
+                attach: false,
+                ring_bytes: 1 << 20,
+                ..Default::default()
+            })
+            .expect("load"),
+        );
+        let fd = inj
+            .tracer
+            .program_fd("dma_map")
+            .expect("program")
+            .as_raw_fd();
+        let dev = inj.device.addr;
+        let injected = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let duration = Duration::from_secs(2);
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (injected, stop) = (injected.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let per_thread = rate / threads;
+                    let start = Instant::now();
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        if per_thread != u64::MAX / threads {
+                            let due = (start.elapsed().as_secs_f64() * per_thread as f64) as u64;
+                            if n >= due {
+                                std::hint::spin_loop();
+                                continue;
+                            }
+                        }
+                        // SAFETY: the tracer owning the fd outlives the workers.
+                        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                        run_raw_tracepoint(fd, &[dev, n << 12, n << 12, 4096, 2, 0], None)
+                            .expect("test run");
+                        n += 1;
+                    }
+                    injected.fetch_add(n, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        let start = Instant::now();
+        let mut received = 0u64;
+        while start.elapsed() < duration {
+            received += inj.drain_all() as u64;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in workers {
+            w.join().expect("worker");
+        }
+        received += inj.drain_all() as u64;
+        let elapsed = start.elapsed().as_secs_f64();
+        let injected = injected.load(Ordering::Relaxed);
+        let lost = inj.tracer.self_stats().lost_events;
+        assert_eq!(received + lost, injected, "loss accounting at rate {rate}");
+        let target = if rate == u64::MAX {
+            "max".to_owned()
+        } else {
+            rate.to_string()
+        };
+        println!(
+            "BENCH pipeline target_rate={target} injected_per_s={:.0} received_per_s={:.0} lost={lost} injected={injected}",
+            injected as f64 / elapsed,
+            received as f64 / elapsed
+        );
+    }
+}
+
+/// Userspace decode + aggregate throughput on one core.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_decode_aggregate() {
+    let n = 2_000_000u64;
+    let records: Vec<[u8; 64]> = (0..n)
+        .map(|i| {
+            let ev = Event {
+                kind: if i % 2 == 0 {
+                    kind::DMA_MAP
+                } else {
+                    kind::DMA_UNMAP
+                },
+                dir: 2,
+                ts_ns: i * 300,
+                dev: 0xffff_8880_0000_0000 + (i % 4) * 0x1000,
+                addr: 0xf000_0000 + ((i / 2) % 4096) * 0x1000,
+                size: 4096 << (i % 5),
+                ..Default::default()
+            };
+            // SAFETY: Event is repr(C) plain data of exactly 64 bytes.
+            unsafe { std::mem::transmute::<Event, [u8; 64]>(ev) }
+        })
+        .collect();
+    let names: Vec<Arc<str>> = (0..4)
+        .map(|i| Arc::from(format!("0000:00:0{i}.0")))
+        .collect();
+    let mut agg = Aggregator::new();
+    let start = Instant::now();
+    for r in &records {
+        let rec = decode(r).expect("decode");
+        let dev = (rec.event().dev & 0xffff) as usize / 0x1000;
+        agg.ingest(&rec, &names[dev]);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(agg.events, n);
+    println!(
+        "BENCH decode_aggregate events={n} events_per_s={:.0}",
+        n as f64 / secs
+    );
+}
