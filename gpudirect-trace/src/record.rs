@@ -237,18 +237,21 @@ pub fn checkpoint<W: Write>(
     session.agg.apply_kernel_counters(&counters);
     let stats = session.tracer.self_stats();
     let now = tracefile::monotonic_ns();
-    if stats.lost_events > *lost_seen {
+    // Events that never reached the file: ring buffer overflow, and program
+    // runs the kernel skipped (recursion protection).
+    let gone = stats.lost_events + stats.missed_events;
+    if gone > *lost_seen {
         writer.loss(&Loss {
             ts_ns: now,
-            lost: stats.lost_events - *lost_seen,
-            total: stats.lost_events,
+            lost: gone - *lost_seen,
+            total: gone,
         })?;
-        *lost_seen = stats.lost_events;
+        *lost_seen = gone;
     }
     writer.checkpoint(&Checkpoint {
         ts_ns: now,
         events_written: writer.events_written(),
-        lost_total: stats.lost_events,
+        lost_total: gone,
         hits: stats.hits,
         counters: counters
             .into_iter()

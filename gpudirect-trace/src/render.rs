@@ -17,6 +17,8 @@ pub struct Totals<'a> {
     /// Tracepoint hits counted in-kernel.
     pub kernel_hits: u64,
     pub lost: u64,
+    /// Program runs the kernel skipped (recursion protection).
+    pub missed: u64,
     pub decode_errors: u64,
     pub aggregate_only: bool,
     pub final_summary: bool,
@@ -47,10 +49,11 @@ pub fn live_text<'a>(
     );
     let _ = writeln!(
         s,
-        "events: {} in kernel, {} streamed, {} LOST{}",
+        "events: {} in kernel, {} streamed, {} LOST, {} MISSED by the kernel{}",
         t.kernel_hits,
         t.events,
         t.lost,
+        t.missed,
         if t.decode_errors > 0 {
             format!(", {} undecodable", t.decode_errors)
         } else {

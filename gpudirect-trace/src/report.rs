@@ -389,6 +389,8 @@ fn text(path: &str, r: &Replay, devices: &[DeviceSnapshot], lost: u64, window_s:
             events: r.agg.events,
             kernel_hits: r.kernel_hits,
             lost,
+            // The file's loss records already include kernel-skipped runs.
+            missed: 0,
             decode_errors: 0,
             aggregate_only: h.aggregate_only,
             final_summary: true,

@@ -94,6 +94,11 @@ pub struct SelfStats {
     pub device_map_full: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
+    /// Times the kernel skipped one of our programs because it was already
+    /// running on that CPU (e.g. the tracepoint fired again from an interrupt):
+    /// events never seen, not even counted in maps. From the programs'
+    /// `recursion_misses` (fdinfo, Linux 5.12+; 0 where not reported).
+    pub missed_events: u64,
 }
 
 impl SelfStats {
@@ -274,6 +279,7 @@ impl Tracer {
             device_name_failures: sum(&self.stats, stat::DEVICE_NAME_FAILED),
             device_map_full: sum(&self.stats, stat::DEVICE_MAP_FULL),
             hits: (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect(),
+            missed_events: self.recursion_misses(),
         }
     }
 
@@ -309,6 +315,20 @@ pub struct ProgramStat {
 }
 
 impl Tracer {
+    /// Sum of the programs' recursion_misses (from /proc/self/fdinfo).
+    pub fn recursion_misses(&self) -> u64 {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
+            .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
     /// Per-program run counts and time from the kernel (BPF_OBJ_GET_INFO),
     /// for programs that ran; empty unless kernel.bpf_stats_enabled is set.
     pub fn program_stats(&self) -> Vec<ProgramStat> {

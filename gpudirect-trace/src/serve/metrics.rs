@@ -448,6 +448,8 @@ impl Model {
             agg.events,
         );
         self.add("gpudirect_events_lost", Counter, None, vec![], lost);
+        let missed = stats.missed_events;
+        self.add("gpudirect_events_missed", Counter, None, vec![], missed);
         let bad = agg.decode_errors;
         self.add("gpudirect_events_undecodable", Counter, None, vec![], bad);
         let folded = labels.folded();

@@ -120,3 +120,85 @@ pub fn vfio_after_unmap(series: &str, v: &Value) -> Result<()> {
     eprintln!("xtask: {series}: fault at 0x200000: {state}");
     Ok(())
 }
+
+/// record + report: the file holds the NVMe's mappings and the VT-d fault.
+pub fn record_report(series: &str, v: &Value) -> Result<()> {
+    let d = device(v, Device::Nvme.bdf())?;
+    let maps = d["maps"].as_u64().unwrap_or(0);
+    let bytes = d["bytes_mapped"].as_u64().unwrap_or(0);
+    ensure!(
+        maps > 0 && bytes > 0,
+        "nvme in the report: maps={maps} bytes_mapped={bytes}"
+    );
+    let fs = faults(v);
+    let f = find_fault(&fs, "0x123000")?;
+    ensure!(
+        f["source"] == "vtd" && f["device"] == Device::Edu.bdf(),
+        "fault {f}"
+    );
+    eprintln!(
+        "xtask: {series}: report: nvme maps={maps} bytes={bytes}; vtd fault at 0x123000 kept"
+    );
+    Ok(())
+}
+
+/// doctor in a VT-d guest, live and from its own capture.
+pub fn doctor_vtd(series: &str, lines: &[String]) -> Result<()> {
+    // doctor --json pretty-prints: an object runs from a "{" line to the
+    // next "}" line at column 0.
+    let mut docs: Vec<Value> = Vec::new();
+    let mut buf: Option<String> = None;
+    for l in lines {
+        let l = l.trim_end();
+        match (&mut buf, l) {
+            (None, "{") => buf = Some("{\n".to_owned()),
+            (Some(b), "}") => {
+                b.push('}');
+                if let Ok(v) = serde_json::from_str::<Value>(b) {
+                    if v["findings"].is_array() {
+                        docs.push(v);
+                    }
+                }
+                buf = None;
+            }
+            (Some(b), _) => {
+                b.push_str(l);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    ensure!(
+        docs.len() >= 2,
+        "want doctor --json twice (live, capture), got {}",
+        docs.len()
+    );
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let (live, snap) = (&docs[docs.len() - 2], &docs[docs.len() - 1]);
+    let live_ids = ids(live);
+    for want in ["iommu.present", "iommu.group.type"] {
+        ensure!(
+            live_ids.iter().any(|i| i == want),
+            "no {want} finding in {live_ids:?}"
+        );
+    }
+    ensure!(
+        live_ids == ids(snap),
+        "capture differs: live {live_ids:?} vs snapshot {:?}",
+        ids(snap)
+    );
+    eprintln!(
+        "xtask: {series}: doctor: {} findings, same from the capture",
+        live_ids.len()
+    );
+    Ok(())
+}
