@@ -558,6 +558,9 @@ fn help(exported: &str) -> &'static str {
         "gpudirect_events_total" => "Tracepoint hits counted in-kernel (loss-free), by event kind.",
         "gpudirect_events_received_total" => "Event records received from the ring buffer.",
         "gpudirect_events_lost_total" => "Event records the ring buffer had no room for.",
+        "gpudirect_events_missed_total" => {
+            "Program runs the kernel skipped because the program was already running on that CPU (recursion_misses)."
+        }
         "gpudirect_events_undecodable_total" => "Event records that could not be decoded.",
         "gpudirect_devices_folded_total" => {
             "Devices reported as device=\"other\" (past --max-devices)."
