@@ -40,8 +40,13 @@ pub mod kind {
     /// `aux` = the operation (`op::*`), `addr` = its IOVA/DMA address argument
     /// when it has one.
     pub const LATENCY: u16 = 17;
+    /// ras:aer_event: a PCIe AER error. `addr` = the AER status register,
+    /// `aux` = severity (0 uncorrected non-fatal, 1 fatal, 2 corrected),
+    /// `dev` = a tagged key (bit 0 set) of the DEVICES name map: the
+    /// tracepoint names the device by string, not by `struct device *`.
+    pub const AER: u16 = 18;
     /// One past the largest kind: sizes per-kind counter arrays.
-    pub const COUNT: u32 = 18;
+    pub const COUNT: u32 = 19;
 }
 
 /// Timed operations (fentry/fexit or kprobe/kretprobe pairs).
@@ -54,7 +59,9 @@ pub mod op {
     pub const IOMMU_UNMAP: u32 = 5;
     pub const IOTLB_SYNC: u32 = 6;
     pub const SWIOTLB_MAP: u32 = 7;
-    pub const COUNT: u32 = 8;
+    /// The IOMMU driver's fault interrupt handler (Intel: dmar_fault).
+    pub const FAULT_HANDLER: u32 = 8;
+    pub const COUNT: u32 = 9;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "dma_map",
@@ -65,6 +72,7 @@ pub mod op {
         "iommu_unmap",
         "iotlb_sync",
         "swiotlb_map",
+        "fault_handler",
     ];
 }
 
@@ -75,7 +83,10 @@ pub mod level {
     pub const DMA_API: usize = 0;
     pub const IOMMU: usize = 1;
     pub const INNER: usize = 2;
-    pub const COUNT: usize = 3;
+    /// Interrupt handlers (IOMMU fault IRQ), which run on top of whatever
+    /// task they interrupt and must not disturb its levels.
+    pub const IRQ: usize = 3;
+    pub const COUNT: usize = 4;
 }
 
 /// Log2 latency buckets kept in-kernel per (device, op): bucket `b` holds
@@ -305,7 +316,7 @@ const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
-const _: () = assert!(core::mem::size_of::<TaskState>() == 80);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 104);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
 
 #[cfg(feature = "user")]

@@ -41,6 +41,21 @@ pub fn remember_device(dev: u64, off: &KernelOffsets) -> bool {
                 return false;
             }
         };
+    remember_name(dev, name_ptr)
+}
+
+/// Stores the string at `name_ptr` as the name of `key` (for tracepoints that
+/// name a device by string: the key is the string's address with bit 0 set,
+/// which no aligned `struct device *` has).
+#[inline(always)]
+pub fn remember_name(key: u64, name_ptr: u64) -> bool {
+    if key == 0 || name_ptr == 0 {
+        return false;
+    }
+    if DEVICES.get_ptr(&key).is_some() {
+        return true;
+    }
+    let dev = key;
     let mut value = DeviceName {
         name: [0u8; DEV_NAME_LEN],
     };

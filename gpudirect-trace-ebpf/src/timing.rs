@@ -99,6 +99,9 @@ fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
             // SAFETY: value copied out immediately.
             d = unsafe { DOMAIN_DEVS.get(&domain) }.copied().unwrap_or(0);
         }
+    } else if lvl == level::IRQ {
+        // An interrupt handler belongs to no device of the interrupted task.
+        d = 0;
     } else if lvl == level::INNER && d == 0 {
         d = if st.ts[level::IOMMU] != 0 {
             st.dev[level::IOMMU]
@@ -289,4 +292,5 @@ slot!(t_iommu_map_sg_in, t_iommu_map_sg_out, k_iommu_map_sg_in, k_iommu_map_sg_o
 slot!(t_iommu_unmap_in, t_iommu_unmap_out, k_iommu_unmap_in, k_iommu_unmap_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
 slot!(t_iommu_unmap2_in, t_iommu_unmap2_out, k_iommu_unmap2_in, k_iommu_unmap2_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
 slot!(t_iotlb_sync_in, t_iotlb_sync_out, k_iotlb_sync_in, k_iotlb_sync_out, level::INNER, op::IOTLB_SYNC, NONE);
+slot!(t_fault_irq_in, t_fault_irq_out, k_fault_irq_in, k_fault_irq_out, level::IRQ, op::FAULT_HANDLER, NONE);
 slot!(t_swiotlb_in, t_swiotlb_out, k_swiotlb_in, k_swiotlb_out, level::INNER, op::SWIOTLB_MAP, DEV0);

@@ -139,6 +139,14 @@ pub const CATALOG: &[ProbeSpec] = &[
     tp("dma:dma_alloc_pages", "dma_alloc", 4, "6.13+", "", true),
     tp("dma:dma_free", "dma_free", 4, "6.8+", "", true),
     tp("dma:dma_free_pages", "dma_free", 4, "6.13+", "", true),
+    tp(
+        "ras:aer_event",
+        "ras_aer_event",
+        3,
+        "3.17+ with CONFIG_PCIEAER",
+        "`AER:` lines in the kernel log",
+        false,
+    ),
     tp("swiotlb:swiotlb_bounced", "swiotlb_bounced", 3, "3.x+ (4 args before 5.18, 3 after)", "", true),
     ProbeSpec {
         name: "nvidia:nvidia_dev_xid",
@@ -240,6 +248,15 @@ pub const TIMING: &[TimingSpec] = &[
         available: "all",
     },
 ];
+
+/// The IOMMU driver's fault interrupt handler: how often it runs and how
+/// long it takes (VT-d faults never reach iommu:io_page_fault).
+pub const FAULT_HANDLER: TimingSpec = TimingSpec {
+    name: "time:fault_handler",
+    slot: "fault_irq",
+    candidates: &["dmar_fault", "amd_iommu_int_thread", "arm_smmu_evtq_thread"],
+    available: "Intel dmar_fault (all), AMD amd_iommu_int_thread, SMMUv3 arm_smmu_evtq_thread",
+};
 
 /// Entry hook that learns IOMMU domain -> device (for VFIO/iommufd mappings
 /// made outside the DMA API); programs `attach_fentry` / `attach_kprobe`.

@@ -57,7 +57,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match k {
         kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
         kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        1..=17 => read::<Event>(bytes, k).map(Record::Event),
+        1..=18 => read::<Event>(bytes, k).map(Record::Event),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -92,6 +92,7 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::SWIOTLB_BOUNCED => "swiotlb_bounced",
         kind::NV_XID => "nvidia_xid",
         kind::LATENCY => "latency",
+        kind::AER => "pcie_aer",
         _ => "unknown",
     }
 }

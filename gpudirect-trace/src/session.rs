@@ -14,11 +14,13 @@ use gpudirect_trace_common::kind;
 use tokio::io::unix::AsyncFd;
 
 use crate::{
+    aggregate,
     aggregate::Aggregator,
     cli::TraceArgs,
+    decode::c_string,
     decode::{decode, Record},
     ebpf::{SelfStats, Status, Tracer, TracerOptions},
-    faults::{tracepoint::from_io_page_fault, Fault, KmsgFollower},
+    faults::{tracepoint::from_io_page_fault, Fault, KmsgFollower, Source},
 };
 
 pub struct Session {
@@ -133,9 +135,19 @@ impl Session {
             let name = tracer.device_name(ev.dev);
             agg.ingest(r, &name);
             also(r, &name);
-            if ev.kind == kind::IO_PAGE_FAULT {
-                let mut f =
-                    from_io_page_fault("", &name, ev.addr, ev.aux as u32, "iommu:io_page_fault");
+            let fault = match r {
+                Record::Xid(x) => Some(xid_fault(&name, x.xid, &c_string(&x.msg))),
+                _ if ev.kind == kind::IO_PAGE_FAULT => Some(from_io_page_fault(
+                    "",
+                    &name,
+                    ev.addr,
+                    ev.aux as u32,
+                    "iommu:io_page_fault",
+                )),
+                _ if ev.kind == kind::AER => Some(aer_fault(&name, ev.addr as u32, ev.aux)),
+                _ => None,
+            };
+            if let Some(mut f) = fault {
                 f.timestamp_ns = Some(ev.ts_ns);
                 faults.push(f);
             }
@@ -175,14 +187,17 @@ impl Session {
             f.mapping_state = Some(self.agg.mapping_state(dev, addr, f.timestamp_ns));
         }
         let dev = f.device.clone().unwrap_or_else(|| "-".into());
-        // With nvidia:nvidia_dev_xid attached the tracepoint already counted
-        // this Xid; its log line must not count it twice.
+        // With nvidia:nvidia_dev_xid attached the tracepoint already reported
+        // this Xid; its log line must not count or list it twice.
         let xid_traced = self
             .tracer
             .probes
             .iter()
             .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
-        if from_log && !(f.xid.is_some() && xid_traced) {
+        if from_log && f.xid.is_some() && xid_traced {
+            return;
+        }
+        if from_log {
             let name: Arc<str> = Arc::from(dev.as_str());
             self.agg.count_fault(&name, f.xid, f.count.max(1));
         }
@@ -212,6 +227,41 @@ impl Session {
         // alive for as long as it uses the handle (both live in one scope).
         unsafe { AsyncFd::register(RingFd(self.tracer.ring_fd())) }.map_err(|e| e.into_parts().1)
     }
+}
+
+/// A Fault from ras:aer_event, decoded with the kernel's AER bit names.
+fn aer_fault(device: &str, status: u32, severity: u64) -> Fault {
+    let correctable = severity == 2;
+    let bits = crate::faults::aer::decode_status(status, correctable);
+    let reason = if bits.is_empty() {
+        format!("PCIe AER {} error", aggregate::aer_severity(severity))
+    } else {
+        format!(
+            "PCIe AER {}: {}",
+            aggregate::aer_severity(severity),
+            bits.join(", ")
+        )
+    };
+    let mut f = Fault::new(Source::Aer, reason, "ras:aer_event");
+    f.set_device(device);
+    f.reason_code = Some(status);
+    f.explanation = "A PCIe link/transaction error reported by AER on this device. Corrected \
+        errors (receiver errors, bad TLPs) at a steady rate point at signal integrity (riser, \
+        cable, slot, retimer); uncorrected ones at the device or its link; check the link speed \
+        and width (gpudirect-trace doctor) and the device's recent DMA activity here."
+        .to_owned();
+    f
+}
+
+/// A Fault from nvidia:nvidia_dev_xid, with the Xid catalog's meaning.
+fn xid_fault(device: &str, xid: u32, msg: &str) -> Fault {
+    let (meaning, checks) = crate::faults::xid::lookup(xid).unwrap_or(("unknown Xid", ""));
+    let mut f = Fault::new(Source::NvidiaXid, format!("Xid {xid}: {meaning}"), msg);
+    f.set_device(device);
+    f.xid = Some(xid);
+    f.reason_code = Some(xid);
+    f.explanation = checks.to_owned();
+    f
 }
 
 /// The ring buffer's fd, borrowed for readiness notifications only.

@@ -59,7 +59,7 @@ fn every_program_passes_the_verifier() {
         timed.count() >= 6,
         "the timing programs (kprobe variants) pass the verifier"
     );
-    assert_eq!(tracer.probes.len(), CATALOG.len() + TIMING.len() + 1);
+    assert_eq!(tracer.probes.len(), CATALOG.len() + TIMING.len() + 2);
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn probe_table_matches_what_the_kernel_offers() {
     let doc: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("probes --json is JSON");
     let all = doc["probes"].as_array().expect("probes array");
-    assert_eq!(all.len(), CATALOG.len() + TIMING.len() + 1);
+    assert_eq!(all.len(), CATALOG.len() + TIMING.len() + 2);
     let probes: Vec<_> = all
         .iter()
         .filter(|p| p["kind"] == "raw_tracepoint")
@@ -231,7 +231,10 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
     // kernel string as the message text.
     let pci_dev = dev - u64::from(inj.tracer.offsets.pci_dev_device);
     inj.run("nvidia_dev_xid", &[pci_dev, 79, inj.device.string_addr]);
-    assert_eq!(inj.drain_all(), 2);
+    // ras:aer_event(const char *dev_name, u32 status, u8 severity): the
+    // device is named by a string; status bit 0 = Receiver Error, corrected.
+    inj.run("ras_aer_event", &[inj.device.string_addr, 0x1, 2]);
+    assert_eq!(inj.drain_all(), 3);
     let recent: Vec<_> = inj.agg.recent.iter().collect();
     let fault = recent
         .iter()
@@ -243,6 +246,16 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
     let xid = recent.iter().find(|n| n.kind == "nvidia_xid").expect("xid");
     assert_eq!(xid.device, inj.device.name);
     assert_eq!(xid.detail, format!("Xid 79: {}", inj.device.name));
+    let aer = recent.iter().find(|n| n.kind == "pcie_aer").expect("aer");
+    assert_eq!(
+        aer.device, inj.device.name,
+        "named from the tracepoint's string"
+    );
+    assert!(
+        aer.detail.contains("corrected") && aer.detail.contains("0x00000001"),
+        "{}",
+        aer.detail
+    );
 }
 
 #[test]

@@ -279,6 +279,12 @@ impl Aggregator {
                 let detail = format!("IOMMU page fault ({access}, flags {:#x})", ev.aux);
                 self.notable(ev, device, Some(ev.addr), detail);
             }
+            kind::AER => {
+                d.faults += 1;
+                let sev = aer_severity(ev.aux);
+                let detail = format!("PCIe AER {sev} error, status {:#010x}", ev.addr);
+                self.notable(ev, device, None, detail);
+            }
             kind::GROUP_ADD_DEVICE => {
                 d.iommu_group = Some(ev.aux as u32);
                 let detail = format!("added to IOMMU group {}", ev.aux);
@@ -506,6 +512,16 @@ impl Aggregator {
             });
         }
         out
+    }
+}
+
+/// ras:aer_event severity (enum aer_severity in include/linux/aer.h).
+pub fn aer_severity(v: u64) -> &'static str {
+    match v {
+        0 => "uncorrected (non-fatal)",
+        1 => "uncorrected (fatal)",
+        2 => "corrected",
+        _ => "unknown-severity",
     }
 }
 

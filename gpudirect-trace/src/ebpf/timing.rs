@@ -12,7 +12,7 @@ use aya::{
 
 use super::{ProbeStatus, Status};
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN, TIMING},
+    catalog::{TimingSpec, ATTACH_LEARN, FAULT_HANDLER, TIMING},
     kernel::KernelInfo,
 };
 
@@ -105,7 +105,7 @@ pub fn attach_all(ebpf: &mut Ebpf, kernel: &KernelInfo, attach: bool) -> Vec<Pro
     let support = HookSupport::discover(kernel);
     TIMING
         .iter()
-        .chain(std::iter::once(&ATTACH_LEARN))
+        .chain([&FAULT_HANDLER, &ATTACH_LEARN])
         .map(|spec| attach_one(ebpf, kernel, &support, spec, attach))
         .collect()
 }

@@ -98,6 +98,18 @@ pub fn edu_fault_live(series: &str, v: &Value) -> Result<()> {
         );
         eprintln!("xtask: {series}: vtd fault {addr} reason {code} ({access}): {state}");
     }
+    // The VT-d fault interrupt handler (dmar_fault) is timed too.
+    let handled: u64 = v["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["latency_ns"]["fault_handler"]["count"].as_u64())
+        .sum();
+    ensure!(
+        handled >= 1,
+        "dmar_fault was not timed (latency_ns.fault_handler)"
+    );
+    eprintln!("xtask: {series}: fault handler ran {handled} time(s)");
     Ok(())
 }
 
