@@ -88,6 +88,16 @@ fn bpf_linker() -> anyhow::Result<()> {
     ]))
 }
 
+/// cargo-fuzz, for the short fuzz run `cargo xtask test` makes.
+pub fn cargo_fuzz() -> anyhow::Result<()> {
+    if output("cargo", &["fuzz", "--version"]).is_some() {
+        eprintln!("xtask: cargo-fuzz: present");
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-fuzz (cargo install, ~1-2 min)");
+    status(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
+}
+
 fn apt_packages() -> anyhow::Result<()> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()

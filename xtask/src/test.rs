@@ -12,6 +12,41 @@ pub struct TestArgs {
     /// Skip the VM scenarios (`cargo xtask vm-test` on 6.1 and 6.12).
     #[arg(long)]
     pub no_vm: bool,
+    /// Skip the short fuzz run of the trace-file reader.
+    #[arg(long)]
+    pub no_fuzz: bool,
+    /// Seconds of fuzzing per target.
+    #[arg(long, default_value_t = 30)]
+    pub fuzz_seconds: u32,
+}
+
+/// A short libFuzzer run of each trace-file fuzz target (cargo-fuzz,
+/// nightly). New inputs go to a scratch directory; the repository's seed
+/// corpus is only read. A crash fails the run and leaves the input in
+/// gpudirect-trace/fuzz/artifacts.
+fn fuzz(seconds: u32) -> anyhow::Result<()> {
+    crate::bootstrap::cargo_fuzz()?;
+    for target in ["reader", "columns"] {
+        let scratch =
+            std::env::temp_dir().join(format!("gdt-fuzz-{target}-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        let seeds = format!("corpus/{target}");
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir("gpudirect-trace/fuzz")
+            .args(["+nightly", "fuzz", "run", target])
+            .arg(&scratch);
+        if std::path::Path::new("gpudirect-trace/fuzz")
+            .join(&seeds)
+            .is_dir()
+        {
+            cmd.arg(&seeds);
+        }
+        cmd.args(["--", &format!("-max_total_time={seconds}")]);
+        let result = status(&mut cmd).with_context(|| format!("fuzzing {target}"));
+        let _ = std::fs::remove_dir_all(&scratch);
+        result?;
+    }
+    Ok(())
 }
 
 pub fn build_release() -> anyhow::Result<()> {
@@ -27,6 +62,9 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     );
     status(Command::new("cargo").args(["test", "--workspace"]))
         .context("unit and host integration tests")?;
+    if !args.no_fuzz {
+        fuzz(args.fuzz_seconds)?;
+    }
     if args.no_vm {
         return Ok(ExitCode::SUCCESS);
     }
