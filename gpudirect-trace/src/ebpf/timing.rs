@@ -203,14 +203,22 @@ fn attach_one(
     }
 }
 
+/// The program `name` of the object as a `T` (KProbe, FEntry, FExit).
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing"))?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())
+}
+
 fn load_kprobes(ebpf: &mut Ebpf, kin: &str, kout: &str) -> Result<(), String> {
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
-        let p: &mut KProbe = ebpf
-            .program_mut(name)
-            .ok_or_else(|| format!("program {name} missing"))?
-            .try_into()
-            .map_err(|e: ProgramError| e.to_string())?;
-        p.load().map_err(|e| errno_text(&e))?;
+        program::<KProbe>(ebpf, name)?
+            .load()
+            .map_err(|e| errno_text(&e))?;
     }
     Ok(())
 }
@@ -218,12 +226,9 @@ fn load_kprobes(ebpf: &mut Ebpf, kin: &str, kout: &str) -> Result<(), String> {
 fn attach_kprobes(ebpf: &mut Ebpf, func: &str, kin: &str, kout: &str) -> Result<(), String> {
     load_kprobes(ebpf, kin, kout)?;
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
-        let p: &mut KProbe = ebpf
-            .program_mut(name)
-            .ok_or_else(|| format!("program {name} missing"))?
-            .try_into()
-            .map_err(|e: ProgramError| e.to_string())?;
-        p.attach(func, 0).map_err(|e| errno_text(&e))?;
+        program::<KProbe>(ebpf, name)?
+            .attach(func, 0)
+            .map_err(|e| errno_text(&e))?;
     }
     Ok(())
 }
@@ -236,11 +241,7 @@ fn attach_fentry(
     fout: &str,
 ) -> Result<(), String> {
     {
-        let p: &mut FEntry = ebpf
-            .program_mut(fin)
-            .ok_or_else(|| format!("program {fin} missing"))?
-            .try_into()
-            .map_err(|e: ProgramError| e.to_string())?;
+        let p = program::<FEntry>(ebpf, fin)?;
         p.load(func, btf).map_err(|e| errno_text(&e))?;
         p.attach().map_err(|e| errno_text(&e))?;
     }
@@ -248,17 +249,13 @@ fn attach_fentry(
         return Ok(());
     }
     let result = (|| {
-        let p: &mut FExit = ebpf
-            .program_mut(fout)
-            .ok_or_else(|| format!("program {fout} missing"))?
-            .try_into()
-            .map_err(|e: ProgramError| e.to_string())?;
+        let p = program::<FExit>(ebpf, fout)?;
         p.load(func, btf).map_err(|e| errno_text(&e))?;
         p.attach().map_err(|e| errno_text(&e)).map(|_| ())
     })();
     if result.is_err() {
         // Never leave an entry hook without its exit hook.
-        if let Some(Ok(p)) = ebpf.program_mut(fin).map(<&mut FEntry>::try_from) {
+        if let Ok(p) = program::<FEntry>(ebpf, fin) {
             let _ = p.unload();
         }
     }
