@@ -9,6 +9,9 @@
 //! kernel (5.10 to 6.18) has at that position. docs/probes.md lists them.
 #![no_std]
 #![no_main]
+// Atomic adds on map memory (see emit::atomic_add).
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod device;
 mod emit;

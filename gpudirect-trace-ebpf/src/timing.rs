@@ -25,7 +25,7 @@ use gpudirect_trace_common::{
     flags, kind, level, op, LatHist, LatKey, TaskState, LAT_BUCKETS,
 };
 
-use crate::emit::{base_event, emit_hot};
+use crate::emit::{atomic_add, base_event, emit_hot};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(16384, 0);
@@ -192,13 +192,15 @@ fn record_latency(dev: u64, o: u32, ns: u64) {
     if let Some(h) = LAT_HIST.get_ptr_mut(&key) {
         // SAFETY: this CPU's value; no concurrent writer.
         unsafe {
-            (*h).count += 1;
-            (*h).sum_ns += ns;
+            atomic_add(core::ptr::addr_of_mut!((*h).count), 1);
+            atomic_add(core::ptr::addr_of_mut!((*h).sum_ns), ns);
+            // A racing max may keep the smaller of two values: acceptable for
+            // a maximum, unlike a lost count.
             if ns > (*h).max_ns {
                 (*h).max_ns = ns;
             }
             if b < LAT_BUCKETS {
-                (*h).buckets[b] += 1;
+                atomic_add(core::ptr::addr_of_mut!((*h).buckets[b]), 1);
             }
         }
     }
