@@ -21,6 +21,18 @@ pub fn release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns()`
+/// event stamps and of /dev/kmsg timestamps.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// (major, minor) of a kernel release string such as `6.1.0-27-amd64`.
 pub fn parse_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());

@@ -100,9 +100,11 @@ fn emit(
     let stats = session.refresh_counters();
     let devices = session.agg.snapshot(interval, &args.devices);
     let elapsed = session.started.elapsed().as_secs_f64();
-    let long_lived = session
-        .agg
-        .long_lived(monotonic_ns(), args.long_lived.as_nanos() as u64, 10);
+    let long_lived = session.agg.long_lived(
+        crate::kernel::monotonic_ns(),
+        args.long_lived.as_nanos() as u64,
+        10,
+    );
     if args.json {
         let mut doc = json_snapshot(session, &devices, &stats, elapsed, interval, last);
         doc["long_lived"] = json!(long_lived
@@ -148,17 +150,6 @@ fn emit(
             output::line(&text)
         }
     }
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns() event stamps.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn json_snapshot(

@@ -20,6 +20,7 @@ use tokio::{signal::unix::SignalKind, time::MissedTickBehavior};
 
 use crate::{
     cli::{parse_duration, TraceArgs},
+    kernel,
     output::bytes,
     session::Session,
     tracefile::{self, Checkpoint, CounterRow, End, Loss, TraceWriter},
@@ -80,7 +81,7 @@ pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
 async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let file = create_output(&args.output, args.force)?;
     // The recording starts before the first probe attaches.
-    let start_ts_ns = tracefile::monotonic_ns();
+    let start_ts_ns = kernel::monotonic_ns();
     let mut session = match Session::start(&args.trace) {
         Ok(s) => s,
         Err(e) => {
@@ -170,7 +171,7 @@ async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("writing {path}"))?;
     let events = writer.events_written();
     let end = End {
-        ts_ns: tracefile::monotonic_ns(),
+        ts_ns: kernel::monotonic_ns(),
         events_written: events,
         lost_total: lost_seen,
         exit_status,
@@ -236,7 +237,7 @@ pub fn checkpoint<W: Write>(
     let counters = session.tracer.kernel_counters();
     session.agg.apply_kernel_counters(&counters);
     let stats = session.tracer.self_stats();
-    let now = tracefile::monotonic_ns();
+    let now = kernel::monotonic_ns();
     // Events that never reached the file: ring buffer overflow, and program
     // runs the kernel skipped (recursion protection).
     let gone = stats.lost_events + stats.missed_events;

@@ -33,6 +33,9 @@ pub struct Session {
     /// All faults seen, by (device, source, reason).
     pub fault_counts: BTreeMap<(String, &'static str, String), u64>,
     kmsg: Option<KmsgFollower>,
+    /// nvidia:nvidia_dev_xid is attached: Xids arrive from the tracepoint,
+    /// so their kernel log lines are duplicates (fixed once probes attach).
+    xid_traced: bool,
     /// Why the kernel log is not followed, if it is not.
     pub kmsg_error: Option<String>,
 }
@@ -102,7 +105,12 @@ impl Session {
     /// with), not following the kernel log; the host tests use it to serve
     /// programs they drive themselves.
     pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+        let xid_traced = tracer
+            .probes
+            .iter()
+            .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
         Self {
+            xid_traced,
             tracer,
             agg: Aggregator::new(),
             started: Instant::now(),
@@ -189,12 +197,7 @@ impl Session {
         let dev = f.device.clone().unwrap_or_else(|| "-".into());
         // With nvidia:nvidia_dev_xid attached the tracepoint already reported
         // this Xid; its log line must not count or list it twice.
-        let xid_traced = self
-            .tracer
-            .probes
-            .iter()
-            .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == Status::Attached);
-        if from_log && f.xid.is_some() && xid_traced {
+        if from_log && f.xid.is_some() && self.xid_traced {
             return;
         }
         if from_log {

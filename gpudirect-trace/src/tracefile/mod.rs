@@ -30,17 +30,6 @@ pub fn open(path: &Path) -> anyhow::Result<TraceReader<BufReader<fs::File>>> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns()`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn read_trim(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
@@ -94,7 +83,7 @@ pub fn host_header(
         boot_id: read_trim("/proc/sys/kernel/random/boot_id").unwrap_or_default(),
         clock: "CLOCK_MONOTONIC".to_owned(),
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        start_ts_ns: monotonic_ns(),
+        start_ts_ns: crate::kernel::monotonic_ns(),
         start_unix_ns: unix,
         aggregate_only,
         command: command.to_vec(),
