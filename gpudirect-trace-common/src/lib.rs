@@ -61,7 +61,22 @@ pub mod op {
     pub const SWIOTLB_MAP: u32 = 7;
     /// The IOMMU driver's fault interrupt handler (Intel: dmar_fault).
     pub const FAULT_HANDLER: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// The NVIDIA driver's own DMA paths (nv-dma.c) and the GPUDirect RDMA
+    /// peer-to-peer API (nv-p2p.c), one op per function.
+    pub const NV_DMA_MAP_SGT: u32 = 9;
+    pub const NV_DMA_MAP_ALLOC: u32 = 10;
+    pub const NV_DMA_UNMAP_ALLOC: u32 = 11;
+    pub const NV_DMA_MAP_PEER: u32 = 12;
+    pub const NV_DMA_UNMAP_PEER: u32 = 13;
+    pub const NV_DMA_MAP_MMIO: u32 = 14;
+    pub const P2P_GET_PAGES: u32 = 15;
+    pub const P2P_PUT_PAGES: u32 = 16;
+    pub const P2P_DMA_MAP_PAGES: u32 = 17;
+    pub const P2P_DMA_UNMAP_PAGES: u32 = 18;
+    /// Not a function: map-to-unmap lifetime of DMA-API mappings, kept
+    /// in-kernel (`LAT_HIST`) in aggregate-only mode.
+    pub const LIFETIME: u32 = 19;
+    pub const COUNT: u32 = 20;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "dma_map",
@@ -73,6 +88,17 @@ pub mod op {
         "iotlb_sync",
         "swiotlb_map",
         "fault_handler",
+        "nv_dma_map_sgt",
+        "nv_dma_map_alloc",
+        "nv_dma_unmap_alloc",
+        "nv_dma_map_peer",
+        "nv_dma_unmap_peer",
+        "nv_dma_map_mmio",
+        "nvidia_p2p_get_pages",
+        "nvidia_p2p_put_pages",
+        "nvidia_p2p_dma_map_pages",
+        "nvidia_p2p_dma_unmap_pages",
+        "lifetime",
     ];
 }
 
@@ -86,7 +112,14 @@ pub mod level {
     /// Interrupt handlers (IOMMU fault IRQ), which run on top of whatever
     /// task they interrupt and must not disturb its levels.
     pub const IRQ: usize = 3;
-    pub const COUNT: usize = 4;
+    /// A driver's own DMA entry points (NVIDIA nv_dma_*, nvidia_p2p_*), which
+    /// call into the DMA API.
+    pub const DRIVER: usize = 4;
+    pub const COUNT: usize = 5;
+    /// Calls in flight per level and task: the task's own, plus one made by
+    /// an interrupt handler that interrupted it mid-call (interrupts nest
+    /// strictly, so the later entry always exits first).
+    pub const NEST: usize = 2;
 }
 
 /// Log2 latency buckets kept in-kernel per (device, op): bucket `b` holds
@@ -117,14 +150,33 @@ pub struct LatHist {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TaskState {
-    /// Entry time per level; 0 when nothing is in flight at that level.
-    pub ts: [u64; level::COUNT],
-    /// Device per level (0: unknown).
-    pub dev: [u64; level::COUNT],
-    /// The IOMMU domain of the IOMMU-level call in flight.
-    pub domain: u64,
-    /// Address argument per level, when the function has one.
-    pub addr: [u64; level::COUNT],
+    /// Entry time per level and nesting depth; 0 when nothing is in flight.
+    pub ts: [[u64; level::NEST]; level::COUNT],
+    /// Device per level and depth (0: unknown).
+    pub dev: [[u64; level::NEST]; level::COUNT],
+    /// Address argument per level and depth, when the function has one.
+    pub addr: [[u64; level::NEST]; level::COUNT],
+}
+
+/// Key of the in-kernel mapping table (`MAPPINGS`, LRU hash), used for
+/// DMA-API mapping lifetimes in aggregate-only mode.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MapKey {
+    pub dev: u64,
+    /// DMA address (first entry's for a scatterlist).
+    pub addr: u64,
+}
+
+/// Value of `MAPPINGS`: one outstanding DMA-API mapping.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapValue {
+    pub ts_ns: u64,
+    pub size: u64,
+    pub pid: u32,
+    /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`.
+    pub kind: u32,
 }
 
 /// Bits of `Event::flags`.
@@ -236,7 +288,9 @@ pub struct KernelOffsets {
     /// offsetof(struct scatterlist, dma_length), or `u32::MAX` when the
     /// kernel has no CONFIG_NEED_SG_DMA_LENGTH (then `length` is used).
     pub sg_dma_length: u32,
-    pub _pad: u32,
+    /// offsetof(nv_dma_device_t, dev) in the NVIDIA driver (its module BTF),
+    /// or `u32::MAX` when unknown: nv_dma_* timings then carry no device.
+    pub nv_dma_device_dev: u32,
 }
 
 impl KernelOffsets {
@@ -248,7 +302,7 @@ impl KernelOffsets {
         sg_length: 12,
         sg_dma_address: 16,
         sg_dma_length: 24,
-        _pad: 0,
+        nv_dma_device_dev: u32::MAX,
     };
 }
 
@@ -263,7 +317,9 @@ pub struct Config {
     pub wakeup_bytes: u64,
     /// 1: stream events to the ring buffer; 0: aggregate-only (maps only).
     pub stream: u32,
-    pub _pad: u32,
+    /// 1: keep DMA-API mappings in `MAPPINGS` for in-kernel lifetimes (the
+    /// aggregate-only mode's substitute for userspace mapping tracking).
+    pub track_lifetimes: u32,
 }
 
 impl Config {
@@ -271,7 +327,7 @@ impl Config {
         offsets: KernelOffsets::DEFAULT,
         wakeup_bytes: 256 * 1024,
         stream: 1,
-        _pad: 0,
+        track_lifetimes: 0,
     };
 }
 
@@ -303,7 +359,13 @@ pub mod stat {
     pub const DEVICE_NAME_FAILED: u32 = 1;
     /// Insertions into the DEVICES map that failed (map full).
     pub const DEVICE_MAP_FULL: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Timed calls not timed because both nesting slots of their level were
+    /// in flight (`level::NEST`).
+    pub const TIMING_NEST_FULL: u32 = 3;
+    /// Unmaps whose mapping was not in `MAPPINGS` (mapped before the trace
+    /// began, or evicted from the LRU): no lifetime recorded.
+    pub const LIFETIME_UNMATCHED: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 const _: () = assert!(core::mem::size_of::<Event>() == 64);
@@ -316,7 +378,9 @@ const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
-const _: () = assert!(core::mem::size_of::<TaskState>() == 104);
+const _: () = assert!(core::mem::size_of::<TaskState>() == 3 * 8 * level::NEST * level::COUNT);
+const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
+const _: () = assert!(core::mem::size_of::<MapValue>() == 24);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
 
 #[cfg(feature = "user")]
@@ -332,4 +396,6 @@ mod pod {
     unsafe impl aya::Pod for super::LatKey {}
     unsafe impl aya::Pod for super::LatHist {}
     unsafe impl aya::Pod for super::TaskState {}
+    unsafe impl aya::Pod for super::MapKey {}
+    unsafe impl aya::Pod for super::MapValue {}
 }

@@ -60,13 +60,11 @@ pub fn remember_name(key: u64, name_ptr: u64) -> bool {
         name: [0u8; DEV_NAME_LEN],
     };
     // SAFETY: as above; the destination is a stack buffer of known size.
-    if unsafe { bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut value.name) }.is_err()
-    {
+    if unsafe { bpf_probe_read_kernel_str_bytes(name_ptr as *const u8, &mut value.name) }.is_err() {
         stat_inc(stat::DEVICE_NAME_FAILED);
         return false;
     }
-    if DEVICES.insert(&dev, &value, BPF_NOEXIST as u64).is_err()
-        && DEVICES.get_ptr(&dev).is_none()
+    if DEVICES.insert(&dev, &value, BPF_NOEXIST as u64).is_err() && DEVICES.get_ptr(&dev).is_none()
     {
         stat_inc(stat::DEVICE_MAP_FULL);
     }

@@ -32,8 +32,7 @@ static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
 /// Per (device, kind, direction) event and byte counts: the aggregate that
 /// survives any ring buffer overflow.
 #[map]
-static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> =
-    PerCpuHashMap::with_max_entries(8192, 0);
+static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(8192, 0);
 
 #[inline(always)]
 pub fn config() -> Config {
@@ -82,28 +81,39 @@ pub fn count(k: u16) {
     bump(&HITS, k as u32);
 }
 
-/// The common part of every event: kind, time, task, device.
+/// The common part of every event: kind and device. Time and task are
+/// stamped only when the event is streamed (`stamp`), and the device's name
+/// is read only when a counter for it is created (`add_counter`): an
+/// aggregate-only hit then costs no helper call beyond its counter update.
 #[inline(always)]
 pub fn base_event(k: u16, dev: u64, extra_flags: u16) -> Event {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let mut f = extra_flags;
-    if !remember_device(dev, &config().offsets) {
-        f |= flags::NO_DEVICE;
-    }
     Event {
         kind: k,
-        flags: f,
+        flags: if dev == 0 {
+            extra_flags | flags::NO_DEVICE
+        } else {
+            extra_flags
+        },
         dir: 0,
-        // SAFETY: helper without preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
-        pid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
+        ts_ns: 0,
+        pid: 0,
+        tid: 0,
         dev,
         addr: 0,
         phys: 0,
         size: 0,
         aux: 0,
     }
+}
+
+/// Time and task of an event about to be streamed.
+#[inline(always)]
+pub fn stamp(ev: &mut Event) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: helper without preconditions.
+    ev.ts_ns = unsafe { bpf_ktime_get_ns() };
+    ev.pid = (pid_tgid >> 32) as u32;
+    ev.tid = pid_tgid as u32;
 }
 
 /// Wake the reader once per `wakeup_bytes` of backlog: only the record that
@@ -127,6 +137,9 @@ const fn ring_bytes(len: usize) -> u64 {
     ((len + 8 + 7) & !7) as u64
 }
 
+/// Counts the event in `DEV_COUNTERS`. These counts are also the per-kind
+/// hit counts (userspace sums them by kind); `HITS` only takes what no
+/// counter could hold.
 #[inline(always)]
 pub fn add_counter(ev: &Event) {
     let key = CounterKey {
@@ -135,26 +148,29 @@ pub fn add_counter(ev: &Event) {
         dir: ev.dir,
     };
     if DEV_COUNTERS.get_ptr_mut(&key).is_none() {
+        // First event of this key on this CPU: learn the device's name.
+        remember_device(ev.dev, &config().offsets);
         // Insert zero and add below, so that an interrupting insert of the
         // same key (which makes ours fail with EEXIST) loses nothing.
         let _ = DEV_COUNTERS.insert(&key, &Counter::default(), BPF_NOEXIST as u64);
     }
-    if let Some(c) = DEV_COUNTERS.get_ptr_mut(&key) {
+    match DEV_COUNTERS.get_ptr_mut(&key) {
         // SAFETY: map value pointer; fields are u64.
-        unsafe {
+        Some(c) => unsafe {
             atomic_add(core::ptr::addr_of_mut!((*c).count), 1);
             atomic_add(core::ptr::addr_of_mut!((*c).bytes), ev.size);
-        }
+        },
+        None => count(ev.kind),
     }
 }
 
 /// A high-rate event: counted in maps always, streamed unless aggregate-only.
 #[inline(always)]
-pub fn emit_hot(ev: &Event) {
-    count(ev.kind);
+pub fn emit_hot(ev: &mut Event) {
     add_counter(ev);
     let cfg = config();
     if cfg.stream != 0 {
+        stamp(ev);
         output(ev, &cfg, false);
     }
 }
@@ -162,9 +178,12 @@ pub fn emit_hot(ev: &Event) {
 /// A rare, important event (faults, group changes): always streamed, and it
 /// wakes the reader at once.
 #[inline(always)]
-pub fn emit_rare(ev: &Event) {
-    count(ev.kind);
+pub fn emit_rare(ev: &mut Event) {
+    if !remember_device(ev.dev, &config().offsets) {
+        ev.flags |= flags::NO_DEVICE;
+    }
     add_counter(ev);
+    stamp(ev);
     output(ev, &config(), true);
 }
 
@@ -187,12 +206,12 @@ fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
 #[inline(always)]
 pub fn output_hot<T: 'static>(ev: &T) {
     let cfg = config();
-    if cfg.stream == 0 {
-        return;
-    }
     let record = ring_bytes(core::mem::size_of::<T>());
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64) + record;
-    if EVENTS.output(ev, wakeup_flag(&cfg, false, avail, record)).is_err() {
+    if EVENTS
+        .output(ev, wakeup_flag(&cfg, false, avail, record))
+        .is_err()
+    {
         lost();
     }
 }

@@ -16,16 +16,16 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{fentry, fexit, kprobe, kretprobe, map},
     maps::{HashMap, LruHashMap, PerCpuHashMap},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use gpudirect_trace_common::{
-    flags, kind, level, op, LatHist, LatKey, TaskState, LAT_BUCKETS,
+    flags, kind, level, op, stat, LatHist, LatKey, TaskState, LAT_BUCKETS,
 };
 
-use crate::emit::{atomic_add, base_event, emit_hot};
+use crate::emit::{atomic_add, base_event, config, emit_hot, stat_inc};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(16384, 0);
@@ -49,6 +49,19 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
+/// The innermost call in flight at `lvl`: the nesting slot an interrupt
+/// handler's call took if there is one, else the task's own; None if idle.
+#[inline(always)]
+fn innermost(st: &TaskState, lvl: usize) -> Option<usize> {
+    if st.ts[lvl][1] != 0 {
+        Some(1)
+    } else if st.ts[lvl][0] != 0 {
+        Some(0)
+    } else {
+        None
+    }
+}
+
 /// The device an IOMMU event of the current task belongs to, and how it was
 /// found (`flags::VIA_*`); (0, 0) when unknown.
 #[inline(always)]
@@ -58,16 +71,23 @@ pub fn current_iommu_device() -> (u64, u16) {
     };
     // SAFETY: map value pointer, valid for this program run.
     let st = unsafe { &*st };
-    if st.ts[level::IOMMU] != 0 && st.dev[level::IOMMU] != 0 {
-        let via = if st.ts[level::DMA_API] != 0 {
-            flags::VIA_DMA_API
-        } else {
-            flags::VIA_DOMAIN
-        };
-        return (st.dev[level::IOMMU], via);
+    let dma = innermost(st, level::DMA_API);
+    if let Some(i) = innermost(st, level::IOMMU) {
+        let dev = st.dev[level::IOMMU][i];
+        if dev != 0 {
+            let via = if dma.is_some() {
+                flags::VIA_DMA_API
+            } else {
+                flags::VIA_DOMAIN
+            };
+            return (dev, via);
+        }
     }
-    if st.ts[level::DMA_API] != 0 && st.dev[level::DMA_API] != 0 {
-        return (st.dev[level::DMA_API], flags::VIA_DMA_API);
+    if let Some(i) = dma {
+        let dev = st.dev[level::DMA_API][i];
+        if dev != 0 {
+            return (dev, flags::VIA_DMA_API);
+        }
     }
     (0, 0)
 }
@@ -82,16 +102,35 @@ fn state() -> Option<&'static mut TaskState> {
     TASKS.get_ptr_mut(&t).map(|p| unsafe { &mut *p })
 }
 
+/// A call in flight longer than this lost its exit (a missed fexit, or an
+/// interrupt handler's call that never returned through us): its slot is
+/// free again.
+const STALE_NS: u64 = 10_000_000_000;
+
 /// Entry of a timed function at level `lvl`. `dev` is its `struct device *`
 /// argument (0 if it has none), `domain` its `struct iommu_domain *` (0 if none).
 #[inline(always)]
 fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
+    if lvl >= level::COUNT {
+        return;
+    }
     let Some(st) = state() else { return };
+    let t = now();
+    // The task's own slot, or the nesting slot when an interrupt handler
+    // calls in while the task is mid-call at the same level.
+    let slot = if st.ts[lvl][0] == 0 || t.saturating_sub(st.ts[lvl][0]) > STALE_NS {
+        0
+    } else if st.ts[lvl][1] == 0 || t.saturating_sub(st.ts[lvl][1]) > STALE_NS {
+        1
+    } else {
+        stat_inc(stat::TIMING_NEST_FULL);
+        return;
+    };
     let mut d = dev;
     if lvl == level::IOMMU {
-        st.domain = domain;
-        if st.ts[level::DMA_API] != 0 && st.dev[level::DMA_API] != 0 {
-            d = st.dev[level::DMA_API];
+        let outer = innermost(st, level::DMA_API).map_or(0, |i| st.dev[level::DMA_API][i]);
+        if outer != 0 {
+            d = outer;
             if domain != 0 {
                 let _ = DOMAIN_DEVS.insert(&domain, &d, 0);
             }
@@ -103,17 +142,14 @@ fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
         // An interrupt handler belongs to no device of the interrupted task.
         d = 0;
     } else if lvl == level::INNER && d == 0 {
-        d = if st.ts[level::IOMMU] != 0 {
-            st.dev[level::IOMMU]
-        } else {
-            st.dev[level::DMA_API]
+        d = match innermost(st, level::IOMMU) {
+            Some(i) => st.dev[level::IOMMU][i],
+            None => innermost(st, level::DMA_API).map_or(0, |i| st.dev[level::DMA_API][i]),
         };
     }
-    if lvl < level::COUNT {
-        st.ts[lvl] = now();
-        st.dev[lvl] = d;
-        st.addr[lvl] = addr;
-    }
+    st.ts[lvl][slot] = t;
+    st.dev[lvl][slot] = d;
+    st.addr[lvl][slot] = addr;
 }
 
 /// Exit of a timed function: records its duration for (device, op).
@@ -127,21 +163,21 @@ fn exit(lvl: usize, o: u32) {
     };
     // SAFETY: map value pointer, valid for this program run.
     let st = unsafe { &mut *st };
-    let start = st.ts[lvl];
-    if start == 0 {
+    let Some(slot) = innermost(st, lvl) else {
         return;
-    }
+    };
+    let start = st.ts[lvl][slot];
     let ns = now().saturating_sub(start);
-    let dev = st.dev[lvl];
-    let addr = st.addr[lvl];
-    st.ts[lvl] = 0;
-    st.dev[lvl] = 0;
+    let dev = st.dev[lvl][slot];
+    let addr = st.addr[lvl][slot];
+    st.ts[lvl][slot] = 0;
+    st.dev[lvl][slot] = 0;
     record_latency(dev, o, ns);
     let mut ev = base_event(kind::LATENCY, dev, 0);
     ev.size = ns;
     ev.aux = o as u64;
     ev.addr = addr;
-    emit_hot(&ev);
+    emit_hot(&mut ev);
 }
 
 #[inline(always)]
@@ -174,8 +210,12 @@ fn log2(mut v: u64) -> u32 {
 }
 
 #[inline(always)]
-fn record_latency(dev: u64, o: u32, ns: u64) {
-    let key = LatKey { dev, op: o, _pad: 0 };
+pub fn record_latency(dev: u64, o: u32, ns: u64) {
+    let key = LatKey {
+        dev,
+        op: o,
+        _pad: 0,
+    };
     let mut b = log2(ns) as usize;
     if b >= LAT_BUCKETS {
         b = LAT_BUCKETS - 1;
@@ -234,6 +274,8 @@ fn learn_domain(domain: u64, dev: u64) {
 /// Where a slot's function takes its device / domain / address.
 const DEV0: u8 = 1; // arg 0 is struct device *
 const DOMAIN0: u8 = 2; // arg 0 is struct iommu_domain *, arg 1 the iova
+const NVDEV0: u8 = 3; // arg 0 is the NVIDIA driver's nv_dma_device_t *
+const PCIDEV0: u8 = 4; // arg 0 is struct pci_dev *
 const NONE: u8 = 0;
 
 #[inline(always)]
@@ -241,6 +283,16 @@ fn args_of(shape: u8, a0: u64, a1: u64) -> (u64, u64, u64) {
     match shape {
         DEV0 => (a0, 0, 0),
         DOMAIN0 => (0, a0, a1),
+        NVDEV0 => {
+            let off = config().offsets.nv_dma_device_dev;
+            if a0 == 0 || off == u32::MAX {
+                return (0, 0, 0);
+            }
+            // SAFETY: bpf_probe_read_kernel tolerates any address.
+            let dev = unsafe { bpf_probe_read_kernel((a0 + off as u64) as *const u64) };
+            (dev.unwrap_or(0), 0, 0)
+        }
+        PCIDEV0 if a0 != 0 => (a0 + config().offsets.pci_dev_device as u64, 0, 0),
         _ => (0, 0, 0),
     }
 }
@@ -284,15 +336,204 @@ macro_rules! slot {
     };
 }
 
-slot!(t_dma_map_in, t_dma_map_out, k_dma_map_in, k_dma_map_out, level::DMA_API, op::DMA_MAP, DEV0);
-slot!(t_dma_unmap_in, t_dma_unmap_out, k_dma_unmap_in, k_dma_unmap_out, level::DMA_API, op::DMA_UNMAP, DEV0);
-slot!(t_dma_map_sg_in, t_dma_map_sg_out, k_dma_map_sg_in, k_dma_map_sg_out, level::DMA_API, op::DMA_MAP_SG, DEV0);
-slot!(t_dma_unmap_sg_in, t_dma_unmap_sg_out, k_dma_unmap_sg_in, k_dma_unmap_sg_out, level::DMA_API, op::DMA_UNMAP_SG, DEV0);
-slot!(t_iommu_map_in, t_iommu_map_out, k_iommu_map_in, k_iommu_map_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
-slot!(t_iommu_map2_in, t_iommu_map2_out, k_iommu_map2_in, k_iommu_map2_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
-slot!(t_iommu_map_sg_in, t_iommu_map_sg_out, k_iommu_map_sg_in, k_iommu_map_sg_out, level::IOMMU, op::IOMMU_MAP, DOMAIN0);
-slot!(t_iommu_unmap_in, t_iommu_unmap_out, k_iommu_unmap_in, k_iommu_unmap_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
-slot!(t_iommu_unmap2_in, t_iommu_unmap2_out, k_iommu_unmap2_in, k_iommu_unmap2_out, level::IOMMU, op::IOMMU_UNMAP, DOMAIN0);
-slot!(t_iotlb_sync_in, t_iotlb_sync_out, k_iotlb_sync_in, k_iotlb_sync_out, level::INNER, op::IOTLB_SYNC, NONE);
-slot!(t_fault_irq_in, t_fault_irq_out, k_fault_irq_in, k_fault_irq_out, level::IRQ, op::FAULT_HANDLER, NONE);
-slot!(t_swiotlb_in, t_swiotlb_out, k_swiotlb_in, k_swiotlb_out, level::INNER, op::SWIOTLB_MAP, DEV0);
+slot!(
+    t_dma_map_in,
+    t_dma_map_out,
+    k_dma_map_in,
+    k_dma_map_out,
+    level::DMA_API,
+    op::DMA_MAP,
+    DEV0
+);
+slot!(
+    t_dma_unmap_in,
+    t_dma_unmap_out,
+    k_dma_unmap_in,
+    k_dma_unmap_out,
+    level::DMA_API,
+    op::DMA_UNMAP,
+    DEV0
+);
+slot!(
+    t_dma_map_sg_in,
+    t_dma_map_sg_out,
+    k_dma_map_sg_in,
+    k_dma_map_sg_out,
+    level::DMA_API,
+    op::DMA_MAP_SG,
+    DEV0
+);
+slot!(
+    t_dma_unmap_sg_in,
+    t_dma_unmap_sg_out,
+    k_dma_unmap_sg_in,
+    k_dma_unmap_sg_out,
+    level::DMA_API,
+    op::DMA_UNMAP_SG,
+    DEV0
+);
+slot!(
+    t_iommu_map_in,
+    t_iommu_map_out,
+    k_iommu_map_in,
+    k_iommu_map_out,
+    level::IOMMU,
+    op::IOMMU_MAP,
+    DOMAIN0
+);
+slot!(
+    t_iommu_map2_in,
+    t_iommu_map2_out,
+    k_iommu_map2_in,
+    k_iommu_map2_out,
+    level::IOMMU,
+    op::IOMMU_MAP,
+    DOMAIN0
+);
+slot!(
+    t_iommu_map_sg_in,
+    t_iommu_map_sg_out,
+    k_iommu_map_sg_in,
+    k_iommu_map_sg_out,
+    level::IOMMU,
+    op::IOMMU_MAP,
+    DOMAIN0
+);
+slot!(
+    t_iommu_unmap_in,
+    t_iommu_unmap_out,
+    k_iommu_unmap_in,
+    k_iommu_unmap_out,
+    level::IOMMU,
+    op::IOMMU_UNMAP,
+    DOMAIN0
+);
+slot!(
+    t_iommu_unmap2_in,
+    t_iommu_unmap2_out,
+    k_iommu_unmap2_in,
+    k_iommu_unmap2_out,
+    level::IOMMU,
+    op::IOMMU_UNMAP,
+    DOMAIN0
+);
+slot!(
+    t_iotlb_sync_in,
+    t_iotlb_sync_out,
+    k_iotlb_sync_in,
+    k_iotlb_sync_out,
+    level::INNER,
+    op::IOTLB_SYNC,
+    NONE
+);
+slot!(
+    t_fault_irq_in,
+    t_fault_irq_out,
+    k_fault_irq_in,
+    k_fault_irq_out,
+    level::IRQ,
+    op::FAULT_HANDLER,
+    NONE
+);
+slot!(
+    t_swiotlb_in,
+    t_swiotlb_out,
+    k_swiotlb_in,
+    k_swiotlb_out,
+    level::INNER,
+    op::SWIOTLB_MAP,
+    DEV0
+);
+
+// The NVIDIA driver (kernel-open/nvidia/nv-dma.c, nv-p2p.c), attached by the
+// loader through the module's BTF; kprobes work too where the kernel has them.
+slot!(
+    t_nv_map_sgt_in,
+    t_nv_map_sgt_out,
+    k_nv_map_sgt_in,
+    k_nv_map_sgt_out,
+    level::DRIVER,
+    op::NV_DMA_MAP_SGT,
+    NVDEV0
+);
+slot!(
+    t_nv_map_alloc_in,
+    t_nv_map_alloc_out,
+    k_nv_map_alloc_in,
+    k_nv_map_alloc_out,
+    level::DRIVER,
+    op::NV_DMA_MAP_ALLOC,
+    NVDEV0
+);
+slot!(
+    t_nv_unmap_alloc_in,
+    t_nv_unmap_alloc_out,
+    k_nv_unmap_alloc_in,
+    k_nv_unmap_alloc_out,
+    level::DRIVER,
+    op::NV_DMA_UNMAP_ALLOC,
+    NVDEV0
+);
+slot!(
+    t_nv_map_peer_in,
+    t_nv_map_peer_out,
+    k_nv_map_peer_in,
+    k_nv_map_peer_out,
+    level::DRIVER,
+    op::NV_DMA_MAP_PEER,
+    NVDEV0
+);
+slot!(
+    t_nv_unmap_peer_in,
+    t_nv_unmap_peer_out,
+    k_nv_unmap_peer_in,
+    k_nv_unmap_peer_out,
+    level::DRIVER,
+    op::NV_DMA_UNMAP_PEER,
+    NVDEV0
+);
+slot!(
+    t_nv_map_mmio_in,
+    t_nv_map_mmio_out,
+    k_nv_map_mmio_in,
+    k_nv_map_mmio_out,
+    level::DRIVER,
+    op::NV_DMA_MAP_MMIO,
+    NVDEV0
+);
+slot!(
+    t_p2p_get_in,
+    t_p2p_get_out,
+    k_p2p_get_in,
+    k_p2p_get_out,
+    level::DRIVER,
+    op::P2P_GET_PAGES,
+    NONE
+);
+slot!(
+    t_p2p_put_in,
+    t_p2p_put_out,
+    k_p2p_put_in,
+    k_p2p_put_out,
+    level::DRIVER,
+    op::P2P_PUT_PAGES,
+    NONE
+);
+slot!(
+    t_p2p_map_in,
+    t_p2p_map_out,
+    k_p2p_map_in,
+    k_p2p_map_out,
+    level::DRIVER,
+    op::P2P_DMA_MAP_PAGES,
+    PCIDEV0
+);
+slot!(
+    t_p2p_unmap_in,
+    t_p2p_unmap_out,
+    k_p2p_unmap_in,
+    k_p2p_unmap_out,
+    level::DRIVER,
+    op::P2P_DMA_UNMAP_PAGES,
+    PCIDEV0
+);

@@ -48,6 +48,8 @@ pub struct Btf {
     types: Vec<Type>,
     strings: Vec<u8>,
     by_name: HashMap<(u8, String), u32>,
+    /// Modules appended with `add_module`: (name, index of its first type).
+    modules: Vec<(String, u32)>,
 }
 
 impl Btf {
@@ -81,12 +83,37 @@ impl Btf {
     /// On error `self` is left as it was.
     pub fn add_module(&mut self, path: &Path) -> anyhow::Result<()> {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        if !self.modules.is_empty() {
+            // Every module's split BTF numbers its types from the end of
+            // vmlinux's: a second module would overlap the first's ids.
+            bail!("only one module's BTF can be added");
+        }
         let (types, strings) = (self.types.len(), self.strings.len());
         self.append(&data).map_err(|e| {
             self.types.truncate(types);
             self.strings.truncate(strings);
             e.context(format!("parsing BTF {}", path.display()))
-        })
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.modules.push((name, types as u32));
+        Ok(())
+    }
+
+    /// The BTF type id of function `name` as the kernel numbers it, and the
+    /// module whose BTF holds it (None: vmlinux). fentry on a module function
+    /// needs both: the id, and the module's BTF object (`attach_btf_obj_fd`).
+    pub fn function_id(&self, name: &str) -> Option<(u32, Option<&str>)> {
+        let id = *self.by_name.get(&(KIND_FUNC, name.to_owned()))?;
+        let module = self
+            .modules
+            .iter()
+            .rev()
+            .find(|(_, first)| id >= *first)
+            .map(|(m, _)| m.as_str());
+        Some((id, module))
     }
 
     fn append(&mut self, data: &[u8]) -> anyhow::Result<()> {
@@ -197,6 +224,22 @@ impl Btf {
     pub fn member_offset(&self, name: &str, member: &str) -> Option<u32> {
         let t = self.find(KIND_STRUCT, name)?;
         self.member_offset_in(t, member, 0)
+    }
+
+    /// Like `member_offset`, for a struct known by its typedef name
+    /// (`nv_dma_device_t`), which may name an anonymous struct.
+    pub fn typedef_member_offset(&self, typedef: &str, member: &str) -> Option<u32> {
+        let mut t = self.find(KIND_TYPEDEF, typedef)?;
+        for _ in 0..8 {
+            t = self.types.get(t.size_or_type as usize)?;
+            if t.kind == KIND_STRUCT {
+                return self.member_offset_in(t, member, 0);
+            }
+            if t.kind != KIND_TYPEDEF {
+                return None;
+            }
+        }
+        None
     }
 
     fn member_offset_in(&self, t: &Type, member: &str, depth: u32) -> Option<u32> {

@@ -173,6 +173,9 @@ pub struct TimingSpec {
     /// this kernel has is used.
     pub candidates: &'static [&'static str],
     pub available: &'static str,
+    /// The loadable module that has the functions (None: the kernel itself).
+    /// fentry on a module function goes through the module's BTF.
+    pub module: Option<&'static str>,
 }
 
 pub const TIMING: &[TimingSpec] = &[
@@ -181,54 +184,63 @@ pub const TIMING: &[TimingSpec] = &[
         slot: "dma_map",
         candidates: &["dma_map_phys", "dma_map_page_attrs"],
         available: "dma_map_page_attrs (all); dma_map_phys 6.18+",
+        module: None,
     },
     TimingSpec {
         name: "time:dma_unmap",
         slot: "dma_unmap",
         candidates: &["dma_unmap_phys", "dma_unmap_page_attrs"],
         available: "dma_unmap_page_attrs (all); dma_unmap_phys 6.18+",
+        module: None,
     },
     TimingSpec {
         name: "time:dma_map_sg",
         slot: "dma_map_sg",
         candidates: &["__dma_map_sg_attrs", "dma_map_sg_attrs"],
         available: "dma_map_sg_attrs (all); __dma_map_sg_attrs 5.12+ (also covers dma_map_sgtable)",
+        module: None,
     },
     TimingSpec {
         name: "time:dma_unmap_sg",
         slot: "dma_unmap_sg",
         candidates: &["dma_unmap_sg_attrs"],
         available: "all",
+        module: None,
     },
     TimingSpec {
         name: "time:iommu_map",
         slot: "iommu_map",
         candidates: &["iommu_map"],
         available: "all",
+        module: None,
     },
     TimingSpec {
         name: "time:iommu_map_atomic",
         slot: "iommu_map2",
         candidates: &["iommu_map_atomic"],
         available: "5.10 to 6.2 (dma-iommu maps through it there)",
+        module: None,
     },
     TimingSpec {
         name: "time:iommu_map_sg",
         slot: "iommu_map_sg",
         candidates: &["iommu_map_sg_atomic", "iommu_map_sg"],
         available: "iommu_map_sg_atomic 5.10 to 6.2 (dma-iommu's sg path), iommu_map_sg after",
+        module: None,
     },
     TimingSpec {
         name: "time:iommu_unmap_fast",
         slot: "iommu_unmap",
         candidates: &["iommu_unmap_fast"],
         available: "all (dma-iommu unmaps through it)",
+        module: None,
     },
     TimingSpec {
         name: "time:iommu_unmap",
         slot: "iommu_unmap2",
         candidates: &["iommu_unmap"],
         available: "all (VFIO, iommufd)",
+        module: None,
     },
     TimingSpec {
         name: "time:iotlb_sync",
@@ -240,13 +252,67 @@ pub const TIMING: &[TimingSpec] = &[
             "iommu_flush_iotlb_psi",
         ],
         available: "the IOMMU driver's iotlb_sync callback (Intel, AMD, ARM SMMUv3)",
+        module: None,
     },
     TimingSpec {
         name: "time:swiotlb_map",
         slot: "swiotlb",
         candidates: &["swiotlb_tbl_map_single"],
         available: "all",
+        module: None,
     },
+];
+
+/// The NVIDIA driver's DMA paths (kernel-open/nvidia/nv-dma.c) and the
+/// GPUDirect RDMA peer-to-peer API (nv-p2p.c). Level `DRIVER`: each calls
+/// into the DMA API, whose own hooks time the inner part.
+macro_rules! nv {
+    ($name:literal, $slot:literal, $func:literal) => {
+        TimingSpec {
+            name: $name,
+            slot: $slot,
+            candidates: &[$func],
+            available: "NVIDIA driver (open and proprietary modules) with module BTF",
+            module: Some("nvidia"),
+        }
+    };
+}
+
+pub const NVIDIA_TIMING: &[TimingSpec] = &[
+    nv!("time:nv_dma_map_sgt", "nv_map_sgt", "nv_dma_map_sgt"),
+    nv!("time:nv_dma_map_alloc", "nv_map_alloc", "nv_dma_map_alloc"),
+    nv!(
+        "time:nv_dma_unmap_alloc",
+        "nv_unmap_alloc",
+        "nv_dma_unmap_alloc"
+    ),
+    nv!("time:nv_dma_map_peer", "nv_map_peer", "nv_dma_map_peer"),
+    nv!(
+        "time:nv_dma_unmap_peer",
+        "nv_unmap_peer",
+        "nv_dma_unmap_peer"
+    ),
+    nv!("time:nv_dma_map_mmio", "nv_map_mmio", "nv_dma_map_mmio"),
+    nv!(
+        "time:nvidia_p2p_get_pages",
+        "p2p_get",
+        "nvidia_p2p_get_pages"
+    ),
+    nv!(
+        "time:nvidia_p2p_put_pages",
+        "p2p_put",
+        "nvidia_p2p_put_pages"
+    ),
+    nv!(
+        "time:nvidia_p2p_dma_map_pages",
+        "p2p_map",
+        "nvidia_p2p_dma_map_pages"
+    ),
+    nv!(
+        "time:nvidia_p2p_dma_unmap_pages",
+        "p2p_unmap",
+        "nvidia_p2p_dma_unmap_pages"
+    ),
 ];
 
 /// The IOMMU driver's fault interrupt handler: how often it runs and how
@@ -256,6 +322,7 @@ pub const FAULT_HANDLER: TimingSpec = TimingSpec {
     slot: "fault_irq",
     candidates: &["dmar_fault", "amd_iommu_int_thread", "arm_smmu_evtq_thread"],
     available: "Intel dmar_fault (all), AMD amd_iommu_int_thread, SMMUv3 arm_smmu_evtq_thread",
+    module: None,
 };
 
 /// Entry hook that learns IOMMU domain -> device (for VFIO/iommufd mappings
@@ -265,6 +332,7 @@ pub const ATTACH_LEARN: TimingSpec = TimingSpec {
     slot: "attach",
     candidates: &["__iommu_attach_device", "iommu_attach_device"],
     available: "all",
+    module: None,
 };
 
 /// Every distinct eBPF program the catalog uses (each is loaded once, then

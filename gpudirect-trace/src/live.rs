@@ -174,6 +174,8 @@ fn json_snapshot(
         "missed_events": stats.missed_events,
         "decode_errors": session.agg.decode_errors,
         "device_name_failures": stats.device_name_failures,
+        "timing_nest_full": stats.timing_nest_full,
+        "lifetime_unmatched": stats.lifetime_unmatched,
         "recent": session.agg.recent.iter().rev().take(16).collect::<Vec<_>>(),
     })
 }

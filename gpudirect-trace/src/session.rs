@@ -17,8 +17,7 @@ use crate::{
     aggregate,
     aggregate::Aggregator,
     cli::TraceArgs,
-    decode::c_string,
-    decode::{decode, Record},
+    decode::{c_string, decode, Record},
     ebpf::{SelfStats, Status, Tracer, TracerOptions},
     faults::{tracepoint::from_io_page_fault, Fault, KmsgFollower, Source},
 };
@@ -47,6 +46,7 @@ impl Session {
     pub fn start(args: &TraceArgs) -> anyhow::Result<Self> {
         let tracer = Tracer::load(&TracerOptions {
             stream: !args.aggregate_only,
+            lifetimes: !args.no_lifetimes,
             ring_bytes: args.ring_size,
             ..Default::default()
         })?;
@@ -220,6 +220,10 @@ impl Session {
         self.agg.apply_kernel_counters(&counters);
         let latency = self.tracer.kernel_latency();
         self.agg.apply_kernel_latency(&latency);
+        if !self.stream {
+            let mappings = self.tracer.kernel_mappings();
+            self.agg.apply_kernel_mappings(&mappings);
+        }
         self.tracer.self_stats()
     }
 

@@ -19,7 +19,7 @@ mod serve;
 use std::process::Command;
 
 use gpudirect_trace::{
-    catalog::{CATALOG, TIMING},
+    catalog::{CATALOG, NVIDIA_TIMING, TIMING},
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
@@ -59,7 +59,10 @@ fn every_program_passes_the_verifier() {
         timed.count() >= 6,
         "the timing programs (kprobe variants) pass the verifier"
     );
-    assert_eq!(tracer.probes.len(), CATALOG.len() + TIMING.len() + 2);
+    assert_eq!(
+        tracer.probes.len(),
+        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+    );
 }
 
 #[test]
@@ -77,7 +80,10 @@ fn probe_table_matches_what_the_kernel_offers() {
     let doc: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("probes --json is JSON");
     let all = doc["probes"].as_array().expect("probes array");
-    assert_eq!(all.len(), CATALOG.len() + TIMING.len() + 2);
+    assert_eq!(
+        all.len(),
+        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+    );
     let probes: Vec<_> = all
         .iter()
         .filter(|p| p["kind"] == "raw_tracepoint")
@@ -313,16 +319,26 @@ fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
     // timing hooks' entry state; fentry/kprobes do not exist on the CI host):
     // the iommu:map it causes must carry dev.
     let mut in_dma_api = TaskState::default();
-    in_dma_api.ts[level::DMA_API] = 1;
-    in_dma_api.dev[level::DMA_API] = dev;
+    in_dma_api.ts[level::DMA_API][0] = 1;
+    in_dma_api.dev[level::DMA_API][0] = dev;
     inj.tracer
         .set_task_state(tid, &in_dma_api)
         .expect("write TASKS");
     inj.run("iommu_map", &[0xfff0_0000, 0x5000_0000, 4096]);
+    // An interrupt handler's DMA-API call nested on top of the task's own
+    // (nesting slot 1): the IOMMU work is the handler's, so its device wins
+    // over the interrupted call's (a bogus device here: it must not show).
+    let mut nested = TaskState::default();
+    nested.ts[level::DMA_API] = [1, 2];
+    nested.dev[level::DMA_API] = [0xdead_0000, dev];
+    inj.tracer
+        .set_task_state(tid, &nested)
+        .expect("write TASKS");
+    inj.run("iommu_map", &[0xfff1_0000, 0x5100_0000, 4096]);
     // As if VFIO's iommu_unmap on a domain whose device is known were in flight.
     let mut in_iommu = TaskState::default();
-    in_iommu.ts[level::IOMMU] = 1;
-    in_iommu.dev[level::IOMMU] = dev;
+    in_iommu.ts[level::IOMMU][0] = 1;
+    in_iommu.dev[level::IOMMU][0] = dev;
     inj.tracer
         .set_task_state(tid, &in_iommu)
         .expect("write TASKS");
@@ -333,16 +349,23 @@ fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
         .expect("write TASKS");
     inj.run("iommu_map", &[0xeee0_0000, 0x6000_0000, 8192]);
 
-    assert_eq!(inj.drain_all(), 3);
+    assert_eq!(inj.drain_all(), 4);
     let snap = inj.snapshot();
     let d = snap
         .iter()
         .find(|d| d.device == inj.device.name)
         .unwrap_or_else(|| panic!("attributed row; got {snap:?}"));
-    assert_eq!((d.iommu.maps, d.iommu.unmaps), (1, 1));
-    assert_eq!((d.iommu_via_dma_api, d.iommu_via_domain), (1, 1));
+    assert_eq!((d.iommu.maps, d.iommu.unmaps), (2, 1));
+    assert_eq!((d.iommu_via_dma_api, d.iommu_via_domain), (2, 1));
+    assert!(
+        !snap.iter().any(|d| d.device.contains("dead")),
+        "the interrupted call's device took the handler's event: {snap:?}"
+    );
     assert_eq!(d.iommu.lifetime_ns.count, 1, "map->unmap lifetime recorded");
-    assert_eq!(d.iommu.outstanding_mappings, 0);
+    assert_eq!(
+        d.iommu.outstanding_mappings, 1,
+        "the nested map is not unmapped"
+    );
     let un = snap
         .iter()
         .find(|d| d.device == gpudirect_trace::aggregate::UNATTRIBUTED)

@@ -124,6 +124,17 @@ impl Level {
         }
     }
 
+    /// Replaces the outstanding set with `maps` (addr, size, ts_ns, pid):
+    /// aggregate-only mode, where the kernel's table is the truth.
+    pub fn replace_outstanding(&mut self, maps: impl Iterator<Item = (u64, u64, u64, u32)>) {
+        self.outstanding.clear();
+        self.outstanding_bytes = 0;
+        for (addr, size, ts_ns, pid) in maps {
+            self.outstanding_bytes += size;
+            self.outstanding.insert(addr, Mapping { size, ts_ns, pid });
+        }
+    }
+
     pub fn outstanding(&self) -> usize {
         self.outstanding.len()
     }

@@ -9,6 +9,7 @@
 //! fields report the DMA-API view when the kernel traces it (6.8+), else the
 //! IOMMU view, and say which in `level`.
 
+mod kernel_tables;
 mod latency;
 mod level;
 
@@ -129,7 +130,8 @@ pub struct DeviceSnapshot {
 
 fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
     let mut out = BTreeMap::new();
-    for o in 0..op::COUNT {
+    // op::LIFETIME is not a function: it shows as the DMA level's lifetimes.
+    for o in (0..op::COUNT).filter(|&o| o != op::LIFETIME) {
         let name = op::NAMES[o as usize];
         match (d.latency.get(&o), d.kernel_latency.get(&o)) {
             (Some(l), _) if !l.hist.is_empty() => {
@@ -471,7 +473,12 @@ impl Aggregator {
                 0.0
             };
             d.events_at_last_snapshot = d.events;
-            let dma = d.dma.snapshot();
+            let mut dma = d.dma.snapshot();
+            if dma.lifetime_ns.count == 0 {
+                if let Some(l) = kernel_tables::kernel_lifetimes(&d.kernel_latency) {
+                    dma.lifetime_ns = l;
+                }
+            }
             let iommu = d.iommu.snapshot();
             let (level, primary) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
                 ("dma", &dma)

@@ -1,6 +1,7 @@
 //! Loading the embedded eBPF object, attaching what the running kernel has,
 //! and reading back events and maps.
 
+pub mod module_fentry;
 pub mod testrun;
 pub mod timing;
 
@@ -17,8 +18,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey, TaskState,
-    DEV_NAME_LEN,
+    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey, MapKey,
+    MapValue, TaskState, DEV_NAME_LEN,
 };
 use serde::Serialize;
 
@@ -69,6 +70,9 @@ pub struct TracerOptions {
     pub stream: bool,
     pub ring_bytes: u32,
     pub wakeup_bytes: u64,
+    /// Aggregate-only: keep DMA-API mappings in-kernel for lifetimes,
+    /// outstanding counts and long-lived lists (ignored when streaming).
+    pub lifetimes: bool,
     /// Attach to the kernel's tracepoints (false: load and verify only, for
     /// tests that drive the programs with BPF_PROG_TEST_RUN).
     pub attach: bool,
@@ -80,6 +84,7 @@ impl Default for TracerOptions {
             stream: true,
             ring_bytes: 8 << 20,
             wakeup_bytes: Config::DEFAULT.wakeup_bytes,
+            lifetimes: true,
             attach: true,
         }
     }
@@ -92,6 +97,11 @@ pub struct SelfStats {
     pub lost_events: u64,
     pub device_name_failures: u64,
     pub device_map_full: u64,
+    /// Timed calls not timed: both nesting slots of their level were busy.
+    pub timing_nest_full: u64,
+    /// Unmaps whose mapping the in-kernel table did not hold (aggregate-only
+    /// lifetimes: mapped before the trace, or evicted from the LRU).
+    pub lifetime_unmatched: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
     /// Times the kernel skipped one of our programs because it was already
@@ -119,6 +129,9 @@ pub struct Tracer {
     counters: PerCpuHashMap<MapData, CounterKey, Counter>,
     latency: PerCpuHashMap<MapData, LatKey, LatHist>,
     tasks: BpfHashMap<MapData, u32, TaskState>,
+    mappings: BpfHashMap<MapData, MapKey, MapValue>,
+    /// fentry/fexit on module functions, loaded outside aya (detach on drop).
+    module_hooks: Vec<module_fentry::ModuleHook>,
     names: HashMap<u64, Arc<str>>,
 }
 
@@ -144,6 +157,12 @@ pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
         off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
         off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
     }
+    if let Some(o) = btf
+        .member_offset("nv_dma_device", "dev")
+        .or_else(|| btf.typedef_member_offset("nv_dma_device_t", "dev"))
+    {
+        off.nv_dma_device_dev = o;
+    }
     off
 }
 
@@ -157,7 +176,8 @@ impl Tracer {
             offsets,
             wakeup_bytes: opts.wakeup_bytes,
             stream: u32::from(opts.stream),
-            _pad: 0,
+            // Streaming pairs maps with unmaps in userspace, exactly.
+            track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
         };
         let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
         let mut ebpf = EbpfLoader::new()
@@ -192,7 +212,9 @@ impl Tracer {
             });
         }
 
-        probes.extend(timing::attach_all(&mut ebpf, &kernel, opts.attach));
+        let (timing, module_hooks) =
+            timing::attach_all(&mut ebpf, EBPF_OBJECT, &kernel, opts.attach);
+        probes.extend(timing);
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
         let devices =
@@ -206,6 +228,8 @@ impl Tracer {
         let latency =
             PerCpuHashMap::try_from(ebpf.take_map("LAT_HIST").context("map LAT_HIST missing")?)?;
         let tasks = BpfHashMap::try_from(ebpf.take_map("TASKS").context("map TASKS missing")?)?;
+        let mappings =
+            BpfHashMap::try_from(ebpf.take_map("MAPPINGS").context("map MAPPINGS missing")?)?;
         Ok(Self {
             ebpf,
             kernel,
@@ -218,6 +242,8 @@ impl Tracer {
             counters,
             latency,
             tasks,
+            mappings,
+            module_hooks,
             names: HashMap::new(),
         })
     }
@@ -274,11 +300,21 @@ impl Tracer {
         let sum = |map: &PerCpuArray<MapData, u64>, i: u32| -> u64 {
             map.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
         };
+        // Every event counted in DEV_COUNTERS is a hit of its kind; HITS
+        // holds the rest (kinds without counters, or a full counter map).
+        let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect();
+        for (key, per_cpu) in self.counters.iter().filter_map(Result::ok) {
+            if let Some(h) = hits.get_mut(key.kind as usize) {
+                *h += per_cpu.iter().map(|c| c.count).sum::<u64>();
+            }
+        }
         SelfStats {
             lost_events: sum(&self.stats, stat::RINGBUF_LOST),
             device_name_failures: sum(&self.stats, stat::DEVICE_NAME_FAILED),
             device_map_full: sum(&self.stats, stat::DEVICE_MAP_FULL),
-            hits: (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect(),
+            timing_nest_full: sum(&self.stats, stat::TIMING_NEST_FULL),
+            lifetime_unmatched: sum(&self.stats, stat::LIFETIME_UNMATCHED),
+            hits,
             missed_events: self.recursion_misses(),
         }
     }
@@ -320,6 +356,7 @@ impl Tracer {
         self.ebpf
             .programs()
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
+            .chain(self.module_hooks.iter().map(|h| h.prog.as_raw_fd()))
             .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
             .filter_map(|info| {
                 info.lines()
@@ -349,8 +386,26 @@ impl Tracer {
                 })
             })
             .collect();
+        for hook in &self.module_hooks {
+            if let Ok((n, t)) = hook.run_stats() {
+                if n > 0 {
+                    out.push(ProgramStat {
+                        program: hook.program.clone(),
+                        run_count: n,
+                        run_time_ns: t,
+                        ns_per_run: t as f64 / n as f64,
+                    });
+                }
+            }
+        }
         out.sort_by(|a, b| b.run_count.cmp(&a.run_count));
         out
+    }
+
+    /// Loads one more raw tracepoint program of the object without
+    /// attaching it (benchmarks: `bench_floor`).
+    pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
+        load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
     }
 
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.
@@ -363,6 +418,15 @@ impl Tracer {
             .collect();
         raw.into_iter()
             .map(|(k, h)| (self.device_name(k.dev), k.op, h))
+            .collect()
+    }
+
+    /// The kernel's table of outstanding DMA-API mappings (aggregate-only
+    /// mode), by device name.
+    pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
+        let raw: Vec<(MapKey, MapValue)> = self.mappings.iter().filter_map(Result::ok).collect();
+        raw.into_iter()
+            .map(|(k, v)| (self.device_name(k.dev), k, v))
             .collect()
     }
 

@@ -3,35 +3,48 @@
 //! clear reason where neither exists (e.g. a kernel built without
 //! CONFIG_FUNCTION_TRACER and CONFIG_KPROBES, like the CI host's).
 
-use std::{collections::HashSet, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    os::fd::{AsFd as _, OwnedFd},
+    path::Path,
+};
 
 use aya::{
     programs::{FEntry, FExit, KProbe, ProgramError},
     Btf as AyaBtf, Ebpf,
 };
 
-use super::{ProbeStatus, Status};
+use super::{
+    module_fentry::{self, ModuleHook, RelocatedObject},
+    ProbeStatus, Status,
+};
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN, FAULT_HANDLER, TIMING},
+    catalog::{TimingSpec, ATTACH_LEARN, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
     kernel::KernelInfo,
 };
 
 /// What the kernel offers for function hooks.
 pub struct HookSupport {
-    /// BTF for fentry/fexit, present only with a function tracer.
+    /// vmlinux BTF for fentry/fexit; None where fentry cannot work.
     btf: Option<AyaBtf>,
     fentry_reason: String,
+    /// Why the function tracer looks unusable, added to fentry failures: a
+    /// kernel may forbid tracefs's view of ftrace (EPERM) and still run BPF
+    /// trampolines, so this is a hint, not a verdict.
+    ftrace_hint: Option<String>,
     kprobes: bool,
     kallsyms: HashSet<String>,
 }
 
 impl HookSupport {
     pub fn discover(kernel: &KernelInfo) -> Self {
-        // fentry needs the function tracer, and the function tracer must be
-        // usable: some kernels have it but forbid it (lockdown or an LSM), and
-        // opening available_filter_functions then fails with EPERM.
+        // fentry needs the function tracer (its patchable entry nops). When
+        // tracefs shows no function tracer at all, fentry cannot work; when
+        // it shows one but refuses to open it (EPERM: lockdown, an LSM or
+        // tracefs permissions), loading is still worth trying.
+        let mut ftrace_hint = None;
         let ftrace: Result<(), String> = match kernel.tracefs.as_ref() {
-            None => Err("no tracefs to check the function tracer".into()),
+            None => Ok(()),
             Some(t) => {
                 let path = t.join("available_filter_functions");
                 match std::fs::File::open(&path) {
@@ -39,11 +52,13 @@ impl HookSupport {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         Err("no function tracer (CONFIG_FUNCTION_TRACER)".into())
                     }
-                    Err(e) => Err(format!(
-                        "the function tracer is not usable ({}: {e}; kernel lockdown or an LSM \
-                         forbids ftrace)",
-                        path.display()
-                    )),
+                    Err(e) => {
+                        ftrace_hint = Some(format!(
+                            "the function tracer is not usable from tracefs ({}: {e})",
+                            path.display()
+                        ));
+                        Ok(())
+                    }
                 }
             }
         };
@@ -69,6 +84,7 @@ impl HookSupport {
         Self {
             btf,
             fentry_reason,
+            ftrace_hint,
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
             kallsyms,
         }
@@ -101,13 +117,67 @@ fn errno_text(e: &ProgramError) -> String {
 }
 
 /// Attaches (or, with `attach` false, only verifies) every timing hook.
-pub fn attach_all(ebpf: &mut Ebpf, kernel: &KernelInfo, attach: bool) -> Vec<ProbeStatus> {
+/// Module hooks are loaded outside aya (`module_fentry`); the returned
+/// handles keep them attached and must live as long as the tracer.
+pub fn attach_all(
+    ebpf: &mut Ebpf,
+    object: &[u8],
+    kernel: &KernelInfo,
+    attach: bool,
+) -> (Vec<ProbeStatus>, Vec<ModuleHook>) {
     let support = HookSupport::discover(kernel);
-    TIMING
+    let mut modules = ModuleLoader {
+        object,
+        relocated: None,
+        btf_fds: HashMap::new(),
+        hooks: Vec::new(),
+    };
+    let statuses = TIMING
         .iter()
         .chain([&FAULT_HANDLER, &ATTACH_LEARN])
-        .map(|spec| attach_one(ebpf, kernel, &support, spec, attach))
-        .collect()
+        .chain(NVIDIA_TIMING)
+        .map(|spec| attach_one(ebpf, kernel, &support, &mut modules, spec, attach))
+        .collect();
+    (statuses, modules.hooks)
+}
+
+/// State shared by the module hooks: the relocated object and each module's
+/// BTF object, made once.
+struct ModuleLoader<'a> {
+    object: &'a [u8],
+    relocated: Option<Result<RelocatedObject, String>>,
+    btf_fds: HashMap<String, Result<OwnedFd, String>>,
+    hooks: Vec<ModuleHook>,
+}
+
+impl ModuleLoader<'_> {
+    fn attach_pair(
+        &mut self,
+        ebpf: &Ebpf,
+        module: &str,
+        btf_id: u32,
+        fin: &str,
+        fout: &str,
+    ) -> Result<(), String> {
+        let obj = self
+            .relocated
+            .get_or_insert_with(|| RelocatedObject::new(self.object, ebpf))
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let btf = self
+            .btf_fds
+            .entry(module.to_owned())
+            .or_insert_with(|| {
+                module_fentry::module_btf_fd(module)
+                    .map_err(|e| format!("the BTF object of module {module}: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        let entry = module_fentry::attach(obj, fin, false, btf_id, btf.as_fd())?;
+        let exit = module_fentry::attach(obj, fout, true, btf_id, btf.as_fd())?;
+        self.hooks.extend([entry, exit]);
+        Ok(())
+    }
 }
 
 fn names(spec: &TimingSpec) -> (String, String, String, String) {
@@ -132,6 +202,7 @@ fn attach_one(
     ebpf: &mut Ebpf,
     kernel: &KernelInfo,
     support: &HookSupport,
+    modules: &mut ModuleLoader<'_>,
     spec: &TimingSpec,
     attach: bool,
 ) -> ProbeStatus {
@@ -143,6 +214,16 @@ fn attach_one(
         reason,
         hot: true,
     };
+    if let Some(module) = spec.module {
+        if !kernel.modules.iter().any(|m| m == module) {
+            return status(
+                Status::Unavailable,
+                "fentry|kprobe",
+                "",
+                format!("module {module} is not loaded"),
+            );
+        }
+    }
     let Some(func) = spec
         .candidates
         .iter()
@@ -173,17 +254,34 @@ fn attach_one(
         };
     }
     let mut why = Vec::new();
-    match &support.btf {
-        Some(btf) if kernel.btf.as_ref().is_some_and(|b| b.has_function(func)) => {
-            match attach_fentry(ebpf, btf, func, &fin, &fout) {
+    let hint = |e: String| match &support.ftrace_hint {
+        Some(h) => format!("fentry: {e} ({h})"),
+        None => format!("fentry: {e}"),
+    };
+    let btf_id = kernel.btf.as_ref().and_then(|b| b.function_id(func));
+    match (&support.btf, btf_id, spec.module) {
+        (None, _, _) => why.push(format!("fentry: {}", support.fentry_reason)),
+        (Some(btf), Some((_, None)), None) => match attach_fentry(ebpf, btf, func, &fin, &fout) {
+            Ok(()) => return status(Status::Attached, "fentry/fexit", func, format!("on {func}")),
+            Err(e) => why.push(hint(e)),
+        },
+        (Some(_), Some((id, Some(owner))), Some(module)) if owner == module => {
+            match modules.attach_pair(ebpf, module, id, &fin, &fout) {
                 Ok(()) => {
-                    return status(Status::Attached, "fentry/fexit", func, format!("on {func}"))
+                    return status(
+                        Status::Attached,
+                        "fentry/fexit",
+                        func,
+                        format!("on {func} (through the BTF of module {module})"),
+                    )
                 }
-                Err(e) => why.push(format!("fentry: {e}")),
+                Err(e) => why.push(hint(e)),
             }
         }
-        Some(_) => why.push(format!("fentry: {func} has no BTF")),
-        None => why.push(format!("fentry: {}", support.fentry_reason)),
+        (Some(_), _, Some(module)) => why.push(format!(
+            "fentry: {func} is not in the BTF of module {module} (/sys/kernel/btf/{module})"
+        )),
+        (Some(_), _, None) => why.push(format!("fentry: {func} has no BTF")),
     }
     if !support.kprobes {
         why.push("kprobe: no kprobes (CONFIG_KPROBES)".into());

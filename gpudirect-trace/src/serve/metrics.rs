@@ -376,7 +376,8 @@ impl Model {
     /// streamed HdrHistogram (never both: one source per series, so its
     /// counts only grow).
     fn add_latency(&mut self, dev: &str, d: &DeviceStats) {
-        for o in 0..op::COUNT {
+        // op::LIFETIME is a mapping lifetime, not time spent in a function.
+        for o in (0..op::COUNT).filter(|&o| o != op::LIFETIME) {
             let kernel = d.kernel_latency.get(&o).filter(|k| k.count > 0);
             let stream = d.latency.get(&o).filter(|l| !l.hist.is_empty());
             let v = match (kernel, stream) {

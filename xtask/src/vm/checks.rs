@@ -64,6 +64,40 @@ pub fn nvme_latency(series: &str, v: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Aggregate-only mode: the same per-device story from kernel maps alone,
+/// DMA-API lifetimes from the kernel's mapping table included.
+pub fn nvme_aggregate(series: &str, v: &Value) -> Result<()> {
+    let bdf = Device::Nvme.bdf();
+    ensure!(
+        v["mode"].as_str() == Some("aggregate-only"),
+        "mode is {:?}, want aggregate-only",
+        v["mode"]
+    );
+    let d = device(v, bdf)?;
+    let dma = &d["dma"];
+    let n = |k: &str| dma[k].as_u64().unwrap_or(0);
+    let (maps, unmaps) = (n("maps"), n("unmaps"));
+    let lifetimes = dma["lifetime_ns"]["count"].as_u64().unwrap_or(0);
+    let p50 = dma["lifetime_ns"]["p50"].as_u64().unwrap_or(0);
+    let unmatched = v["lifetime_unmatched"].as_u64().unwrap_or(0);
+    ensure!(
+        maps > 0 && unmaps > 0,
+        "{bdf}: dma maps={maps} unmaps={unmaps}"
+    );
+    // Every unmap either found its mapping in the kernel's table (a
+    // lifetime) or was counted as unmatched (mapped before the trace).
+    ensure!(
+        lifetimes > 0 && p50 > 0 && lifetimes + unmatched >= unmaps,
+        "{bdf}: {lifetimes} lifetimes (p50 {p50} ns) + {unmatched} unmatched for {unmaps} unmaps"
+    );
+    eprintln!(
+        "xtask: {series}: {bdf}: aggregate-only dma maps={maps} unmaps={unmaps} \
+         lifetimes={lifetimes} p50={p50}ns unmatched={unmatched} outstanding={}",
+        n("outstanding_mappings")
+    );
+    Ok(())
+}
+
 fn faults(v: &Value) -> Vec<Value> {
     v["faults"].as_array().cloned().unwrap_or_default()
 }

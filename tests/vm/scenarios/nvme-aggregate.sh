@@ -1,0 +1,19 @@
+#!/bin/sh
+# Aggregate-only mode (no per-event streaming): while the NVMe is read,
+# gpudirect-trace live --json --aggregate-only must still show the NVMe's
+# DMA-API maps and unmaps from kernel counters and, from the kernel's own
+# mapping table, map-to-unmap lifetimes: one per unmap, or the unmap counted
+# as unmatched. Needs the dma:* tracepoints (6.8+). Checked on the host
+# (check=nvme-aggregate).
+# gdt-vm: kernels=6.12 devices=nvme iommu=intel timeout=400 check=nvme-aggregate
+set -e
+gpudirect-trace live --json --aggregate-only --duration 6s > /tmp/live.json 2> /tmp/live.err &
+tracer=$!
+i=0
+while ! grep -q "probes attached" /tmp/live.err 2>/dev/null && [ $i -lt 240 ]; do
+    sleep 0.5; i=$((i + 1))
+done
+cat /tmp/live.err
+dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
+wait $tracer
+tail -n 1 /tmp/live.json
