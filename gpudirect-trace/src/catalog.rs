@@ -315,6 +315,23 @@ pub const NVIDIA_TIMING: &[TimingSpec] = &[
     ),
 ];
 
+/// Probe name of `selftest module-hook`'s stand-in: the nv_dma_map_sgt
+/// slot's programs on another module's function.
+pub const STANDIN_NAME: &str = "selftest:module-hook";
+
+/// The stand-in spec for `module`'s `function` (leaked: made once per run).
+pub fn standin_spec(module: &str, function: &str) -> &'static TimingSpec {
+    let module: &'static str = Box::leak(module.to_owned().into_boxed_str());
+    let function: &'static str = Box::leak(function.to_owned().into_boxed_str());
+    Box::leak(Box::new(TimingSpec {
+        name: STANDIN_NAME,
+        slot: NVIDIA_TIMING[0].slot,
+        candidates: Box::leak(Box::new([function])),
+        available: "self-test only",
+        module: Some(module),
+    }))
+}
+
 /// The IOMMU driver's fault interrupt handler: how often it runs and how
 /// long it takes (VT-d faults never reach iommu:io_page_fault).
 pub const FAULT_HANDLER: TimingSpec = TimingSpec {

@@ -123,6 +123,9 @@ pub enum Command {
     ///   gpudirect-trace export dma.gdt --format jsonl --redact -o shareable.jsonl
     #[command(verbatim_doc_comment)]
     Export(crate::export::ExportArgs),
+    /// Checks of the tool's own machinery on this kernel (for its tests)
+    #[command(hide = true)]
+    Selftest(crate::selftest::SelftestArgs),
 }
 
 #[derive(Args, Debug)]
@@ -196,5 +199,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Record(args) => crate::record::run(&args),
         Command::Report(args) => crate::report::run(&args),
         Command::Export(args) => crate::export::run(&args),
+        Command::Selftest(args) => crate::selftest::run(&args),
     }
 }

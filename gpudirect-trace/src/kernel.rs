@@ -169,6 +169,12 @@ pub struct KernelInfo {
 
 impl KernelInfo {
     pub fn discover() -> Self {
+        Self::discover_with_module_btf("nvidia")
+    }
+
+    /// Like `discover`, reading the BTF of `module` (at most one: module
+    /// BTF is split BTF on top of vmlinux) instead of the NVIDIA driver's.
+    pub fn discover_with_module_btf(module_btf: &str) -> Self {
         let mut info = KernelInfo {
             release: release(),
             modules: loaded_modules(),
@@ -176,7 +182,7 @@ impl KernelInfo {
         };
         match Btf::vmlinux() {
             Ok(mut btf) => {
-                for module in ["nvidia"] {
+                for module in [module_btf] {
                     let path = Path::new("/sys/kernel/btf").join(module);
                     if path.exists() {
                         if let Err(e) = btf.add_module(&path) {

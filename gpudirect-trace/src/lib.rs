@@ -20,6 +20,7 @@ pub mod probes;
 pub mod record;
 pub mod render;
 pub mod report;
+pub mod selftest;
 pub mod serve;
 pub mod session;
 pub mod tracefile;

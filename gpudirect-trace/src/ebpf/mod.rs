@@ -73,6 +73,9 @@ pub struct TracerOptions {
     /// Aggregate-only: keep DMA-API mappings in-kernel for lifetimes,
     /// outstanding counts and long-lived lists (ignored when streaming).
     pub lifetimes: bool,
+    /// `selftest module-hook`: also attach the nv_dma_map_sgt slot's
+    /// programs to this (module, function), through the module's BTF.
+    pub module_standin: Option<(String, String)>,
     /// Attach to the kernel's tracepoints (false: load and verify only, for
     /// tests that drive the programs with BPF_PROG_TEST_RUN).
     pub attach: bool,
@@ -85,6 +88,7 @@ impl Default for TracerOptions {
             ring_bytes: 8 << 20,
             wakeup_bytes: Config::DEFAULT.wakeup_bytes,
             lifetimes: true,
+            module_standin: None,
             attach: true,
         }
     }
@@ -170,7 +174,10 @@ impl Tracer {
     pub fn load(opts: &TracerOptions) -> anyhow::Result<Self> {
         kernel::check_privileges()?;
         kernel::raise_memlock();
-        let kernel = KernelInfo::discover();
+        let kernel = match &opts.module_standin {
+            Some((module, _)) => KernelInfo::discover_with_module_btf(module),
+            None => KernelInfo::discover(),
+        };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
         let config = Config {
             offsets,
@@ -212,8 +219,15 @@ impl Tracer {
             });
         }
 
-        let (timing, module_hooks) =
-            timing::attach_all(&mut ebpf, EBPF_OBJECT, &kernel, opts.attach);
+        let (timing, module_hooks) = timing::attach_all(
+            &mut ebpf,
+            EBPF_OBJECT,
+            &kernel,
+            opts.attach,
+            opts.module_standin
+                .as_ref()
+                .map(|(m, f)| catalog::standin_spec(m, f)),
+        );
         probes.extend(timing);
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;

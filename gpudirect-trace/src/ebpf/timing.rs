@@ -124,6 +124,7 @@ pub fn attach_all(
     object: &[u8],
     kernel: &KernelInfo,
     attach: bool,
+    standin: Option<&'static TimingSpec>,
 ) -> (Vec<ProbeStatus>, Vec<ModuleHook>) {
     let support = HookSupport::discover(kernel);
     let mut modules = ModuleLoader {
@@ -136,6 +137,7 @@ pub fn attach_all(
         .iter()
         .chain([&FAULT_HANDLER, &ATTACH_LEARN])
         .chain(NVIDIA_TIMING)
+        .chain(standin)
         .map(|spec| attach_one(ebpf, kernel, &support, &mut modules, spec, attach))
         .collect();
     (statuses, modules.hooks)
