@@ -3,6 +3,8 @@
 # own accounting (kernel.bpf_stats_enabled: run_time_ns / run_cnt, reported by
 # `live --json` as program_stats), in streaming and aggregate-only mode.
 # Usage: scripts/gpu-host/progcost.sh BIN [ITERS]; writes $OUT/progcost-*.json
+# MODES picks the runs (default: streaming aggregate aggregate-nolife; the
+# last is aggregate-only without the in-kernel mapping table).
 set -u
 BIN=${1:?usage: progcost.sh BIN [ITERS]}
 ITERS=${2:-3000}
@@ -10,12 +12,18 @@ OUT=${OUT:-./gpu-out}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
-for mode in streaming aggregate; do
-  flag=""; [ $mode = aggregate ] && flag=--aggregate-only
+MODES=${MODES:-streaming aggregate aggregate-nolife}
+for mode in $MODES; do
+  case $mode in
+    streaming) flag="" ;;
+    aggregate) flag=--aggregate-only ;;
+    aggregate-nolife) flag="--aggregate-only --no-lifetimes" ;;
+  esac
   "$BIN" live --json $flag --interval 30s > /tmp/pc.jsonl 2> /tmp/pc.err & tp=$!
   for i in $(seq 1 120); do grep -q "probes attached" /tmp/pc.err && break; sleep 0.5; done
   python3 "$HERE/workload.py" --iters "$ITERS" > "$OUT/progcost-work-$mode.json" 2>&1
   kill -INT $tp; wait $tp
+  tail -n 1 /tmp/pc.jsonl > "$OUT/progcost-live-$mode.json"
   tail -n 1 /tmp/pc.jsonl | python3 -c 'import json,sys
 d=json.load(sys.stdin)
 print(json.dumps({"mode":sys.argv[1],"events":d["kernel_events"],"lost":d["lost_events"],"program_stats":d["program_stats"]}))' $mode | tee "$OUT/progcost-$mode.json"
