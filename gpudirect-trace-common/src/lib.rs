@@ -158,7 +158,7 @@ pub struct TaskState {
     pub addr: [[u64; level::NEST]; level::COUNT],
 }
 
-/// Key of the in-kernel mapping table (`MAPPINGS`, LRU hash), used for
+/// Key of the in-kernel mapping table (`MAPPINGS`, a bounded hash), used for
 /// DMA-API mapping lifetimes in aggregate-only mode.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -363,9 +363,11 @@ pub mod stat {
     /// in flight (`level::NEST`).
     pub const TIMING_NEST_FULL: u32 = 3;
     /// Unmaps whose mapping was not in `MAPPINGS` (mapped before the trace
-    /// began, or evicted from the LRU): no lifetime recorded.
+    /// began, or not tracked because the table was full): no lifetime.
     pub const LIFETIME_UNMATCHED: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// DMA-API mappings not tracked in `MAPPINGS` because it was full.
+    pub const MAPPINGS_FULL: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 const _: () = assert!(core::mem::size_of::<Event>() == 64);

@@ -176,6 +176,7 @@ fn json_snapshot(
         "device_name_failures": stats.device_name_failures,
         "timing_nest_full": stats.timing_nest_full,
         "lifetime_unmatched": stats.lifetime_unmatched,
+        "mappings_untracked": stats.mappings_untracked,
         "recent": session.agg.recent.iter().rev().take(16).collect::<Vec<_>>(),
     })
 }

@@ -1,6 +1,6 @@
 //! Aggregate-only mode's substitute for streamed mapping tracking: the
-//! kernel's own table of outstanding DMA-API mappings (`MAPPINGS`, an LRU
-//! hash) and its log2 lifetime histograms (`LAT_HIST`, op `LIFETIME`).
+//! kernel's own table of outstanding DMA-API mappings (`MAPPINGS`, a
+//! bounded hash) and its log2 lifetime histograms (`LAT_HIST`, op `LIFETIME`).
 //!
 //! The table replaces the DMA-API level's outstanding set on each refresh,
 //! so outstanding counts, long-lived listings and fault correlation

@@ -104,8 +104,10 @@ pub struct SelfStats {
     /// Timed calls not timed: both nesting slots of their level were busy.
     pub timing_nest_full: u64,
     /// Unmaps whose mapping the in-kernel table did not hold (aggregate-only
-    /// lifetimes: mapped before the trace, or evicted from the LRU).
+    /// lifetimes: mapped before the trace, or the table was full).
     pub lifetime_unmatched: u64,
+    /// DMA-API mappings the in-kernel table had no room for.
+    pub mappings_untracked: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
     /// Times the kernel skipped one of our programs because it was already
@@ -328,6 +330,7 @@ impl Tracer {
             device_map_full: sum(&self.stats, stat::DEVICE_MAP_FULL),
             timing_nest_full: sum(&self.stats, stat::TIMING_NEST_FULL),
             lifetime_unmatched: sum(&self.stats, stat::LIFETIME_UNMATCHED),
+            mappings_untracked: sum(&self.stats, stat::MAPPINGS_FULL),
             hits,
             missed_events: self.recursion_misses(),
         }
