@@ -182,12 +182,10 @@ impl KernelInfo {
         };
         match Btf::vmlinux() {
             Ok(mut btf) => {
-                for module in [module_btf] {
-                    let path = Path::new("/sys/kernel/btf").join(module);
-                    if path.exists() {
-                        if let Err(e) = btf.add_module(&path) {
-                            info.btf_error = Some(format!("{e:#}"));
-                        }
+                let path = Path::new("/sys/kernel/btf").join(module_btf);
+                if path.exists() {
+                    if let Err(e) = btf.add_module(&path) {
+                        info.btf_error = Some(format!("{e:#}"));
                     }
                 }
                 info.btf = Some(btf);

@@ -16,7 +16,9 @@ impl Aggregator {
     /// Takes the kernel's outstanding DMA-API mappings (rows by device name)
     /// as the DMA-API level's outstanding set of every device.
     pub fn apply_kernel_mappings(&mut self, rows: &[(Arc<str>, MapKey, MapValue)]) {
-        let mut by_device: BTreeMap<&Arc<str>, Vec<(u64, u64, u64, u32)>> = BTreeMap::new();
+        // (addr, size, ts_ns, pid) per device, as Level::replace_outstanding takes them.
+        type Outstanding = Vec<(u64, u64, u64, u32)>;
+        let mut by_device: BTreeMap<&Arc<str>, Outstanding> = BTreeMap::new();
         for (name, k, v) in rows {
             by_device
                 .entry(name)

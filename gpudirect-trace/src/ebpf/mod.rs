@@ -415,7 +415,7 @@ impl Tracer {
                 }
             }
         }
-        out.sort_by(|a, b| b.run_count.cmp(&a.run_count));
+        out.sort_by_key(|s| std::cmp::Reverse(s.run_count));
         out
     }
 

@@ -5,15 +5,12 @@
 # mapping state "never mapped". Checked on the host (check=edu-fault-live).
 # gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=intel timeout=300 check=edu-fault-live
 set -e
+. /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
 # live prints its "probes attached" line when ready; --duration starts then.
 gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
 tracer=$!
-i=0
-while ! grep -q "probes attached" /tmp/live.err 2>/dev/null && [ $i -lt 240 ]; do
-    sleep 0.5; i=$((i + 1))
-done
-cat /tmp/live.err
+wait_for /tmp/live.err "probes attached" $tracer
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x456000 --len 64 --dir read
 wait $tracer

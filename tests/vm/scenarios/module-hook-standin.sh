@@ -7,15 +7,12 @@
 # the calls that NVMe reads make. The selftest exits non-zero otherwise.
 # gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=300
 set -e
+. /scenarios/common.lib
 test -e /sys/kernel/btf/nvme
 gpudirect-trace selftest module-hook --module nvme --function nvme_queue_rq --duration 6s \
     > /tmp/selftest.json 2> /tmp/selftest.err &
 st=$!
-i=0
-while ! grep -q "selftest:module-hook" /tmp/selftest.err 2>/dev/null && [ $i -lt 240 ]; do
-    sleep 0.5; i=$((i + 1))
-done
-cat /tmp/selftest.err
+wait_for /tmp/selftest.err "selftest:module-hook" $st
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=64 iflag=direct
 rc=0
 wait $st || rc=$?

@@ -7,16 +7,13 @@
 # (check=nvme-latency).
 # gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-latency
 set -e
+. /scenarios/common.lib
 gpudirect-trace probes | grep -E '^(time|learn):' || true
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
 # live prints its "probes attached" line when ready; --duration starts then.
 gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
 tracer=$!
-i=0
-while ! grep -q "probes attached" /tmp/live.err 2>/dev/null && [ $i -lt 240 ]; do
-    sleep 0.5; i=$((i + 1))
-done
-cat /tmp/live.err
+wait_for /tmp/live.err "probes attached" $tracer
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 wait $tracer
 tail -n 1 /tmp/live.json

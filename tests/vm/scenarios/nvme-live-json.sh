@@ -6,19 +6,12 @@
 # call (fentry/kprobe hooks).
 # gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
 set -e
+. /scenarios/common.lib
 gpudirect-trace live --json --duration 120s > /tmp/live.json 2> /tmp/live.err &
 tracer=$!
 # Start the I/O only once every hook is attached: the tracer says so on stderr
 # (under TCG, attaching the fentry hooks takes seconds).
-i=0
-until grep -q 'probes attached' /tmp/live.err; do
-    i=$((i + 1))
-    if [ $i -gt 120 ] || ! kill -0 $tracer 2>/dev/null; then
-        cat /tmp/live.err; echo "tracer not ready"; exit 1
-    fi
-    sleep 0.5
-done
-cat /tmp/live.err
+wait_for /tmp/live.err "probes attached" $tracer
 dd if=/dev/nvme0n1 of=/dev/null bs=1M count=32 iflag=direct
 # Let one more interval pass, then end it like Ctrl-C (final summary follows).
 sleep 2

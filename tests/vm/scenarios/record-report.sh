@@ -5,12 +5,10 @@
 # host: check=record-report).
 # gdt-vm: kernels=6.1,6.12 devices=nvme,edu iommu=intel timeout=400 check=record-report
 set -e
+. /scenarios/common.lib
 gpudirect-trace record -o /tmp/t.gdt --duration 8s 2> /tmp/rec.err &
 rec=$!
-i=0
-while ! grep -q "probes attached" /tmp/rec.err 2>/dev/null && [ $i -lt 240 ]; do
-    sleep 0.5; i=$((i + 1))
-done
+wait_for /tmp/rec.err "probes attached" $rec
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
 wait $rec

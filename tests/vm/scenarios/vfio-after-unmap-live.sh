@@ -7,15 +7,12 @@
 # (check=vfio-after-unmap).
 # gdt-vm: kernels=6.1,6.12 devices=edu iommu=intel modules=vfio_pci,vfio_iommu_type1 timeout=300 check=vfio-after-unmap
 set -e
+. /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
 # live prints its "probes attached" line when ready; --duration starts then.
 gpudirect-trace live --json --duration 7s > /tmp/live.json 2> /tmp/live.err &
 tracer=$!
-i=0
-while ! grep -q "probes attached" /tmp/live.err 2>/dev/null && [ $i -lt 240 ]; do
-    sleep 0.5; i=$((i + 1))
-done
-cat /tmp/live.err
+wait_for /tmp/live.err "probes attached" $tracer
 gdt-dma-inject --mode vfio --device "$GDT_EDU_BDF" --iova 0x200000 --len 64 --dir write --map --then-unmap
 wait $tracer
 tail -n 1 /tmp/live.json

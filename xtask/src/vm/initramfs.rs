@@ -49,7 +49,8 @@ pub struct Spec<'a> {
     pub optional_modules: Vec<String>,
     /// Host executables installed as /usr/bin/<file name>.
     pub binaries: Vec<PathBuf>,
-    /// Directory whose *.sh files go to /scenarios.
+    /// Directory whose *.sh files (scenarios) and *.lib files (their shared
+    /// helpers) go to /scenarios.
     pub scenarios: Option<PathBuf>,
     /// `KEY=value` exported before the command runs.
     pub env: Vec<(String, String)>,
@@ -230,7 +231,7 @@ pub fn build(spec: &Spec, out: &Path) -> Result<()> {
     if let Some(dir) = &spec.scenarios {
         let mut entries: Vec<PathBuf> = fs::read_dir(dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "sh"))
+            .filter(|p| p.extension().is_some_and(|x| x == "sh" || x == "lib"))
             .collect();
         entries.sort();
         for p in entries {
