@@ -218,17 +218,14 @@ pub fn attach(
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
             let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            return Err(format!(
-                "the kernel refused to load {program} ({first}){}",
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        ": {}",
-                        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                    )
-                }
-            ));
+            return Err(if tail.is_empty() {
+                format!("{program}: {}", super::timing::refusal(&first))
+            } else {
+                format!(
+                    "verifier rejected {program} ({first}): {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )
+            });
         }
     };
     let mut attr = zeroed_attr();

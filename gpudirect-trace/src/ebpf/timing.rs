@@ -100,12 +100,7 @@ fn errno_text(e: &ProgramError) -> String {
         ProgramError::LoadError {
             io_error,
             verifier_log,
-        } if verifier_log.to_string().trim().is_empty() => {
-            format!(
-                "the kernel refused to load it ({io_error}); for fentry this usually means no \
-                 ftrace direct-call trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
-            )
-        }
+        } if verifier_log.to_string().trim().is_empty() => refusal(io_error),
         ProgramError::LoadError {
             io_error,
             verifier_log,
@@ -113,6 +108,21 @@ fn errno_text(e: &ProgramError) -> String {
             format!("verifier rejected it ({io_error}): {verifier_log}")
         }
         other => other.to_string(),
+    }
+}
+
+/// Why the kernel refused a tracing program before its verifier ran.
+pub fn refusal(e: &std::io::Error) -> String {
+    if e.raw_os_error() == Some(libc::EPERM) {
+        format!(
+            "the kernel refused to load it ({e}): as root this is a security policy (kernel \
+             lockdown or an LSM such as the BPF LSM) forbidding tracing programs"
+        )
+    } else {
+        format!(
+            "the kernel refused to load it ({e}); for fentry this usually means no ftrace \
+             direct-call trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
+        )
     }
 }
 
