@@ -338,8 +338,24 @@ impl Config {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CounterKey {
     pub dev: u64,
+    /// Event kind in the low 16 bits; the high 16 bits are the writer's
+    /// nesting slot (`COUNTER_SLOTS`), summed away by userspace.
     pub kind: u32,
     pub dir: u32,
+}
+
+/// Copies of each per-CPU counter: programs that run with preemption off
+/// (tracepoints) update copy `depth` with plain adds, where `depth` is how
+/// many such programs are in flight on the CPU (an interrupt's program
+/// nests on top of the one it interrupted and so never shares its copy);
+/// the last copy takes every other writer, with atomic adds.
+pub const COUNTER_SLOTS: u32 = 4;
+
+impl CounterKey {
+    /// The event kind (without the nesting slot).
+    pub fn event_kind(&self) -> u16 {
+        self.kind as u16
+    }
 }
 
 /// Value of `DEV_COUNTERS`: how many events and how many bytes they covered.

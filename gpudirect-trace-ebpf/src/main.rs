@@ -303,7 +303,7 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
-    entry.submit(emit::wakeup_flag(&cfg, true, 0, 0));
+    entry.submit(emit::wake_flag(&cfg, true));
     0
 }
 

@@ -25,7 +25,7 @@ use gpudirect_trace_common::{
     flags, kind, level, op, stat, LatHist, LatKey, TaskState, LAT_BUCKETS,
 };
 
-use crate::emit::{atomic_add, base_event, config, emit_hot, stat_inc};
+use crate::emit::{atomic_add, base_event, config, emit_hot_any, stat_inc};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(16384, 0);
@@ -177,7 +177,7 @@ fn exit(lvl: usize, o: u32) {
     ev.size = ns;
     ev.aux = o as u64;
     ev.addr = addr;
-    emit_hot(&mut ev);
+    emit_hot_any(&mut ev);
 }
 
 #[inline(always)]

@@ -6,7 +6,7 @@ pub mod testrun;
 pub mod timing;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     os::fd::{AsFd as _, AsRawFd, BorrowedFd, RawFd},
     sync::Arc,
 };
@@ -320,7 +320,7 @@ impl Tracer {
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect();
         for (key, per_cpu) in self.counters.iter().filter_map(Result::ok) {
-            if let Some(h) = hits.get_mut(key.kind as usize) {
+            if let Some(h) = hits.get_mut(key.event_kind() as usize) {
                 *h += per_cpu.iter().map(|c| c.count).sum::<u64>();
             }
         }
@@ -339,19 +339,22 @@ impl Tracer {
     /// The in-kernel per-(device, kind, direction) counters, summed over CPUs
     /// and keyed by device name.
     pub fn kernel_counters(&mut self) -> Vec<(Arc<str>, CounterKey, Counter)> {
-        let raw: Vec<(CounterKey, Counter)> = self
-            .counters
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(k, per_cpu)| {
-                let total = per_cpu.iter().fold(Counter::default(), |a, c| Counter {
-                    count: a.count + c.count,
-                    bytes: a.bytes + c.bytes,
-                });
-                (k, total)
-            })
-            .collect();
-        raw.into_iter()
+        // Sum over CPUs and over the nesting copies of each counter
+        // (`COUNTER_SLOTS`): one row per (device, kind, direction).
+        let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
+        for (k, per_cpu) in self.counters.iter().filter_map(Result::ok) {
+            let key = CounterKey {
+                kind: u32::from(k.event_kind()),
+                ..k
+            };
+            let total = merged.entry(key).or_default();
+            for c in per_cpu.iter() {
+                total.count += c.count;
+                total.bytes += c.bytes;
+            }
+        }
+        merged
+            .into_iter()
             .map(|(k, c)| (self.device_name(k.dev), k, c))
             .collect()
     }
