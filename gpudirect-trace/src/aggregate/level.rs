@@ -100,8 +100,27 @@ impl Level {
         self.outstanding_bytes += size;
     }
 
-    /// Unmaps `[addr, addr + size)`: every mapping starting in that range
-    /// ends; the lifetime recorded is the oldest one's.
+    /// Unmaps the mapping whose handle is `addr` (the DMA API's contract:
+    /// dma_unmap_* and dma_free_* take exactly what the map returned). A
+    /// scatterlist's entries are not contiguous without an IOMMU, so a range
+    /// would swallow other mappings that start inside it.
+    pub fn unmap_handle(&mut self, addr: u64, size: u64, ts_ns: u64) {
+        self.unmaps += 1;
+        self.bytes_unmapped += size;
+        match self.outstanding.remove(&addr) {
+            Some(m) => {
+                self.outstanding_bytes -= m.size;
+                let life = ts_ns.saturating_sub(m.ts_ns);
+                record(&mut self.lifetimes, life);
+                self.max_lifetime = self.max_lifetime.max(life);
+            }
+            None => self.unmatched_unmaps += 1,
+        }
+    }
+
+    /// Unmaps `[addr, addr + size)` (an IOMMU unmap of an IOVA range): every
+    /// mapping starting in that range ends; the lifetime recorded is the
+    /// oldest one's.
     pub fn unmap(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.unmaps += 1;
         self.bytes_unmapped += size;

@@ -215,7 +215,7 @@ impl Aggregator {
                         *b += ev.size;
                     }
                 } else {
-                    d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                    d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                     d.note_unmap(&ev, ev.size);
                 }
             }
@@ -239,7 +239,7 @@ impl Aggregator {
                 }
             }
             kind::DMA_UNMAP => {
-                d.dma.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                 d.note_unmap(ev, ev.size);
             }
             kind::IOMMU_MAP | kind::IOMMU_UNMAP => {
@@ -257,7 +257,7 @@ impl Aggregator {
             }
             kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, ev.pid),
             kind::DMA_FREE => {
-                d.coherent.unmap(ev.addr, ev.size, ev.ts_ns);
+                d.coherent.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                 d.note_unmap(ev, ev.size);
             }
             kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
