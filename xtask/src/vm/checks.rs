@@ -98,6 +98,53 @@ pub fn nvme_aggregate(series: &str, v: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Streaming and aggregate-only over the same I/O: the kernel's log2
+/// percentiles must agree with the streamed exact ones within a bucket.
+pub fn modes_agree(series: &str, stream: &Value, agg: &Value) -> Result<()> {
+    let bdf = Device::Nvme.bdf();
+    ensure!(
+        stream["mode"].as_str() == Some("streaming")
+            && agg["mode"].as_str() == Some("aggregate-only"),
+        "modes are {:?} and {:?}",
+        stream["mode"],
+        agg["mode"]
+    );
+    let (s, a) = (device(stream, bdf)?, device(agg, bdf)?);
+    let mut compared = Vec::new();
+    let mut pairs: Vec<(String, &Value, &Value)> = vec![(
+        "lifetime".into(),
+        &s["dma"]["lifetime_ns"],
+        &a["dma"]["lifetime_ns"],
+    )];
+    for op in ["dma_map_sg", "dma_unmap_sg", "iommu_map", "iommu_unmap"] {
+        pairs.push((op.into(), &s["latency_ns"][op], &a["latency_ns"][op]));
+    }
+    for (what, x, y) in pairs {
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+        let (cs, ca) = (n(x, "count"), n(y, "count"));
+        ensure!(
+            cs > 0 && cs == ca,
+            "{bdf} {what}: streaming counted {cs}, aggregate-only {ca}"
+        );
+        for q in ["p50", "p99"] {
+            let (vs, va) = (n(x, q) as f64, n(y, q) as f64);
+            // The kernel reports the upper bound of the power-of-two bucket
+            // holding the quantile: at least the value, under twice it
+            // (HdrHistogram's 3 significant digits: 1% slack).
+            ensure!(
+                va >= vs * 0.99 && va <= 2.0 * vs * 1.01 + 1.0,
+                "{bdf} {what} {q}: streaming {vs} ns, aggregate-only {va} ns"
+            );
+        }
+        compared.push(format!("{what} n={cs} p50 {}/{}", n(x, "p50"), n(y, "p50")));
+    }
+    eprintln!(
+        "xtask: {series}: {bdf}: modes agree: {}",
+        compared.join(", ")
+    );
+    Ok(())
+}
+
 fn faults(v: &Value) -> Vec<Value> {
     v["faults"].as_array().cloned().unwrap_or_default()
 }

@@ -171,6 +171,17 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             Ok(())
         }
         "doctor-vtd" => super::checks::doctor_vtd(series, lines),
+        "modes-agree" => {
+            let tagged = |tag: &str| -> Result<serde_json::Value> {
+                let line = lines
+                    .iter()
+                    .rev()
+                    .find_map(|l| l.trim().strip_prefix(tag))
+                    .with_context(|| format!("no {tag:?} line in the output"))?;
+                serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
+            };
+            super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
+        }
         "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "vfio-after-unmap"
         | "record-report" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
