@@ -118,9 +118,24 @@ pub fn stamp(ev: &mut Event) {
     ev.tid = pid_tgid as u32;
 }
 
-/// Per CPU: records streamed, and the backlog seen at the last check.
+/// Per-CPU bookkeeping of the hot path, in one map value so that a hot
+/// event looks it up once (`emit_hot`).
+#[repr(C)]
+pub struct CpuState {
+    /// `add_counter` calls in flight on this CPU (see `COUNTER_SLOTS`).
+    depth: u64,
+    /// Records streamed, and the backlog seen at the last check.
+    records: u64,
+    last_avail: u64,
+}
+
 #[map]
-static WAKE_STATE: PerCpuArray<[u64; 2]> = PerCpuArray::with_max_entries(1, 0);
+static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn cpu_state() -> *mut CpuState {
+    CPU_STATE.get_ptr_mut(0).unwrap_or(core::ptr::null_mut())
+}
 
 /// Records between two looks at the ring's backlog.
 const WAKE_CHECK_EVERY: u64 = 16;
@@ -135,32 +150,33 @@ const WAKE_CHECK_EVERY: u64 = 16;
 /// Rare events always wake it.
 #[inline(always)]
 pub fn wake_flag(cfg: &Config, rare: bool) -> u64 {
+    wake_flag_in(cfg, rare, cpu_state())
+}
+
+#[inline(always)]
+fn wake_flag_in(cfg: &Config, rare: bool, st: *mut CpuState) -> u64 {
     if rare {
         return BPF_RB_FORCE_WAKEUP as u64;
     }
-    let Some(w) = WAKE_STATE.get_ptr_mut(0) else {
+    if st.is_null() {
         return BPF_RB_NO_WAKEUP as u64;
-    };
+    }
     // SAFETY: this CPU's value. A nested program may interleave with these
     // plain updates: that only shifts when the next look happens.
-    let w = unsafe { &mut *w };
-    w[0] += 1;
-    if w[0] % WAKE_CHECK_EVERY != 0 {
+    let w = unsafe { &mut *st };
+    w.records += 1;
+    if w.records % WAKE_CHECK_EVERY != 0 {
         return BPF_RB_NO_WAKEUP as u64;
     }
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-    let before = w[1];
-    w[1] = avail;
+    let before = w.last_avail;
+    w.last_avail = avail;
     if avail >= cfg.wakeup_bytes && before < cfg.wakeup_bytes {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
     }
 }
-
-/// Per-CPU count of `add_counter` calls in flight (see `COUNTER_SLOTS`).
-#[map]
-static COUNTER_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
 /// Counts the event in `DEV_COUNTERS`, from a program that runs with
 /// preemption disabled (a tracepoint's). Plain adds into the copy of the
@@ -171,17 +187,24 @@ static COUNTER_DEPTH: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 /// them by kind); `HITS` only takes what no counter could hold.
 #[inline(always)]
 pub fn add_counter(ev: &Event) {
-    let Some(depth) = COUNTER_DEPTH.get_ptr_mut(0) else {
+    add_counter_in(ev, cpu_state());
+}
+
+#[inline(always)]
+fn add_counter_in(ev: &Event, st: *mut CpuState) {
+    if st.is_null() {
         return add_counter_atomic(ev);
-    };
-    // SAFETY: this CPU's slot; see above for why plain accesses are enough.
+    }
+    // SAFETY: this CPU's value; see above for why plain accesses are enough.
+    let depth = unsafe { core::ptr::addr_of_mut!((*st).depth) };
+    // SAFETY: as above.
     let d = unsafe { *depth };
-    if d >= COUNTER_SLOTS - 1 {
+    if d >= u64::from(COUNTER_SLOTS - 1) {
         return add_counter_atomic(ev);
     }
     // SAFETY: as above.
     unsafe { *depth = d + 1 };
-    if let Some(c) = counter(ev, d) {
+    if let Some(c) = counter(ev, d as u32) {
         // SAFETY: this depth's copy: no other writer until we return.
         unsafe {
             (*c).count += 1;
@@ -235,8 +258,13 @@ fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
 /// streamed unless aggregate-only.
 #[inline(always)]
 pub fn emit_hot(ev: &mut Event) {
-    add_counter(ev);
-    stream_hot(ev);
+    let st = cpu_state();
+    add_counter_in(ev, st);
+    let cfg = config();
+    if cfg.stream != 0 {
+        stamp(ev);
+        output_in(ev, &cfg, false, st);
+    }
 }
 
 /// `emit_hot` for programs that may be preempted (fentry/fexit).
@@ -269,10 +297,15 @@ pub fn emit_rare(ev: &mut Event) {
 
 #[inline(always)]
 fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
+    output_in(ev, cfg, rare, cpu_state());
+}
+
+#[inline(always)]
+fn output_in<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool, st: *mut CpuState) {
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(*ev);
-            entry.submit(wake_flag(cfg, rare));
+            entry.submit(wake_flag_in(cfg, rare, st));
         }
         None => lost(),
     }

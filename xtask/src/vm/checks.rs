@@ -129,10 +129,14 @@ pub fn modes_agree(series: &str, stream: &Value, agg: &Value) -> Result<()> {
         for q in ["p50", "p99"] {
             let (vs, va) = (n(x, q) as f64, n(y, q) as f64);
             // The kernel reports the upper bound of the power-of-two bucket
-            // holding the quantile: at least the value, under twice it
-            // (HdrHistogram's 3 significant digits: 1% slack).
+            // holding the quantile: for the same data, at least the value and
+            // under twice it. The two tracers do not time exactly the same
+            // window, though: each one's fentry/fexit programs run inside
+            // the other's (microseconds each under TCG), so a value near a
+            // bucket boundary may land in the next bucket. One bucket of
+            // slack either way still catches a wrong unit, op or device.
             ensure!(
-                va >= vs * 0.99 && va <= 2.0 * vs * 1.01 + 1.0,
+                va >= vs * 0.5 && va <= 4.0 * vs + 1.0,
                 "{bdf} {what} {q}: streaming {vs} ns, aggregate-only {va} ns"
             );
         }
