@@ -43,6 +43,27 @@ pub fn config() -> Config {
     unsafe { core::ptr::read_volatile(&CONFIG) }
 }
 
+// Single fields of CONFIG for the hot path: a volatile read of the whole
+// struct loads every field (a dozen loads per call).
+
+#[inline(always)]
+pub fn cfg_stream() -> bool {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.stream)) != 0 }
+}
+
+#[inline(always)]
+pub fn cfg_track_lifetimes() -> bool {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.track_lifetimes)) != 0 }
+}
+
+#[inline(always)]
+fn cfg_wakeup_bytes() -> u64 {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.wakeup_bytes)) }
+}
+
 /// Adds `v` to a counter in map memory with a BPF atomic add. Per-CPU is not
 /// enough: a program interrupted by an IRQ whose tracepoint runs a program
 /// touching the same slot would lose an increment in a read-modify-write
@@ -149,12 +170,12 @@ const WAKE_CHECK_EVERY: u64 = 16;
 /// reader also drains on its own timer, so nothing waits longer than that.
 /// Rare events always wake it.
 #[inline(always)]
-pub fn wake_flag(cfg: &Config, rare: bool) -> u64 {
-    wake_flag_in(cfg, rare, cpu_state())
+pub fn wake_flag(rare: bool) -> u64 {
+    wake_flag_in(rare, cpu_state())
 }
 
 #[inline(always)]
-fn wake_flag_in(cfg: &Config, rare: bool, st: *mut CpuState) -> u64 {
+fn wake_flag_in(rare: bool, st: *mut CpuState) -> u64 {
     if rare {
         return BPF_RB_FORCE_WAKEUP as u64;
     }
@@ -171,7 +192,8 @@ fn wake_flag_in(cfg: &Config, rare: bool, st: *mut CpuState) -> u64 {
     let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
     let before = w.last_avail;
     w.last_avail = avail;
-    if avail >= cfg.wakeup_bytes && before < cfg.wakeup_bytes {
+    let threshold = cfg_wakeup_bytes();
+    if avail >= threshold && before < threshold {
         BPF_RB_FORCE_WAKEUP as u64
     } else {
         BPF_RB_NO_WAKEUP as u64
@@ -260,10 +282,9 @@ fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
 pub fn emit_hot(ev: &mut Event) {
     let st = cpu_state();
     add_counter_in(ev, st);
-    let cfg = config();
-    if cfg.stream != 0 {
+    if cfg_stream() {
         stamp(ev);
-        output_in(ev, &cfg, false, st);
+        output_in(ev, false, st);
     }
 }
 
@@ -276,10 +297,9 @@ pub fn emit_hot_any(ev: &mut Event) {
 
 #[inline(always)]
 fn stream_hot(ev: &mut Event) {
-    let cfg = config();
-    if cfg.stream != 0 {
+    if cfg_stream() {
         stamp(ev);
-        output(ev, &cfg, false);
+        output(ev, false);
     }
 }
 
@@ -292,20 +312,20 @@ pub fn emit_rare(ev: &mut Event) {
     }
     add_counter(ev);
     stamp(ev);
-    output(ev, &config(), true);
+    output(ev, true);
 }
 
 #[inline(always)]
-fn output<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool) {
-    output_in(ev, cfg, rare, cpu_state());
+fn output<T: 'static + Copy>(ev: &T, rare: bool) {
+    output_in(ev, rare, cpu_state());
 }
 
 #[inline(always)]
-fn output_in<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool, st: *mut CpuState) {
+fn output_in<T: 'static + Copy>(ev: &T, rare: bool, st: *mut CpuState) {
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(*ev);
-            entry.submit(wake_flag_in(cfg, rare, st));
+            entry.submit(wake_flag_in(rare, st));
         }
         None => lost(),
     }
@@ -315,7 +335,7 @@ fn output_in<T: 'static + Copy>(ev: &T, cfg: &Config, rare: bool, st: *mut CpuSt
 /// bpf_ringbuf_output copies it without a trip through the stack.
 #[inline(always)]
 pub fn output_hot<T: 'static>(ev: &T) {
-    if EVENTS.output(ev, wake_flag(&config(), false)).is_err() {
+    if EVENTS.output(ev, wake_flag(false)).is_err() {
         lost();
     }
 }

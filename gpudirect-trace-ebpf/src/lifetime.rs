@@ -23,7 +23,7 @@ use aya_ebpf::{
 use gpudirect_trace_common::{op, stat, Event, MapKey, MapValue};
 
 use crate::{
-    emit::{config, stat_inc},
+    emit::{cfg_track_lifetimes, stat_inc},
     timing::record_latency,
 };
 
@@ -32,7 +32,7 @@ static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(65536, 0)
 
 #[inline(always)]
 pub fn mapped(ev: &Event) {
-    if config().track_lifetimes == 0 || ev.dev == 0 {
+    if !cfg_track_lifetimes() || ev.dev == 0 {
         return;
     }
     let key = MapKey {
@@ -53,7 +53,7 @@ pub fn mapped(ev: &Event) {
 
 #[inline(always)]
 pub fn unmapped(ev: &Event) {
-    if config().track_lifetimes == 0 || ev.dev == 0 {
+    if !cfg_track_lifetimes() || ev.dev == 0 {
         return;
     }
     let key = MapKey {

@@ -303,7 +303,7 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
-    entry.submit(emit::wake_flag(&cfg, true));
+    entry.submit(emit::wake_flag(true));
     0
 }
 

@@ -5,7 +5,7 @@ use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
 use gpudirect_trace_common::{flags, kind, SgEvent, SG_LENS, SG_WALK_MAX};
 
 use crate::{
-    emit::{add_counter, base_event, config, output_hot, stamp},
+    emit::{add_counter, base_event, cfg_stream, config, output_hot, stamp},
     lifetime,
 };
 
@@ -117,7 +117,7 @@ pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, att
     } else {
         lifetime::unmapped(&ev.event);
     }
-    if cfg.stream != 0 {
+    if cfg_stream() {
         stamp(&mut ev.event);
         output_hot(ev);
     }
