@@ -338,3 +338,30 @@ fn html_page_renders_in_headless_chromium() {
         );
     }
 }
+
+/// A real recording from the 2x H200 GPU host (tests/fixtures/
+/// gpu-host-h200x2-trace/session2/record: `record` during 500 iterations of
+/// scripts/gpu-host/workload.py): both GPUs' mappings come back on their bus
+/// ids, every unmap pairs with its map, and the file reads cleanly.
+#[test]
+fn recording_from_the_gpu_host_replays_with_every_mapping_paired() {
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gpu-host-h200x2-trace/session2/record/gpu-h200x2.gdt");
+    let mut r = replay(&f, None, None, &[]).expect("replay the GPU-host recording");
+    assert!(
+        r.header.kernel_release.contains("gpu"),
+        "{}",
+        r.header.kernel_release
+    );
+    let devices = r.agg.snapshot(1.0, &[]);
+    for bdf in ["0000:00:06.0", "0000:00:07.0"] {
+        let d = devices
+            .iter()
+            .find(|d| d.device == bdf)
+            .unwrap_or_else(|| panic!("no {bdf} in {devices:?}"));
+        assert_eq!((d.level, d.maps, d.unmaps), ("dma", 2086, 2086), "{bdf}");
+        assert_eq!(d.sg_maps, 1019, "{bdf}: cudaHostRegister maps scatterlists");
+        assert_eq!(d.dma.lifetime_ns.count, 2086, "{bdf}: every unmap paired");
+        assert_eq!(d.outstanding_mappings, 0, "{bdf}");
+    }
+}
