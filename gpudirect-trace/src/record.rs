@@ -236,7 +236,9 @@ pub fn checkpoint<W: Write>(
 ) -> std::io::Result<()> {
     let counters = session.tracer.kernel_counters();
     session.agg.apply_kernel_counters(&counters);
-    let stats = session.tracer.self_stats();
+    let stats = session
+        .tracer
+        .self_stats_with(counters.iter().map(|(_, k, c)| (k, c)));
     let now = kernel::monotonic_ns();
     // Events that never reached the file: ring buffer overflow, and program
     // runs the kernel skipped (recursion protection).

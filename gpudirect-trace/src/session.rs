@@ -224,7 +224,8 @@ impl Session {
             let mappings = self.tracer.kernel_mappings();
             self.agg.apply_kernel_mappings(&mappings);
         }
-        self.tracer.self_stats()
+        self.tracer
+            .self_stats_with(counters.iter().map(|(_, k, c)| (k, c)))
     }
 
     /// Readiness of the ring buffer, for the async loops. The returned

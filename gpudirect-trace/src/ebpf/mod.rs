@@ -312,16 +312,28 @@ impl Tracer {
         name
     }
 
+    /// The programs' self-metrics. Reads DEV_COUNTERS for the hit counts;
+    /// where the caller has just read them (`kernel_counters`), use
+    /// `self_stats_with` instead of reading the map twice.
     pub fn self_stats(&self) -> SelfStats {
+        let merged = self.merged_counters();
+        self.self_stats_with(&merged)
+    }
+
+    /// `self_stats` with the hit counts taken from counters already read.
+    pub fn self_stats_with<'a>(
+        &self,
+        counters: impl IntoIterator<Item = (&'a CounterKey, &'a Counter)>,
+    ) -> SelfStats {
         let sum = |map: &PerCpuArray<MapData, u64>, i: u32| -> u64 {
             map.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
         };
         // Every event counted in DEV_COUNTERS is a hit of its kind; HITS
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect();
-        for (key, per_cpu) in self.counters.iter().filter_map(Result::ok) {
+        for (key, c) in counters {
             if let Some(h) = hits.get_mut(key.event_kind() as usize) {
-                *h += per_cpu.iter().map(|c| c.count).sum::<u64>();
+                *h += c.count;
             }
         }
         SelfStats {
@@ -336,11 +348,9 @@ impl Tracer {
         }
     }
 
-    /// The in-kernel per-(device, kind, direction) counters, summed over CPUs
-    /// and keyed by device name.
-    pub fn kernel_counters(&mut self) -> Vec<(Arc<str>, CounterKey, Counter)> {
-        // Sum over CPUs and over the nesting copies of each counter
-        // (`COUNTER_SLOTS`): one row per (device, kind, direction).
+    /// DEV_COUNTERS summed over CPUs and over the nesting copies of each
+    /// counter (`COUNTER_SLOTS`): one entry per (device, kind, direction).
+    fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
         for (k, per_cpu) in self.counters.iter().filter_map(Result::ok) {
             let key = CounterKey {
@@ -354,6 +364,12 @@ impl Tracer {
             }
         }
         merged
+    }
+
+    /// The in-kernel per-(device, kind, direction) counters, summed over CPUs
+    /// and keyed by device name.
+    pub fn kernel_counters(&mut self) -> Vec<(Arc<str>, CounterKey, Counter)> {
+        self.merged_counters()
             .into_iter()
             .map(|(k, c)| (self.device_name(k.dev), k, c))
             .collect()
