@@ -280,26 +280,24 @@ fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
 /// streamed unless aggregate-only.
 #[inline(always)]
 pub fn emit_hot(ev: &mut Event) {
+    // One per-CPU state lookup serves the counter and the stream.
     let st = cpu_state();
     add_counter_in(ev, st);
-    if cfg_stream() {
-        stamp(ev);
-        output_in(ev, false, st);
-    }
+    stream_hot(ev, st);
 }
 
 /// `emit_hot` for programs that may be preempted (fentry/fexit).
 #[inline(always)]
 pub fn emit_hot_any(ev: &mut Event) {
     add_counter_atomic(ev);
-    stream_hot(ev);
+    stream_hot(ev, cpu_state());
 }
 
 #[inline(always)]
-fn stream_hot(ev: &mut Event) {
+fn stream_hot(ev: &mut Event, st: *mut CpuState) {
     if cfg_stream() {
         stamp(ev);
-        output(ev, false);
+        output_in(ev, false, st);
     }
 }
 

@@ -30,15 +30,19 @@ use crate::{
 #[map]
 static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(65536, 0);
 
+/// The table key of a DMA-API map or unmap event, when the table is in use
+/// and the event names its device.
 #[inline(always)]
-pub fn mapped(ev: &Event) {
-    if !cfg_track_lifetimes() || ev.dev == 0 {
-        return;
-    }
-    let key = MapKey {
+fn key_of(ev: &Event) -> Option<MapKey> {
+    (cfg_track_lifetimes() && ev.dev != 0).then_some(MapKey {
         dev: ev.dev,
         addr: ev.addr,
-    };
+    })
+}
+
+#[inline(always)]
+pub fn mapped(ev: &Event) {
+    let Some(key) = key_of(ev) else { return };
     let value = MapValue {
         // SAFETY: helper without preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
@@ -53,13 +57,7 @@ pub fn mapped(ev: &Event) {
 
 #[inline(always)]
 pub fn unmapped(ev: &Event) {
-    if !cfg_track_lifetimes() || ev.dev == 0 {
-        return;
-    }
-    let key = MapKey {
-        dev: ev.dev,
-        addr: ev.addr,
-    };
+    let Some(key) = key_of(ev) else { return };
     // SAFETY: the value is copied out before the entry is removed.
     let Some(start) = (unsafe { MAPPINGS.get(&key) }).map(|v| v.ts_ns) else {
         stat_inc(stat::LIFETIME_UNMATCHED);
