@@ -365,3 +365,100 @@ fn recording_from_the_gpu_host_replays_with_every_mapping_paired() {
         assert_eq!(d.outstanding_mappings, 0, "{bdf}");
     }
 }
+
+/// Writes tests/fixtures/format-1.0/dma-after-unmap.gdt with this (format
+/// 1.0) writer: kept as the compatibility fixture once the format moves on.
+#[test]
+#[ignore = "generator, run once by hand"]
+fn generate_format_1_0_fixture() {
+    use gpudirect_trace_common::{XidEvent, XID_MSG_LEN};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-1.0");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("dma-after-unmap.gdt");
+    let mut h = header();
+    h.probes.push(crate::tracefile::ProbeInfo {
+        name: "nvidia:nvidia_dev_xid".into(),
+        status: "attached".into(),
+        ..Default::default()
+    });
+    let t0 = h.start_ts_ns;
+    let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &h).expect("hdr");
+    let ev = |kind, ts, pid, addr, phys, size, dir| Event {
+        kind,
+        ts_ns: t0 + ts,
+        pid,
+        tid: pid,
+        addr,
+        phys,
+        size,
+        dir,
+        ..Default::default()
+    };
+    // edu (VFIO): IOVA 0x200000 mapped through its domain, unmapped at 1.1 s.
+    let mut m = ev(kind::IOMMU_MAP, 1_000_000_000, 121, 0x200000, 0x4_5678_0000, 4096, 0);
+    m.flags = gpudirect_trace_common::flags::VIA_DOMAIN;
+    w.push(&Record::Event(m), "0000:00:03.0").expect("push");
+    let mut u = ev(kind::IOMMU_UNMAP, 1_100_000_000, 121, 0x200000, 0, 4096, 0);
+    u.aux = 4096;
+    u.flags = gpudirect_trace_common::flags::VIA_DOMAIN;
+    w.push(&Record::Event(u), "0000:00:03.0").expect("push");
+    // NVMe traffic.
+    for i in 0..8u64 {
+        let a = 0xffff_0000 - i * 0x1000;
+        w.push(&Record::Event(ev(kind::DMA_MAP, 1_200_000_000 + i * 1000, 200, a, 0x1_0000_0000 + i * 4096, 4096, 2)), "0000:00:04.0").expect("push");
+        w.push(&Record::Event(ev(kind::DMA_UNMAP, 1_200_000_500 + i * 1000, 200, a, 0, 4096, 2)), "0000:00:04.0").expect("push");
+    }
+    w.checkpoint(&Checkpoint {
+        ts_ns: t0 + 1_500_000_000,
+        events_written: 18,
+        counters: vec![CounterRow {
+            device: Arc::from("0000:00:04.0"),
+            kind: u32::from(kind::DMA_MAP),
+            dir: 2,
+            count: 8,
+            bytes: 8 * 4096,
+        }],
+        ..Default::default()
+    })
+    .expect("cp");
+    // The VT-d fault from the kernel log, 67.4 ms after the unmap, as 1.0 kept it.
+    let mut vtd = crate::faults::parse_line("DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x200000 [fault reason 0x05] PTE Write access is not set").expect("vtd");
+    vtd.timestamp_ns = Some(t0 + 1_167_400_000);
+    vtd.mapping_state = Some("unmapped 67.4ms before the fault by pid 121: DMA after unmap".into());
+    w.faults(&[vtd]).expect("faults");
+    // An Xid 31 from nvidia:nvidia_dev_xid, in the driver's worker (pid 181).
+    let msg = b"pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE";
+    let mut x = XidEvent { event: ev(kind::NV_XID, 2_000_000_000, 181, 0, 0, 0, 0), xid: 31, msg_truncated: 0, msg: [0; XID_MSG_LEN] };
+    let n = msg.len().min(XID_MSG_LEN - 1);
+    x.msg[..n].copy_from_slice(&msg[..n]);
+    w.push(&Record::Xid(x), "0000:00:06.0").expect("xid");
+    // 1.0's session stored the tracepoint's Xid as a fault without pid (raw = message).
+    let mut xf = crate::faults::Fault::new(crate::faults::Source::NvidiaXid, "Xid 31: GPU memory management unit fault: an engine accessed a GPU virtual address that is not mapped or not permitted", std::str::from_utf8(&msg[..n]).expect("utf8"));
+    xf.set_device("0000:00:06.0");
+    xf.xid = Some(31);
+    xf.reason_code = Some(31);
+    xf.timestamp_ns = Some(t0 + 2_000_000_000);
+    w.faults(&[xf]).expect("faults");
+    // An IOMMU page fault through the tracepoint, and its 1.0 fault object.
+    w.push(&Record::Event(Event { aux: 1, ..ev(kind::IO_PAGE_FAULT, 2_500_000_000, 0, 0xdead_0000, 0, 0, 0) }), "0000:41:00.0").expect("pf");
+    let mut pf = crate::faults::tracepoint::from_io_page_fault("", "0000:41:00.0", 0xdead_0000, 1, "iommu:io_page_fault");
+    pf.timestamp_ns = Some(t0 + 2_500_000_000);
+    pf.mapping_state = Some("never mapped in this trace (no DMA activity seen for this device)".into());
+    w.faults(&[pf]).expect("faults");
+    w.loss(&Loss { ts_ns: t0 + 2_600_000_000, lost: 3, total: 3 }).expect("loss");
+    w.checkpoint(&Checkpoint {
+        ts_ns: t0 + 3_000_000_000,
+        events_written: 20,
+        lost_total: 3,
+        counters: vec![CounterRow {
+            device: Arc::from("0000:00:04.0"),
+            kind: u32::from(kind::DMA_MAP),
+            dir: 2,
+            count: 8,
+            bytes: 8 * 4096,
+        }],
+        ..Default::default()
+    })
+    .expect("cp");
+    w.finish(&End { ts_ns: t0 + 3_000_000_000, events_written: 20, lost_total: 3, exit_status: Some(0) }).expect("end");
+}
