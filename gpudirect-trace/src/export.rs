@@ -12,7 +12,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
 use gpudirect_trace_common::kind;
 use hdrhistogram::{
     serialization::{interval_log, V2Serializer},
@@ -26,36 +25,29 @@ use crate::{
     tracefile::{self, Header, Item, Loss},
 };
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// The output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// One JSON object per line: every event, and loss records.
+    /// One JSON object per line: every event, log fault and loss record.
     Jsonl,
-    /// Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): one
-    /// track per device; mappings as spans from map to unmap, the rest as
-    /// instants.
+    /// Chrome trace-event JSON: one track per device, mappings as spans.
     Chrome,
-    /// HdrHistogram interval log (V2): mapped sizes per device and
-    /// operation, one histogram per second.
+    /// HdrHistogram V2 interval logs of mapped sizes per device and operation.
     Hdr,
 }
 
-#[derive(Args, Debug)]
-pub struct ExportArgs {
-    /// Trace file written by `gpudirect-trace record`.
+/// What to export, where to.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
     pub file: PathBuf,
-    #[arg(long, value_enum)]
     pub format: Format,
-    /// Output file (default: stdout).
-    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    /// Output file (None: stdout).
     pub output: Option<PathBuf>,
-    /// Replace physical (and coherent-buffer kernel virtual) addresses with
-    /// per-file pseudonyms (p1, p2, ... by first appearance); IOVAs, DMA
-    /// addresses and bus ids stay.
-    #[arg(long)]
+    /// Pseudonyms for physical addresses.
     pub redact: bool,
 }
 
-pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     let mut reader = tracefile::open(&args.file)?;
     let path = args.file.display().to_string();
     let out: Box<dyn Write> = match &args.output {
@@ -166,18 +158,19 @@ fn loss_json(h: &Header, l: &Loss) -> Value {
     })
 }
 
-/// A decoded fault as a JSON line: its `explain --json` keys plus `kind`
-/// "decoded_fault" and `t_s`.
-fn fault_json(h: &Header, mut f: Value) -> Value {
-    if let Value::Object(m) = &mut f {
-        let t = m.get("timestamp_ns").and_then(Value::as_u64);
+/// A fault decoded from the kernel log as a JSON line: the fault's keys
+/// (as `explain --json` prints them) plus `kind` "decoded_fault" and `t_s`.
+fn fault_json(h: &Header, f: &crate::model::Fault) -> Value {
+    let mut v = serde_json::to_value(f).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut v {
         m.insert("kind".into(), json!("decoded_fault"));
+        let clock = crate::report::clock_of(h);
         m.insert(
             "t_s".into(),
-            json!(t.map(|t| t.saturating_sub(h.start_ts_ns) as f64 / 1e9)),
+            json!(f.timestamp_ns.map(|t| clock.stamp(t).t_s)),
         );
     }
-    f
+    v
 }
 
 type Items<'a> = dyn Iterator<Item = io::Result<Item>> + 'a;
@@ -190,7 +183,7 @@ fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) 
                 Value::Object(event_json(h, &record, &device, &mut red))
             }
             Item::Loss(l) => loss_json(h, &l),
-            Item::Fault(f) => fault_json(h, f),
+            Item::LogFault(f) => fault_json(h, &f),
             _ => continue,
         };
         serde_json::to_writer(&mut *out, &v)?;
@@ -251,9 +244,9 @@ fn chrome(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool)
                 )?;
                 continue;
             }
-            Item::Fault(f) => {
-                let ts = f["timestamp_ns"].as_u64().unwrap_or(h.start_ts_ns);
-                let name = format!("fault: {}", f["reason"].as_str().unwrap_or("?"));
+            Item::LogFault(f) => {
+                let ts = f.timestamp_ns.unwrap_or(h.start_ts_ns);
+                let name = format!("fault: {}", f.reason);
                 emit(
                     out,
                     json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(ts),

@@ -2,12 +2,17 @@
 //!
 //! Data flow (docs/architecture.md): kernel tracepoints -> eBPF programs
 //! (`gpudirect-trace-ebpf`) -> BPF ring buffer + per-CPU maps -> [`ebpf`]
-//! (load, attach, drain) -> [`decode`] -> [`aggregate`] -> sinks ([`live`], [`serve`]).
+//! (load, attach, drain) -> [`decode`] -> [`session`] (one driver) ->
+//! [`analysis`] (the [`aggregate`] tables and the fault ledger, over the
+//! [`model`]'s types) -> sinks: [`live`], [`record`] (trace files, read back
+//! by [`report`] and [`export`] through the same analysis) and [`serve`].
+//! [`commands`] is the CLI; nothing below it sees clap's types.
 
 pub mod aggregate;
+pub mod analysis;
 pub mod btf;
 pub mod catalog;
-pub mod cli;
+pub mod commands;
 pub mod decode;
 pub mod doctor;
 pub mod ebpf;
@@ -15,6 +20,7 @@ pub mod export;
 pub mod faults;
 pub mod kernel;
 pub mod live;
+pub mod model;
 pub mod output;
 pub mod probes;
 pub mod record;
@@ -23,4 +29,5 @@ pub mod report;
 pub mod selftest;
 pub mod serve;
 pub mod session;
+pub mod summary;
 pub mod tracefile;

@@ -4,15 +4,23 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use gpudirect_trace::cli::{run, Cli};
+use gpudirect_trace::{
+    commands::{run, Cli},
+    output,
+    session::{StrictFailure, STRICT_EXIT},
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gpudirect-trace: error: {err:#}");
-            ExitCode::FAILURE
+            output::note(&format!("error: {err:#}"));
+            if err.is::<StrictFailure>() {
+                ExitCode::from(STRICT_EXIT)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -28,6 +28,28 @@ pub fn line(text: &str) -> anyhow::Result<()> {
     write(&format!("{text}\n"))
 }
 
+/// One line on stderr, prefixed `gpudirect-trace: `. Never panics: a closed
+/// or full stderr (`... 2>&1 | head -1`) loses the line, not the recording.
+pub fn note(msg: &str) {
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "gpudirect-trace: {msg}");
+}
+
+/// `note` with `warning: `.
+pub fn warn(msg: &str) {
+    note(&format!("warning: {msg}"));
+}
+
+/// 1234 -> "1.2us".
+pub fn ns(v: u64) -> String {
+    match v {
+        0..=999 => format!("{v}ns"),
+        1_000..=999_999 => format!("{:.1}us", v as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}ms", v as f64 / 1e6),
+        _ => format!("{:.2}s", v as f64 / 1e9),
+    }
+}
+
 /// 1536 -> "1.5KiB".
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -1,49 +1,8 @@
-//! `gpudirect-trace probes`: the probe table on this kernel.
+//! The probe table on this kernel, as text.
 
-use std::process::ExitCode;
+use crate::ebpf::{ProbeStatus, Status};
 
-use serde_json::json;
-
-use crate::{
-    cli::ProbesArgs,
-    ebpf::{ProbeStatus, Status, Tracer, TracerOptions},
-    output,
-};
-
-pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
-    let tracer = Tracer::load(&TracerOptions {
-        // The smallest ring: this command only attaches and reports.
-        ring_bytes: 4096,
-        ..Default::default()
-    })?;
-    let k = &tracer.kernel;
-    if args.json {
-        let doc = json!({
-            "kernel": k.release,
-            "btf": k.btf.is_some(),
-            "btf_error": k.btf_error,
-            "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
-            "tracefs_error": k.tracefs_error,
-            "probes": tracer.probes,
-        });
-        output::line(&serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        output::line(&render(&tracer.probes, &k.release, k.btf.is_some()))?;
-        if let Some(e) = &k.tracefs_error {
-            output::line(&format!("note: {e}"))?;
-        }
-        if let Some(e) = &k.btf_error {
-            output::line(&format!("note: {e}"))?;
-        }
-    }
-    let failed = tracer.probes.iter().any(|p| p.status == Status::Failed);
-    Ok(if args.strict && failed {
-        ExitCode::from(3)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
+/// The probe table as `probes` prints it.
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
     let width = probes.iter().map(|p| p.name.len()).max().unwrap_or(10);
     let mut out = format!(

@@ -5,57 +5,26 @@
 use std::{
     fs::{self, File, OpenOptions},
     io::{BufWriter, IsTerminal as _, Write},
-    os::unix::{
-        fs::{OpenOptionsExt as _, PermissionsExt as _},
-        process::ExitStatusExt as _,
-    },
+    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
-use anyhow::{bail, Context as _};
-use clap::Args;
-use tokio::{signal::unix::SignalKind, time::MissedTickBehavior};
+use anyhow::Context as _;
 
 use crate::{
-    cli::{parse_duration, TraceArgs},
-    kernel,
+    ebpf::SelfStats,
+    kernel, output,
     output::bytes,
-    session::Session,
+    session::{Ending, Observed, Session, Sink},
+    summary,
     tracefile::{self, Checkpoint, CounterRow, End, Loss, TraceWriter},
 };
 
-#[derive(Args, Debug)]
-pub struct RecordArgs {
-    /// Trace file to write (created with mode 0600).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: PathBuf,
-    /// Stop after this long (default: until Ctrl-C, SIGTERM or CMD's exit).
-    #[arg(long, value_parser = parse_duration)]
-    pub duration: Option<Duration>,
-    /// Overwrite FILE if it exists.
-    #[arg(long)]
-    pub force: bool,
-    #[command(flatten)]
-    pub trace: TraceArgs,
-    /// Command to run while recording; recording ends when it exits and
-    /// gpudirect-trace exits with its status.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
-}
-
-/// Blocks are written and flushed (no fsync) at least this often.
+/// Blocks are written and flushed (no fsync) at least this often, each
+/// with a checkpoint of the kernel's counters.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// The ring buffer is drained at least this often (wake-ups are batched).
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
-
-pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run_async(args))
-}
 
 /// Creates the output file: refuses to replace one unless `force`; 0600.
 pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
@@ -78,164 +47,147 @@ pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
     Ok(f)
 }
 
-async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
-    let file = create_output(&args.output, args.force)?;
-    // The recording starts before the first probe attaches.
-    let start_ts_ns = kernel::monotonic_ns();
-    let mut session = match Session::start(&args.trace) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = fs::remove_file(&args.output);
-            return Err(e);
-        }
-    };
-    let mut header = tracefile::host_header(
-        &session.tracer.kernel.release,
-        &session.tracer.probes,
-        args.trace.aggregate_only,
-        &args.command,
-    );
-    header.start_ts_ns = start_ts_ns;
-    let path = args.output.display().to_string();
-    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
-        .with_context(|| format!("writing {path}"))?;
-    let mut child = match args.command.split_first() {
-        Some((cmd, rest)) => Some(
-            tokio::process::Command::new(cmd)
-                .args(rest)
-                .spawn()
-                .with_context(|| format!("cannot run {cmd}"))?,
-        ),
-        None => None,
-    };
-    let ready = session.ring_ready()?;
-    let tty = std::io::stderr().is_terminal();
-    let mut flush = tokio::time::interval(FLUSH_EVERY);
-    flush.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    flush.tick().await;
-    let mut drain = tokio::time::interval(DRAIN_EVERY);
-    drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate())?;
-    let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt())?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut lost_seen = 0u64;
-    let mut exit_status = None;
-
-    loop {
-        let until_deadline = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let child_exit = async {
-            match child.as_mut() {
-                Some(c) => c.wait().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            guard = ready.readable() => {
-                let mut guard = guard?;
-                pump(&mut session, &mut writer, &path)?;
-                guard.clear_ready();
-            }
-            _ = drain.tick() => pump(&mut session, &mut writer, &path)?,
-            _ = flush.tick() => {
-                pump(&mut session, &mut writer, &path)?;
-                checkpoint(&mut session, &mut writer, &mut lost_seen)
-                    .and_then(|()| writer.flush())
-                    .with_context(|| format!("writing {path}"))?;
-                if tty {
-                    eprint!(
-                        "\rgpudirect-trace: recording to {path}: {} events, {} written, {} lost   ",
-                        writer.events_written(),
-                        bytes(writer.bytes_written()),
-                        lost_seen
-                    );
-                }
-            }
-            status = child_exit => {
-                let status = status.context("waiting for the command")?;
-                exit_status = Some(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
-                break;
-            }
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = until_deadline => break,
-        }
-    }
-    drop(ready);
-    pump(&mut session, &mut writer, &path)?;
-    checkpoint(&mut session, &mut writer, &mut lost_seen)
-        .with_context(|| format!("writing {path}"))?;
-    let events = writer.events_written();
-    let end = End {
-        ts_ns: kernel::monotonic_ns(),
-        events_written: events,
-        lost_total: lost_seen,
-        exit_status,
-    };
-    writer
-        .finish(&end)
-        .with_context(|| format!("writing {path}"))?;
-    let size = fs::metadata(&args.output).map(|m| m.len()).unwrap_or(0);
-    if tty {
-        eprintln!();
-    }
-    eprintln!(
-        "gpudirect-trace: wrote {events} events ({}{}) to {path}; {lost_seen} lost",
-        bytes(size),
-        if events > 0 {
-            format!(", {:.1} bytes/event", size as f64 / events as f64)
-        } else {
-            String::new()
-        }
-    );
-    if child.is_some() && exit_status.is_none() {
-        eprintln!("gpudirect-trace: recording ended before the command; it keeps running");
-    }
-    Ok(match exit_status {
-        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        None => ExitCode::SUCCESS,
-    })
+/// What `record` writes and how it ends.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub output: PathBuf,
+    pub force: bool,
+    /// Print the session's final summary as `live --json` would.
+    pub json: bool,
+    /// The command traced (for the header).
+    pub command: Vec<String>,
 }
 
-/// Drains the ring buffer into the aggregator and the file.
-pub fn pump<W: Write>(
-    session: &mut Session,
-    writer: &mut TraceWriter<W>,
-    path: &str,
-) -> anyhow::Result<()> {
-    let mut err = None;
-    session.pump(|record, device| {
-        if err.is_none() {
-            if let Err(e) = writer.push(record, device) {
-                err = Some(e);
+/// The recorder: every observation into the trace file, in arrival order.
+pub struct RecordSink {
+    writer: TraceWriter<BufWriter<File>>,
+    path: String,
+    opts: RecordOptions,
+    lost_seen: u64,
+    tty: bool,
+}
+
+impl RecordSink {
+    /// Creates the file and writes its header; the recording's clock is the
+    /// session's.
+    pub fn create(session: &Session, opts: RecordOptions, file: File) -> anyhow::Result<Self> {
+        let clock = session.clock();
+        let mut header = tracefile::host_header(
+            &session.tracer.kernel.release,
+            &session.tracer.probes,
+            !session.stream,
+            &opts.command,
+        );
+        header.start_ts_ns = clock.start_mono_ns;
+        header.start_unix_ns = clock.start_unix_ns;
+        let path = opts.output.display().to_string();
+        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
+            .with_context(|| format!("writing {path}"))?;
+        Ok(Self {
+            writer,
+            path,
+            opts,
+            lost_seen: 0,
+            tty: std::io::stderr().is_terminal(),
+        })
+    }
+}
+
+impl Sink for RecordSink {
+    fn observe(&mut self, o: Observed<'_>) -> anyhow::Result<()> {
+        let r = match o {
+            Observed::Record { record, device } => self.writer.push(record, device),
+            Observed::LogFault(f) => self.writer.log_fault(f),
+            Observed::Incident { .. } => Ok(()),
+        };
+        r.with_context(|| format!("writing {}", self.path))
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(FLUSH_EVERY)
+    }
+
+    fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
+        checkpoint(s, &mut self.writer, &mut self.lost_seen)
+            .and_then(|_| self.writer.flush())
+            .with_context(|| format!("writing {}", self.path))?;
+        if self.tty {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\rgpudirect-trace: recording to {}: {} events, {} written, {} lost   ",
+                self.path,
+                self.writer.events_written(),
+                bytes(self.writer.bytes_written()),
+                self.lost_seen
+            );
+        }
+        Ok(true)
+    }
+
+    fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
+        let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)
+            .with_context(|| format!("writing {}", self.path))?;
+        let events = self.writer.events_written();
+        let block = End {
+            ts_ns: kernel::monotonic_ns(),
+            events_written: events,
+            lost_total: self.lost_seen,
+            exit_status: end.command_status,
+        };
+        self.writer
+            .finish(&block)
+            .with_context(|| format!("writing {}", self.path))?;
+        let size = fs::metadata(&self.opts.output).map(|m| m.len()).unwrap_or(0);
+        if self.tty {
+            output::note("");
+        }
+        output::note(&format!(
+            "wrote {events} events ({}{}) to {}; {} lost",
+            bytes(size),
+            if events > 0 {
+                format!(", {:.1} bytes/event", size as f64 / events as f64)
+            } else {
+                String::new()
+            },
+            self.path,
+            self.lost_seen
+        ));
+        if self.opts.json {
+            let elapsed = s.started.elapsed().as_secs_f64();
+            let devices = s.analysis.agg.snapshot(elapsed, &[]);
+            let long_lived = Vec::new();
+            let doc = summary::session_json(
+                s,
+                &summary::View {
+                    devices: &devices,
+                    stats: &stats,
+                    long_lived: &long_lived,
+                    interval_s: elapsed,
+                    last: true,
+                },
+            );
+            match output::line(&serde_json::to_string(&doc)?) {
+                Err(e) if e.is::<output::StdoutClosed>() => {}
+                other => other?,
             }
         }
-    });
-    if let Some(e) = err {
-        bail!("writing {path}: {e}");
+        Ok(match end.command_status {
+            Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            None => ExitCode::SUCCESS,
+        })
     }
-    // Decoded faults (kernel log, and the tracepoint's with their mapping
-    // state): the recorder is their only consumer, so it takes them all.
-    session.poll_kmsg();
-    let faults: Vec<_> = session.faults.drain(..).collect();
-    writer
-        .faults(&faults)
-        .with_context(|| format!("writing {path}"))
 }
 
 /// Writes a loss record if the kernel dropped events since the last call,
-/// then the kernel's per-device counters.
+/// then the kernel's per-device counters; returns the programs' counts.
 pub fn checkpoint<W: Write>(
     session: &mut Session,
     writer: &mut TraceWriter<W>,
     lost_seen: &mut u64,
-) -> std::io::Result<()> {
+) -> std::io::Result<SelfStats> {
     let counters = session.tracer.kernel_counters();
-    session.agg.apply_kernel_counters(&counters);
+    session.analysis.agg.apply_kernel_counters(&counters);
     let stats = session
         .tracer
         .self_stats_with(counters.iter().map(|(_, k, c)| (k, c)));
@@ -255,7 +207,7 @@ pub fn checkpoint<W: Write>(
         ts_ns: now,
         events_written: writer.events_written(),
         lost_total: gone,
-        hits: stats.hits,
+        hits: stats.hits.clone(),
         counters: counters
             .into_iter()
             .map(|(device, k, c)| CounterRow {
@@ -266,5 +218,6 @@ pub fn checkpoint<W: Write>(
                 bytes: c.bytes,
             })
             .collect(),
-    })
+    })?;
+    Ok(stats)
 }

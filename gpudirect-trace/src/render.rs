@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::{
-    aggregate::{DeviceSnapshot, LongLived, Notable},
-    faults::Fault,
+    aggregate::{DeviceSnapshot, LongLived},
+    model::Incident,
     output::bytes,
 };
 
@@ -14,8 +14,8 @@ pub struct Totals<'a> {
     pub elapsed: f64,
     /// Records received from the ring buffer.
     pub events: u64,
-    /// Tracepoint hits counted in-kernel.
-    pub kernel_hits: u64,
+    /// Tracepoint hits counted in-kernel (None: not known for this window).
+    pub kernel_hits: Option<u64>,
     pub lost: u64,
     /// Program runs the kernel skipped (recursion protection).
     pub missed: u64,
@@ -24,11 +24,7 @@ pub struct Totals<'a> {
     pub final_summary: bool,
 }
 
-pub fn live_text<'a>(
-    devices: &[DeviceSnapshot],
-    recent: impl Iterator<Item = &'a Notable>,
-    t: &Totals<'_>,
-) -> String {
+pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
     let mut s = String::new();
     let title = if t.final_summary {
         "gpudirect-trace: final summary"
@@ -50,7 +46,10 @@ pub fn live_text<'a>(
     let _ = writeln!(
         s,
         "events: {} in kernel, {} streamed, {} LOST, {} MISSED by the kernel{}",
-        t.kernel_hits,
+        t.kernel_hits.map_or_else(
+            || "? (no kernel counter checkpoints around this window)".to_owned(),
+            |n| n.to_string()
+        ),
         t.events,
         t.lost,
         t.missed,
@@ -99,25 +98,28 @@ pub fn live_text<'a>(
             d.events_per_sec
         );
     }
-    let mut header = false;
-    for n in recent {
-        if !header {
-            let _ = writeln!(s, "\nlatest faults, Xids and IOMMU changes:");
-            header = true;
+    s
+}
+
+/// Incidents (faults, Xids, AER errors, mapping failures, IOMMU changes),
+/// one line each on the trace's clock, with what the mapping history says
+/// under each fault. `more` is how many earlier ones are not shown.
+pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u64) -> String {
+    let mut s = String::new();
+    for i in incidents {
+        if s.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nincidents (faults, Xids, AER, mapping failures, IOMMU changes):"
+            );
         }
-        let _ = writeln!(
-            s,
-            "  {:>12.6}s  {:<18} {:<14} pid {:<7} {}{}",
-            n.ts_ns as f64 / 1e9,
-            n.kind,
-            n.device,
-            n.pid,
-            n.address
-                .as_deref()
-                .map(|a| format!("{a} "))
-                .unwrap_or_default(),
-            n.detail
-        );
+        let _ = writeln!(s, "  {i}");
+        if let Some(m) = i.mapping_line() {
+            let _ = writeln!(s, "      {m}");
+        }
+    }
+    if more > 0 && !s.is_empty() {
+        let _ = writeln!(s, "  ({more} earlier ones: --json lists them)");
     }
     s
 }
@@ -177,43 +179,7 @@ pub fn long_lived_text(list: &[(String, &'static str, LongLived)]) -> String {
     s
 }
 
-/// The latest decoded faults with what the mapping history says.
-pub fn faults_text<'a>(faults: impl Iterator<Item = &'a Fault>) -> String {
-    let mut s = String::new();
-    for f in faults {
-        if s.is_empty() {
-            let _ = writeln!(s, "\nfaults (kernel log and iommu:io_page_fault):");
-        }
-        let _ = writeln!(
-            s,
-            "  {:<10} {:<14} {:<10} {}{}{}",
-            f.source.as_str(),
-            f.device.as_deref().unwrap_or("-"),
-            f.address
-                .map(|a| format!("{a:#x}"))
-                .unwrap_or_else(|| "-".into()),
-            f.xid.map(|x| format!("Xid {x}: ")).unwrap_or_default(),
-            f.reason,
-            f.access
-                .map(|a| format!(" ({a:?})").to_lowercase())
-                .unwrap_or_default(),
-        );
-        if let Some(m) = &f.mapping_state {
-            let _ = writeln!(s, "      mapping: {m}");
-        }
-    }
-    s
-}
-
-/// 1234 -> "1.2us".
-pub fn ns(v: u64) -> String {
-    match v {
-        0..=999 => format!("{v}ns"),
-        1_000..=999_999 => format!("{:.1}us", v as f64 / 1e3),
-        1_000_000..=999_999_999 => format!("{:.1}ms", v as f64 / 1e6),
-        _ => format!("{:.2}s", v as f64 / 1e9),
-    }
-}
+pub use crate::output::ns;
 
 fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {

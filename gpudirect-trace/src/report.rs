@@ -1,69 +1,46 @@
 //! `gpudirect-trace report`: a trace file replayed through the live view's
 //! aggregator and tables, for the whole recording or a time window.
 
-mod html;
+pub mod html;
 #[cfg(test)]
 mod tests;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    path::PathBuf,
-    process::ExitCode,
+    path::Path,
     sync::Arc,
     time::Duration,
 };
 
 use anyhow::Context as _;
-use clap::Args;
-use gpudirect_trace_common::{kind, Counter, CounterKey};
-use serde_json::json;
+use gpudirect_trace_common::{Counter, CounterKey};
 
 use crate::{
-    aggregate::{fault_access, Aggregator, DeviceSnapshot, Notable},
-    decode::{c_string, dir_name, kind_name, Record},
-    output, render,
+    analysis::Analysis,
+    model::{Incident, TraceClock},
     tracefile::{self, Checkpoint, Header, Item, Loss, ReadStats},
 };
-
-#[derive(Args, Debug)]
-pub struct ReportArgs {
-    /// Trace file written by `gpudirect-trace record`.
-    pub file: PathBuf,
-    /// Show only this device (PCI bus id or device name); repeat for several.
-    #[arg(long = "device", value_name = "BDF")]
-    pub devices: Vec<String>,
-    /// One JSON object on stdout instead of tables.
-    #[arg(long)]
-    pub json: bool,
-    /// Start of the window, as time since the recording started (e.g. 2s).
-    #[arg(long, value_parser = parse_offset, value_name = "T")]
-    pub from: Option<Duration>,
-    /// End of the window, as time since the recording started (e.g. 5s).
-    #[arg(long, value_parser = parse_offset, value_name = "T")]
-    pub to: Option<Duration>,
-    /// Also write a self-contained HTML page with plots (no network needed).
-    #[arg(long, value_name = "OUT.html")]
-    pub html: Option<PathBuf>,
-}
-
-/// A time offset: like `--duration`, but zero is allowed.
-pub fn parse_offset(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 1.5s, 2m)"))
-}
 
 /// Width of the event-rate buckets kept for plots.
 pub const BUCKET_NS: u64 = 100_000_000;
 
-/// Everything a report shows, from one pass over the file.
+/// Which part of a recording to report.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    /// Offsets from the recording's start.
+    pub from: Option<Duration>,
+    pub to: Option<Duration>,
+    /// Only these devices (empty: all).
+    pub devices: Vec<String>,
+}
+
+/// Everything a report shows, from one pass over the file: the same
+/// analysis (tables and ledger) the live session built, fed the same
+/// inputs in the same order.
 pub struct Replay {
     pub header: Header,
-    pub agg: Aggregator,
-    /// Faults, Xids, map errors and IOMMU changes in the window, in order.
-    pub incidents: Vec<Notable>,
+    pub analysis: Analysis,
     pub losses: Vec<Loss>,
-    /// Decoded faults (kernel log and iommu:io_page_fault) in the window, as
-    /// `explain --json` objects.
-    pub faults: Vec<serde_json::Value>,
     pub stats: ReadStats,
     /// Window bounds, CLOCK_MONOTONIC ns.
     pub from_ns: u64,
@@ -74,42 +51,45 @@ pub struct Replay {
     pub rate: BTreeMap<Arc<str>, Vec<u64>>,
     /// Kernel counter source used for the tables, if any.
     pub counters: Option<&'static str>,
-    pub kernel_hits: u64,
+    /// Tracepoint hits counted in-kernel in the window, where checkpoints
+    /// bracket it.
+    pub kernel_hits: Option<u64>,
     pub file_len: u64,
+    pub window: Window,
 }
 
 impl Replay {
+    pub fn clock(&self) -> &TraceClock {
+        self.analysis.clock()
+    }
+
     pub fn seconds(&self, ts: u64) -> f64 {
-        ts.saturating_sub(self.header.start_ts_ns) as f64 / 1e9
+        self.clock().rel_s(ts)
     }
 
-    fn wanted(&self, filter: &[String], device: &str) -> bool {
-        filter.is_empty() || filter.iter().any(|f| f == device)
+    pub fn wanted(&self, device: &str) -> bool {
+        self.window.devices.is_empty() || self.window.devices.iter().any(|f| f == device)
     }
 
-    /// A decoded fault: counted on its device when it came from the kernel
-    /// log (tracepoint faults are events, already counted), listed if wanted.
-    fn add_fault(&mut self, f: serde_json::Value, filter: &[String], xid_traced: bool) {
-        let device = f["device"].as_str().unwrap_or("-").to_owned();
-        let xid = f["xid"].as_u64().map(|x| x as u32);
-        if f["source"] != "iommu-tracepoint" && !(xid.is_some() && xid_traced) {
-            let n = f["count"].as_u64().unwrap_or(1).max(1);
-            self.agg.count_fault(&Arc::from(device.as_str()), xid, n);
-        }
-        if self.wanted(filter, &device) {
-            self.faults.push(f);
-        }
+    /// The incidents of the window on the wanted devices, in order.
+    pub fn incidents(&self) -> impl Iterator<Item = &Incident> + '_ {
+        self.analysis
+            .ledger
+            .incidents()
+            .iter()
+            .filter(|i| self.wanted(&i.device))
     }
 }
 
-pub fn replay(
-    file: &std::path::Path,
-    from: Option<Duration>,
-    to: Option<Duration>,
-    filter: &[String],
-) -> anyhow::Result<Replay> {
+/// The clock of a recording: its header's start.
+pub fn clock_of(h: &Header) -> TraceClock {
+    TraceClock::new(h.start_ts_ns, h.start_unix_ns)
+}
+
+pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     let mut reader = tracefile::open(file)?;
     let header = reader.header().clone();
+    let (from, to) = (window.from, window.to);
     let offset = |d: Duration| header.start_ts_ns.saturating_add(d.as_nanos() as u64);
     // Without --from, events stamped just before the header (between attach
     // and the header's clock reading) belong to the report too.
@@ -120,27 +100,19 @@ pub fn replay(
         anyhow::bail!("--to must be later than --from");
     }
     let mut r = Replay {
+        analysis: Analysis::new(clock_of(&header)),
         header,
-        agg: Aggregator::new(),
-        incidents: Vec::new(),
         losses: Vec::new(),
-        faults: Vec::new(),
         stats: ReadStats::default(),
         from_ns,
         to_ns,
         last_ns: from_ns,
         rate: BTreeMap::new(),
         counters: None,
-        kernel_hits: 0,
+        kernel_hits: None,
         file_len: std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
+        window: window.clone(),
     };
-    // As in the live session: with nvidia_dev_xid attached, the log's Xid
-    // lines were already counted by the tracepoint.
-    let xid_traced = r
-        .header
-        .probes
-        .iter()
-        .any(|p| p.name == "nvidia:nvidia_dev_xid" && p.status == "attached");
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
     let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
@@ -154,23 +126,19 @@ pub fn replay(
             Item::Loss(l) => l.ts_ns,
             Item::Checkpoint(cp) => cp.ts_ns,
             Item::End(e) => e.ts_ns,
-            Item::Fault(f) => f["timestamp_ns"].as_u64().unwrap_or(0),
+            Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
         match item {
             Item::Event { record, device } => {
-                let ts = record.event().ts_ns;
                 if !in_window(ts) {
                     continue;
                 }
                 r.last_ns = r.last_ns.max(ts);
-                r.agg.ingest(&record, &device);
-                if !r.wanted(filter, &device) {
+                r.analysis.record(&record, &device);
+                if !r.wanted(&device) {
                     continue;
-                }
-                if let Some(n) = incident(&record, &device) {
-                    r.incidents.push(n);
                 }
                 let b = (ts.saturating_sub(from_ns) / BUCKET_NS) as usize;
                 let v = r.rate.entry(device).or_default();
@@ -191,8 +159,8 @@ pub fn replay(
                 last = Some(cp);
             }
             Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
-            Item::Fault(f) if f["timestamp_ns"].as_u64().is_none_or(in_window) => {
-                r.add_fault(f, filter, xid_traced);
+            Item::LogFault(f) if f.timestamp_ns.is_none_or(in_window) => {
+                r.analysis.log_fault(f);
             }
             _ => {}
         }
@@ -206,11 +174,11 @@ pub fn replay(
     // window (whole file), or where they are the only data (aggregate-only).
     if let Some(last) = last {
         let whole = from.is_none() && to.is_none();
+        let hits = |c: &Checkpoint| c.hits.iter().sum::<u64>();
+        r.kernel_hits = Some(hits(&last) - base.as_ref().map_or(0, hits));
         if whole || r.header.aggregate_only {
             let rows = counter_delta(base.as_ref(), &last);
-            r.agg.apply_kernel_counters(&rows);
-            r.kernel_hits = last.hits.iter().sum::<u64>()
-                - base.as_ref().map_or(0, |b| b.hits.iter().sum::<u64>());
+            r.analysis.agg.apply_kernel_counters(&rows);
             r.counters = Some(if whole {
                 "kernel counters (loss-free) of the whole recording"
             } else {
@@ -250,46 +218,6 @@ fn counter_delta(
         .collect()
 }
 
-/// The rare events a report lists one by one.
-fn incident(record: &Record, device: &str) -> Option<Notable> {
-    let e = record.event();
-    let (address, detail) = match (record, e.kind) {
-        (Record::Xid(x), _) => (None, format!("Xid {}: {}", x.xid, c_string(&x.msg))),
-        (_, kind::IO_PAGE_FAULT) => (
-            Some(format!("{:#x}", e.addr)),
-            format!(
-                "IOMMU page fault ({}, flags {:#x})",
-                fault_access(e.aux),
-                e.aux
-            ),
-        ),
-        (_, kind::DMA_MAP_SG_ERR) => (
-            None,
-            format!(
-                "dma_map_sg failed: error {} ({} entries, {})",
-                e.aux as i64,
-                e.size,
-                dir_name(e.dir)
-            ),
-        ),
-        (_, kind::GROUP_ADD_DEVICE | kind::GROUP_REMOVE_DEVICE) => {
-            (None, format!("{} {}", kind_name(e.kind), e.aux))
-        }
-        (_, kind::DOMAIN_ATTACH | kind::DOMAIN_DETACH) => {
-            (None, kind_name(e.kind).replace('_', " "))
-        }
-        _ => return None,
-    };
-    Some(Notable {
-        ts_ns: e.ts_ns,
-        kind: kind_name(e.kind),
-        device: device.to_owned(),
-        pid: e.pid,
-        address,
-        detail,
-    })
-}
-
 /// Warnings about the file itself (truncation, damage, unclean end).
 pub fn read_warnings(path: &str, stats: &ReadStats, file_len: u64) -> Vec<String> {
     let mut w = Vec::new();
@@ -324,49 +252,44 @@ pub fn read_warnings(path: &str, stats: &ReadStats, file_len: u64) -> Vec<String
     w
 }
 
-pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
-    let mut r = replay(&args.file, args.from, args.to, &args.devices)?;
-    let path = args.file.display().to_string();
-    for w in read_warnings(&path, &r.stats, r.file_len) {
-        eprintln!("gpudirect-trace: warning: {w}");
-    }
-    let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
-    let devices = r.agg.snapshot(window_s, &args.devices);
-    if let Some(out) = &args.html {
-        let page = html::page(&path, &r, &devices, &args.devices);
-        std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
-        eprintln!("gpudirect-trace: wrote {}", out.display());
-    }
+/// The report's JSON: the window's devices, incidents and faults as the
+/// live session's final `--json` object has them, plus what the file said.
+pub fn json(path: &str, r: &Replay, devices: &[crate::aggregate::DeviceSnapshot]) -> serde_json::Value {
+    let incidents: Vec<&Incident> = r.incidents().collect();
+    let faults: Vec<_> = incidents.iter().filter_map(|i| i.fault.as_ref()).collect();
     let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
-    let result = if args.json {
-        output::line(&serde_json::to_string(&json!({
-            "file": path,
-            "header": r.header,
-            "window": {"from_s": r.seconds(r.from_ns), "to_s": r.seconds(r.last_ns)},
-            "devices": devices,
-            "lost_events": lost,
-            "losses": r.losses,
-            "incidents": r.incidents,
-            "faults": r.faults,
-            "counters": r.counters,
-            "read": r.stats,
-            "warnings": read_warnings(&path, &r.stats, r.file_len),
-        }))?)
-    } else {
-        output::line(&text(&path, &r, &devices, lost, window_s))
-    };
-    match result {
-        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(e),
-        Ok(()) => Ok(ExitCode::SUCCESS),
-    }
+    serde_json::json!({
+        "file": path,
+        "header": r.header,
+        "clock": r.clock(),
+        "window": {"from_s": r.seconds(r.from_ns), "to_s": r.seconds(r.last_ns)},
+        "devices": devices,
+        "lost_events": lost,
+        "losses": r.losses,
+        "kernel_events": r.kernel_hits,
+        "incidents": incidents,
+        "incidents_evicted": r.analysis.ledger.evicted(),
+        "faults": faults,
+        "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
+            "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
+        "counters": r.counters,
+        "read": r.stats,
+        "warnings": read_warnings(path, &r.stats, r.file_len),
+    })
 }
 
-fn text(path: &str, r: &Replay, devices: &[DeviceSnapshot], lost: u64, window_s: f64) -> String {
+/// The report as text: the live view's tables and incident list for the
+/// window, then what the file itself said (losses, counter source).
+pub fn text(path: &str, r: &Replay, devices: &[crate::aggregate::DeviceSnapshot], window_s: f64) -> String {
     use std::fmt::Write as _;
     let h = &r.header;
+    let started = r
+        .clock()
+        .wall(h.start_ts_ns)
+        .map(|w| format!(" (started {w})"))
+        .unwrap_or_default();
     let mut s = format!(
-        "report of {path}: host {}, recorded by gpudirect-trace {}, boot {}\nwindow {:.3}s..{:.3}s of the recording{}\n",
+        "report of {path}: host {}, recorded by gpudirect-trace {}, boot {}\nwindow {:.3}s..{:.3}s of the recording{started}{}\n",
         h.hostname,
         h.tool_version,
         h.boot_id,
@@ -378,15 +301,15 @@ fn text(path: &str, r: &Replay, devices: &[DeviceSnapshot], lost: u64, window_s:
             format!(", command: {}", h.command.join(" "))
         }
     );
+    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
     let attached = h.probes.iter().filter(|p| p.status == "attached").count();
-    s.push_str(&render::live_text(
+    s.push_str(&crate::render::live_text(
         devices,
-        r.incidents.iter().rev().take(32).rev(),
-        &render::Totals {
+        &crate::render::Totals {
             kernel: &h.kernel_release,
             attached,
             elapsed: window_s,
-            events: r.agg.events,
+            events: r.analysis.agg.events,
             kernel_hits: r.kernel_hits,
             lost,
             // The file's loss records already include kernel-skipped runs.
@@ -396,41 +319,13 @@ fn text(path: &str, r: &Replay, devices: &[DeviceSnapshot], lost: u64, window_s:
             final_summary: true,
         },
     ));
-    if r.incidents.len() > 32 {
-        let _ = writeln!(
-            s,
-            "  ({} earlier ones: --json lists all)",
-            r.incidents.len() - 32
-        );
-    }
-    for (i, f) in r.faults.iter().enumerate().take(32) {
-        if i == 0 {
-            let _ = writeln!(s, "\nfaults decoded (kernel log and iommu:io_page_fault):");
-        }
-        let at = f["timestamp_ns"]
-            .as_u64()
-            .map(|t| format!("{:>12.6}s", r.seconds(t)))
-            .unwrap_or_else(|| format!("{:>13}", "-"));
-        let field = |k: &str| f[k].as_str().unwrap_or("-").to_owned();
-        let _ = writeln!(
-            s,
-            "  {at}  {:<16} {:<14} {:<18} {}{}",
-            field("source"),
-            field("device"),
-            field("address"),
-            f["xid"]
-                .as_u64()
-                .map(|x| format!("Xid {x}: "))
-                .unwrap_or_default(),
-            field("reason"),
-        );
-        if let Some(m) = f["mapping_state"].as_str() {
-            let _ = writeln!(s, "      mapping: {m}");
-        }
-    }
-    if r.faults.len() > 32 {
-        let _ = writeln!(s, "  ({} more: --json lists all)", r.faults.len() - 32);
-    }
+    s.push_str(&crate::render::latency_text(devices));
+    let incidents: Vec<&Incident> = r.incidents().collect();
+    let skip = incidents.len().saturating_sub(64);
+    s.push_str(&crate::render::incidents_text(
+        incidents.iter().skip(skip).copied(),
+        skip as u64 + r.analysis.ledger.evicted(),
+    ));
     if let Some(c) = r.counters {
         let _ = writeln!(
             s,

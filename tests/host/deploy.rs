@@ -6,7 +6,9 @@
 use std::{collections::BTreeSet, path::PathBuf, sync::Arc};
 
 use gpudirect_trace::{
-    aggregate::{Aggregator, UNATTRIBUTED},
+    aggregate::UNATTRIBUTED,
+    analysis::Analysis,
+    model::TraceClock,
     decode::Record,
     ebpf::{ProbeStatus, SelfStats, Status},
     serve::metrics::{DeviceLabels, FaultCount, Model},
@@ -144,7 +146,9 @@ fn systemd_unit_is_hardened_and_serves_on_loopback() {
 
 /// A model with every family the exporter can emit.
 fn every_exported_name() -> BTreeSet<String> {
-    let mut agg = Aggregator::new();
+    // Through the analysis, as a session takes records: the ledger counts
+    // faults and Xids.
+    let mut agg = Analysis::new(TraceClock::default());
     let dev: Arc<str> = Arc::from("0000:41:00.0");
     let e = |k: u16, size: u64| {
         Record::Event(Event {
@@ -161,9 +165,9 @@ fn every_exported_name() -> BTreeSet<String> {
         kind::DMA_MAP_SG_ERR,
         kind::IO_PAGE_FAULT,
     ] {
-        agg.ingest(&e(k, 4096), &dev);
+        agg.record(&e(k, 4096), &dev);
     }
-    agg.ingest(&e(kind::IOMMU_MAP, 4096), &Arc::from(UNATTRIBUTED));
+    agg.record(&e(kind::IOMMU_MAP, 4096), &Arc::from(UNATTRIBUTED));
     let xid = XidEvent {
         event: Event {
             kind: kind::NV_XID,
@@ -173,7 +177,7 @@ fn every_exported_name() -> BTreeSet<String> {
         msg_truncated: 0,
         msg: [0; XID_MSG_LEN],
     };
-    agg.ingest(&Record::Xid(xid), &dev);
+    agg.record(&Record::Xid(xid), &dev);
     let stats = SelfStats {
         hits: vec![1; kind::COUNT as usize],
         ..Default::default()
@@ -193,7 +197,7 @@ fn every_exported_name() -> BTreeSet<String> {
         aux: u64::from(op::IOMMU_MAP),
         ..Default::default()
     };
-    agg.ingest(&Record::Event(latency), &dev);
+    agg.record(&Record::Event(latency), &dev);
     let fault = |source: &str| FaultCount {
         device: dev.to_string(),
         source: source.to_owned(),
@@ -201,7 +205,7 @@ fn every_exported_name() -> BTreeSet<String> {
         count: 1,
     };
     let faults = [fault("vtd"), fault("aer")];
-    let model = Model::build(&agg, &stats, &[probe], &faults, &mut labels, true);
+    let model = Model::build(&agg.agg, &stats, &[probe], &faults, &mut labels, true);
     model.exported_names().into_iter().collect()
 }
 

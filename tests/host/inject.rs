@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use gpudirect_trace::{
-    aggregate::{Aggregator, DeviceSnapshot},
+    aggregate::DeviceSnapshot,
+    analysis::Analysis,
+    model::TraceClock,
     decode::decode,
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
     kernel,
@@ -72,7 +74,8 @@ pub fn known_kernel_object() -> KnownObject {
 
 pub struct Injector {
     pub tracer: Tracer,
-    pub agg: Aggregator,
+    /// The tables and the ledger, as a session keeps them.
+    pub analysis: Analysis,
     /// The stand-in device (see `known_kernel_object`).
     pub device: KnownObject,
 }
@@ -85,7 +88,7 @@ impl Injector {
         );
         Self {
             tracer,
-            agg: Aggregator::new(),
+            analysis: Analysis::new(TraceClock::now()),
             device: known_kernel_object(),
         }
     }
@@ -101,21 +104,21 @@ impl Injector {
         assert_eq!(ret, 0, "{program} returned {ret}");
     }
 
-    /// Drains the ring buffer into the aggregator; returns records received.
+    /// Drains the ring buffer into the analysis; returns records received.
     pub fn drain_all(&mut self) -> usize {
         let mut records = Vec::new();
         self.tracer
             .drain(|b| records.push(decode(b).expect("decodable record")));
         for r in &records {
             let name: Arc<str> = self.tracer.device_name(r.event().dev);
-            self.agg.ingest(r, &name);
+            self.analysis.record(r, &name);
         }
         records.len()
     }
 
     pub fn snapshot(&mut self) -> Vec<DeviceSnapshot> {
         let counters = self.tracer.kernel_counters();
-        self.agg.apply_kernel_counters(&counters);
-        self.agg.snapshot(1.0, &[])
+        self.analysis.agg.apply_kernel_counters(&counters);
+        self.analysis.agg.snapshot(1.0, &[])
     }
 }

@@ -23,6 +23,7 @@ use gpudirect_trace::{
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
+use gpudirect_trace::model::incident::Category;
 use gpudirect_trace_common::{kind, level, TaskState};
 use inject::{load_unattached, Injector};
 
@@ -241,27 +242,42 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
     // device is named by a string; status bit 0 = Receiver Error, corrected.
     inj.run("ras_aer_event", &[inj.device.string_addr, 0x1, 2]);
     assert_eq!(inj.drain_all(), 3);
-    let recent: Vec<_> = inj.agg.recent.iter().collect();
-    let fault = recent
+    let incidents: Vec<_> = inj.analysis.ledger.incidents().iter().collect();
+    assert_eq!(incidents.len(), 3, "{incidents:#?}");
+    let fault = incidents
         .iter()
-        .find(|n| n.kind == "io_page_fault")
+        .find(|n| n.category == Category::IommuFault)
         .expect("fault");
     assert_eq!(fault.device, inj.device.name);
-    assert_eq!(fault.address.as_deref(), Some("0x123000"));
-    assert!(fault.detail.contains("write"), "{}", fault.detail);
-    let xid = recent.iter().find(|n| n.kind == "nvidia_xid").expect("xid");
+    assert_eq!(fault.address, Some(0x123000));
+    assert!(fault.text.contains("write"), "{}", fault.text);
+    let xid = incidents
+        .iter()
+        .find(|n| n.category == Category::Xid)
+        .expect("xid");
     assert_eq!(xid.device, inj.device.name);
-    assert_eq!(xid.detail, format!("Xid 79: {}", inj.device.name));
-    let aer = recent.iter().find(|n| n.kind == "pcie_aer").expect("aer");
+    assert!(
+        xid.text.starts_with("Xid 79: "),
+        "the Xid's number and the driver's message: {}",
+        xid.text
+    );
+    let aer = incidents
+        .iter()
+        .find(|n| n.category == Category::Aer)
+        .expect("aer");
     assert_eq!(
         aer.device, inj.device.name,
         "named from the tracepoint's string"
     );
+    let aer_fault = aer.fault.as_ref().expect("AER fault");
     assert!(
-        aer.detail.contains("corrected") && aer.detail.contains("0x00000001"),
+        aer.text.contains("corrected") && aer_fault.reason_code == Some(1),
         "{}",
-        aer.detail
+        aer.text
     );
+    let d = inj.snapshot();
+    let dev = d.iter().find(|d| d.device == inj.device.name).expect("device");
+    assert_eq!((dev.faults, dev.xids), (2, 1), "IOMMU + AER faults, one Xid");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use gpudirect_trace::{
     decode::{decode, Record},
     ebpf::testrun::run_raw_tracepoint,
     record,
-    session::Session,
+    session::{Observed, Session},
     tracefile::{self, End, Item, TraceReader, TraceWriter},
 };
 use gpudirect_trace_common::kind;
@@ -193,6 +193,16 @@ fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start record");
+    // Killed once it is recording (the header is written after the probes
+    // attach, which takes seconds on a loaded machine) and a checkpoint later.
+    let started = std::time::Instant::now();
+    while std::fs::metadata(&f).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the recorder never wrote its header"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     std::thread::sleep(Duration::from_millis(1500));
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
@@ -204,6 +214,18 @@ fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
     let (header, _, stats) = read_items(&f);
     assert!(!stats.clean_end);
     assert!(!header.probes.is_empty());
+}
+
+/// What the recorder does with a drain: every record into the file.
+fn pump_into(session: &mut Session, w: &mut TraceWriter<Vec<u8>>) {
+    session
+        .pump(&mut |o| {
+            if let Observed::Record { record, device } = o {
+                w.push(record, device)?;
+            }
+            Ok(())
+        })
+        .expect("pump");
 }
 
 #[test]
@@ -226,7 +248,7 @@ fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
     let header = tracefile::host_header("test", &session.tracer.probes, false, &[]);
     let mut w = TraceWriter::new(Vec::new(), &header).expect("header");
     let mut lost_seen = 0;
-    record::pump(&mut session, &mut w, "mem").expect("pump");
+    pump_into(&mut session, &mut w);
     record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
     let first_loss = lost_seen;
     assert!(first_loss > 0, "a 4 KiB ring overflows with 500 events");
@@ -236,7 +258,7 @@ fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
         let a = (1000 + i) << 12;
         run_raw_tracepoint(fd, &[dev, a, a, 4096, 0, 0], None).expect("test run");
     }
-    record::pump(&mut session, &mut w, "mem").expect("pump");
+    pump_into(&mut session, &mut w);
     record::checkpoint(&mut session, &mut w, &mut lost_seen).expect("checkpoint");
     let total_lost = session.tracer.self_stats().lost_events;
     assert_eq!(lost_seen, total_lost);

@@ -176,9 +176,10 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     let probes = server.with_session(|s| s.tracer.probes.len());
     assert!(probes >= CATALOG.len());
     let run = |program: &str, args: &[u64]| {
-        server.with_session(|s| {
-            let fd = s.tracer.program_fd(program).expect("program");
-            let ret = run_raw_tracepoint(fd, args, None).expect("BPF_PROG_TEST_RUN");
+        let (program, args) = (program.to_owned(), args.to_vec());
+        server.with_session(move |s| {
+            let fd = s.tracer.program_fd(&program).expect("program");
+            let ret = run_raw_tracepoint(fd, &args, None).expect("BPF_PROG_TEST_RUN");
             assert_eq!(ret, 0, "{program}");
         })
     };
@@ -364,10 +365,11 @@ fn aggregate_only_serve_exports_the_kernel_counts() {
         &ServeOptions::default(),
     )
     .expect("start");
-    server.with_session(|s| {
+    let addr = device.addr;
+    server.with_session(move |s| {
         let fd = s.tracer.program_fd("dma_map").expect("program");
         for i in 0..20u64 {
-            let args = [device.addr, i << 12, 0x10_0000 + (i << 12), 8192, 1, 0];
+            let args = [addr, i << 12, 0x10_0000 + (i << 12), 8192, 1, 0];
             assert_eq!(run_raw_tracepoint(fd, &args, None).expect("run"), 0);
         }
     });

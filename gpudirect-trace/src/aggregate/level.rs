@@ -158,12 +158,15 @@ impl Level {
         self.outstanding.len()
     }
 
-    /// Whether `addr` is inside a mapping this level saw and has not seen
-    /// unmapped (linear scan: used only for rare events such as faults).
-    pub fn covers(&self, addr: u64) -> bool {
+    /// The live mapping `addr` is inside, as (map time, pid), if this level
+    /// saw one mapped and not yet unmapped (a scan of the mappings starting
+    /// at or below `addr`: used only for rare events such as faults).
+    pub fn covering(&self, addr: u64) -> Option<(u64, u32)> {
         self.outstanding
-            .iter()
-            .any(|(&a, m)| addr >= a && addr < a.saturating_add(m.size.max(1)))
+            .range(..=addr)
+            .rev()
+            .find(|(&a, m)| addr < a.saturating_add(m.size.max(1)))
+            .map(|(_, m)| (m.ts_ns, m.pid))
     }
 
     /// The oldest outstanding mappings older than `threshold_ns` at `now_ns`.

@@ -1,6 +1,7 @@
 //! Per-device aggregation: counts and bytes by operation and direction,
-//! mapped-size distributions (HdrHistogram), outstanding mappings, and the
-//! latest notable events (faults, Xids, errors, IOMMU group changes).
+//! mapped-size distributions (HdrHistogram), outstanding mappings and their
+//! history for fault correlation. Incidents (faults, Xids, errors, IOMMU
+//! changes) are the ledger's (`analysis::ledger`); it counts them here.
 //!
 //! Three levels are kept apart because they answer different questions and
 //! one DMA-API call can cause several IOMMU operations: `dma` (streaming DMA
@@ -21,19 +22,19 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
+use crate::model::{MapLevel, MappingState, Process};
+
 pub use self::{
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{record, Level, LevelSnapshot, LongLived, Percentiles},
 };
-use crate::decode::{c_string, dir_name, kind_name, Record};
+use crate::decode::Record;
 
 /// Device name used for events that carry no device (iommu:map/unmap).
 pub const UNATTRIBUTED: &str = "(iommu, unattributed)";
 /// Outstanding mappings tracked per device and level before new ones are
 /// only counted (bounded memory on hosts with millions of live mappings).
 pub const MAX_TRACKED: usize = 1 << 20;
-/// Notable events kept for display.
-pub const RECENT_KEPT: usize = 64;
 
 #[derive(Default)]
 pub struct DeviceStats {
@@ -72,13 +73,14 @@ pub struct Unmapped {
     pub size: u64,
     pub ts_ns: u64,
     pub pid: u32,
+    pub level: MapLevel,
 }
 
 /// Unmaps remembered per device for fault correlation.
 pub const RECENT_UNMAPS: usize = 4096;
 
 impl DeviceStats {
-    fn note_unmap(&mut self, ev: &Event, size: u64) {
+    fn note_unmap(&mut self, ev: &Event, size: u64, level: MapLevel) {
         if self.recent_unmaps.len() == RECENT_UNMAPS {
             self.recent_unmaps.pop_front();
         }
@@ -87,6 +89,7 @@ impl DeviceStats {
             size,
             ts_ns: ev.ts_ns,
             pid: ev.pid,
+            level,
         });
     }
 }
@@ -146,24 +149,11 @@ fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> 
     out
 }
 
-/// A rare event worth showing on its own line.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct Notable {
-    pub ts_ns: u64,
-    pub kind: &'static str,
-    pub device: String,
-    pub pid: u32,
-    /// Hex address ("0x…") where the event has one.
-    pub address: Option<String>,
-    pub detail: String,
-}
-
 #[derive(Default)]
 pub struct Aggregator {
     pub devices: BTreeMap<Arc<str>, DeviceStats>,
     pub events: u64,
     pub decode_errors: u64,
-    pub recent: VecDeque<Notable>,
 }
 
 impl Aggregator {
@@ -176,20 +166,6 @@ impl Aggregator {
             self.devices.insert(name.clone(), DeviceStats::default());
         }
         self.devices.get_mut(name).expect("inserted above")
-    }
-
-    fn notable(&mut self, ev: &Event, device: &str, address: Option<u64>, detail: String) {
-        if self.recent.len() == RECENT_KEPT {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(Notable {
-            ts_ns: ev.ts_ns,
-            kind: kind_name(ev.kind),
-            device: device.to_owned(),
-            pid: ev.pid,
-            address: address.map(|a| format!("{a:#x}")),
-            detail,
-        });
     }
 
     /// Adds one decoded record, attributed to `device`.
@@ -216,15 +192,12 @@ impl Aggregator {
                     }
                 } else {
                     d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
-                    d.note_unmap(&ev, ev.size);
+                    d.note_unmap(&ev, ev.size, MapLevel::DmaApi);
                 }
             }
-            Record::Xid(x) => {
-                d.xids += 1;
-                *d.xid_counts.entry(x.xid).or_default() += 1;
-                let detail = format!("Xid {}: {}", x.xid, c_string(&x.msg));
-                self.notable(&ev, device, None, detail);
-            }
+            // Xids are counted by the ledger, once per event however many
+            // channels reported it.
+            Record::Xid(_) => {}
             Record::Event(_) => self.ingest_event(&ev, device),
         }
     }
@@ -240,7 +213,7 @@ impl Aggregator {
             }
             kind::DMA_UNMAP => {
                 d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
-                d.note_unmap(ev, ev.size);
+                d.note_unmap(ev, ev.size, MapLevel::DmaApi);
             }
             kind::IOMMU_MAP | kind::IOMMU_UNMAP => {
                 if ev.flags & flags::VIA_DMA_API != 0 {
@@ -252,55 +225,23 @@ impl Aggregator {
                     d.iommu.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 } else {
                     d.iommu.unmap(ev.addr, ev.aux.max(ev.size), ev.ts_ns);
-                    d.note_unmap(ev, ev.aux.max(ev.size));
+                    d.note_unmap(ev, ev.aux.max(ev.size), MapLevel::Iommu);
                 }
             }
             kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, ev.pid),
             kind::DMA_FREE => {
                 d.coherent.unmap_handle(ev.addr, ev.size, ev.ts_ns);
-                d.note_unmap(ev, ev.size);
+                d.note_unmap(ev, ev.size, MapLevel::Coherent);
             }
             kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes += ev.size;
             }
-            kind::DMA_MAP_SG_ERR => {
-                d.map_errors += 1;
-                let detail = format!(
-                    "dma_map_sg failed: error {} ({} entries, {})",
-                    ev.aux as i64,
-                    ev.size,
-                    dir_name(ev.dir)
-                );
-                self.notable(ev, device, None, detail);
-            }
-            kind::IO_PAGE_FAULT => {
-                d.faults += 1;
-                let access = fault_access(ev.aux);
-                let detail = format!("IOMMU page fault ({access}, flags {:#x})", ev.aux);
-                self.notable(ev, device, Some(ev.addr), detail);
-            }
-            kind::AER => {
-                d.faults += 1;
-                let sev = aer_severity(ev.aux);
-                let detail = format!("PCIe AER {sev} error, status {:#010x}", ev.addr);
-                self.notable(ev, device, None, detail);
-            }
-            kind::GROUP_ADD_DEVICE => {
-                d.iommu_group = Some(ev.aux as u32);
-                let detail = format!("added to IOMMU group {}", ev.aux);
-                self.notable(ev, device, None, detail);
-            }
-            kind::GROUP_REMOVE_DEVICE => {
-                d.iommu_group = None;
-                let detail = format!("removed from IOMMU group {}", ev.aux);
-                self.notable(ev, device, None, detail);
-            }
-            kind::DOMAIN_ATTACH | kind::DOMAIN_DETACH => {
-                let detail = kind_name(ev.kind).replace('_', " ");
-                self.notable(ev, device, None, detail);
-            }
+            kind::DMA_MAP_SG_ERR => d.map_errors += 1,
+            kind::GROUP_ADD_DEVICE => d.iommu_group = Some(ev.aux as u32),
+            kind::GROUP_REMOVE_DEVICE => d.iommu_group = None,
+            // Faults (io_page_fault, AER) are counted by the ledger.
             _ => {}
         }
     }
@@ -386,7 +327,8 @@ impl Aggregator {
         }
     }
 
-    /// Counts a fault or Xid decoded from the kernel log on its device.
+    /// Counts a fault (an Xid when `xid` is set) on its device: called by
+    /// the ledger once per incident, whichever channels reported it.
     pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
         let d = self.device(device);
         if let Some(x) = xid {
@@ -400,20 +342,21 @@ impl Aggregator {
     /// What the trace says about `addr` for `device` at fault time `ts_ns`:
     /// inside a live mapping, unmapped shortly before (DMA after unmap), or
     /// never mapped while tracing.
-    pub fn mapping_state(&self, device: &str, addr: u64, ts_ns: Option<u64>) -> String {
+    pub fn mapping_state(&self, device: &str, addr: u64, ts_ns: Option<u64>) -> MappingState {
         let Some(d) = self.devices.get(device) else {
-            return "never mapped in this trace (no DMA activity seen for this device)".into();
+            return MappingState::NeverMapped { device_seen: false };
         };
-        for (lvl, l) in [
-            ("DMA-API", &d.dma),
-            ("IOMMU", &d.iommu),
-            ("coherent", &d.coherent),
+        for (level, l) in [
+            (MapLevel::DmaApi, &d.dma),
+            (MapLevel::Iommu, &d.iommu),
+            (MapLevel::Coherent, &d.coherent),
         ] {
-            if l.covers(addr) {
-                return format!(
-                    "mapped: inside a live {lvl} mapping of this device, so the access itself \
-                     was not permitted (direction/permission)"
-                );
+            if let Some((since, pid)) = l.covering(addr) {
+                return MappingState::Mapped {
+                    level,
+                    age_ns: ts_ns.map_or(0, |t| t.saturating_sub(since)),
+                    by: (pid != 0).then(|| Process::current_task(pid)),
+                };
             }
         }
         let hit = d.recent_unmaps.iter().rev().find(|u| {
@@ -422,15 +365,12 @@ impl Aggregator {
                 && ts_ns.is_none_or(|t| u.ts_ns <= t)
         });
         match hit {
-            Some(u) => match ts_ns {
-                Some(t) => format!(
-                    "unmapped {} before the fault by pid {}: DMA after unmap",
-                    crate::render::ns(t.saturating_sub(u.ts_ns)),
-                    u.pid
-                ),
-                None => format!("unmapped earlier by pid {}: DMA after unmap", u.pid),
+            Some(u) => MappingState::Unmapped {
+                level: u.level,
+                before_ns: ts_ns.map_or(0, |t| t.saturating_sub(u.ts_ns)),
+                by: (u.pid != 0).then(|| Process::current_task(u.pid)),
             },
-            None => "never mapped in this trace".into(),
+            None => MappingState::NeverMapped { device_seen: true },
         }
     }
 
@@ -519,16 +459,6 @@ impl Aggregator {
             });
         }
         out
-    }
-}
-
-/// ras:aer_event severity (enum aer_severity in include/linux/aer.h).
-pub fn aer_severity(v: u64) -> &'static str {
-    match v {
-        0 => "uncorrected (non-fatal)",
-        1 => "uncorrected (fatal)",
-        2 => "corrected",
-        _ => "unknown-severity",
     }
 }
 

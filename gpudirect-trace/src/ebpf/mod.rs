@@ -7,7 +7,7 @@ pub mod timing;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    os::fd::{AsFd as _, AsRawFd, BorrowedFd, RawFd},
+    os::fd::{AsFd as _, AsRawFd, BorrowedFd},
     sync::Arc,
 };
 
@@ -128,7 +128,8 @@ pub struct Tracer {
     pub kernel: KernelInfo,
     pub probes: Vec<ProbeStatus>,
     pub offsets: KernelOffsets,
-    ring: RingBuf<MapData>,
+    /// The event stream, until a session driver takes it into its async fd.
+    ring: Option<RingBuf<MapData>>,
     devices: BpfHashMap<MapData, u64, DeviceName>,
     stats: PerCpuArray<MapData, u64>,
     hits: PerCpuArray<MapData, u64>,
@@ -251,7 +252,7 @@ impl Tracer {
             kernel,
             probes,
             offsets,
-            ring,
+            ring: Some(ring),
             devices,
             stats,
             hits,
@@ -280,19 +281,18 @@ impl Tracer {
         Ok(prog.fd()?.as_fd())
     }
 
-    /// The ring buffer's fd, to wait for readiness (epoll/AsyncFd).
-    pub fn ring_fd(&self) -> RawFd {
-        self.ring.as_raw_fd()
+    /// Hands the event stream to its owner (the session driver's async fd,
+    /// which wakes on it); `drain` then finds nothing.
+    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
     }
 
     /// Hands every waiting record to `f`; returns how many there were.
-    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) -> usize {
-        let mut n = 0;
-        while let Some(item) = self.ring.next() {
-            f(&item);
-            n += 1;
+    pub fn drain(&mut self, f: impl FnMut(&[u8])) -> usize {
+        match self.ring.as_mut() {
+            Some(ring) => drain_ring(ring, f),
+            None => 0,
         }
-        n
     }
 
     /// The device's name (`dev_name()`), as read in-kernel. Devices whose
@@ -473,6 +473,16 @@ impl Tracer {
         self.tasks.insert(tid, state, 0)?;
         Ok(())
     }
+}
+
+/// Hands every record waiting in `ring` to `f`; returns how many there were.
+pub fn drain_ring(ring: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usize {
+    let mut n = 0;
+    while let Some(item) = ring.next() {
+        f(&item);
+        n += 1;
+    }
+    n
 }
 
 fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {

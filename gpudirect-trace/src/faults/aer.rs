@@ -73,6 +73,16 @@ pub const UNCORRECTABLE: [Option<&str>; 32] = [
 ];
 
 /// Names of the set bits of an AER status register.
+/// ras:aer_event severity (enum aer_severity in include/linux/aer.h).
+pub fn severity_name(v: u64) -> &'static str {
+    match v {
+        0 => "uncorrected (non-fatal)",
+        1 => "uncorrected (fatal)",
+        2 => "corrected",
+        _ => "unknown-severity",
+    }
+}
+
 pub fn decode_status(status: u32, correctable: bool) -> Vec<String> {
     let table: &[Option<&str>] = if correctable {
         &CORRECTABLE

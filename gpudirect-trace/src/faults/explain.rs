@@ -69,7 +69,7 @@ pub fn decode_text(text: &str) -> Vec<Fault> {
 
 /// The cause label faults are grouped by: Xid details (addresses, channels)
 /// vary per line, so Xids group by number.
-fn cause_label(f: &Fault) -> String {
+pub fn cause_label(f: &Fault) -> String {
     match (f.source, f.xid) {
         (Source::NvidiaXid, Some(x)) => match xid::lookup(x) {
             Some((meaning, _)) => format!("Xid {x}: {meaning}"),
@@ -283,16 +283,14 @@ pub fn render_text(faults: &[Fault], s: &Summary) -> String {
                 .map(|p| format!("{p:#x}"))
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(out, "    address:  {addr}  access: {acc}  pasid: {pasid}");
-            let mapping = f
-                .mapping_state
-                .as_deref()
-                .unwrap_or("unknown (only `live` sees map/unmap history)");
+            let mapping = f.mapping.as_ref().map_or_else(
+                || "unknown (only a trace sees the map/unmap history)".to_string(),
+                ToString::to_string,
+            );
             let _ = writeln!(out, "    mapping:  {mapping}");
         }
-        if f.pid.is_some() || f.process.is_some() {
-            let pid = f.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
-            let name = f.process.as_deref().unwrap_or("-");
-            let _ = writeln!(out, "    process:  {name} (pid {pid})");
+        if let Some(p) = &f.process {
+            let _ = writeln!(out, "    process:  {p}");
         }
         if !f.flags.is_empty() {
             let _ = writeln!(out, "    details:  {}", f.flags.join("; "));
@@ -375,7 +373,7 @@ Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has falle
         assert_eq!(v["faults"][3]["source"], "vtd");
         assert_eq!(v["faults"][3]["device"], "0000:00:02.0");
         assert_eq!(v["faults"][3]["access"], "read");
-        assert!(v["faults"][3]["mapping_state"].is_null());
+        assert!(v["faults"][3]["mapping"].is_null());
         assert_eq!(v["summary"]["suppressed"], 893);
     }
 

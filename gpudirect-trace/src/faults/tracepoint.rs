@@ -39,6 +39,44 @@ pub fn from_io_page_fault(driver: &str, device: &str, iova: u64, flags: u32, raw
     f
 }
 
+/// A fault from nvidia:nvidia_dev_xid: the driver's message is the text of
+/// its Xid line after the number, so the process comes from its `pid=` and
+/// `name=` exactly as for the log line (the tracepoint's current task is the
+/// driver's worker or an interrupt, not the faulting process).
+pub fn from_xid_event(device: &str, xid: u32, msg: &str) -> Fault {
+    let mut f = super::xid::from_message(xid, msg, msg);
+    f.set_device(device);
+    if f.device.is_none() {
+        f.device = Some(device.to_string());
+    }
+    f
+}
+
+/// A fault from ras:aer_event, decoded with the kernel's AER bit names.
+pub fn from_aer_event(device: &str, status: u32, severity: u64) -> Fault {
+    let correctable = severity == 2;
+    let bits = super::aer::decode_status(status, correctable);
+    let sev = super::aer::severity_name(severity);
+    let reason = if bits.is_empty() {
+        format!("PCIe AER {sev} error")
+    } else {
+        format!("PCIe AER {sev}: {}", bits.join(", "))
+    };
+    let mut f = Fault::new(Source::Aer, reason, "ras:aer_event");
+    f.set_device(device);
+    if f.device.is_none() {
+        f.device = Some(device.to_string());
+    }
+    f.reason_code = Some(status);
+    f.flags = bits;
+    f.explanation = "A PCIe link/transaction error reported by AER on this device. Corrected \
+        errors (receiver errors, bad TLPs) at a steady rate point at signal integrity (riser, \
+        cable, slot, retimer); uncorrected ones at the device or its link; check the link speed \
+        and width (gpudirect-trace doctor) and the device's recent DMA activity here."
+        .to_owned();
+    f
+}
+
 /// Parse the tracepoint's text form (trace_pipe / `perf script` output).
 pub fn parse(body: &str) -> Option<Fault> {
     let pos = body.find("io_page_fault: IOMMU:")?;
@@ -54,6 +92,30 @@ pub fn parse(body: &str) -> Option<Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The message nv_report_error() hands to the tracepoint is the Xid line's
+    // text after the number (H200 host, driver 580, 2026-12-01: the Xid 31 of
+    // a CUDA kernel writing to an unmapped address, fired in pid 181).
+    #[test]
+    fn xid_event_takes_its_process_from_the_message() {
+        let f = from_xid_event(
+            "0000:00:06.0",
+            31,
+            "pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS \
+             GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE \
+             ACCESS_TYPE_VIRT_WRITE",
+        );
+        assert_eq!(f.xid, Some(31));
+        assert_eq!(
+            f.process,
+            Some(crate::model::Process::reported(619, Some("xid".into())))
+        );
+        assert_eq!(f.access, Some(Access::Write));
+        assert_eq!(f.device.as_deref(), Some("0000:00:06.0"));
+        assert!(f.reason.starts_with("Xid 31: channel"), "{}", f.reason);
+        let anon = from_xid_event("0000:00:06.0", 43, "pid='<unknown>', name=<unknown>, Ch 00000008");
+        assert_eq!(anon.process, None);
+    }
 
     #[test]
     fn from_fields() {

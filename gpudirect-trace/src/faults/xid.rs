@@ -15,6 +15,7 @@
 //! - no Xid: `NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.` (follows Xid 79)
 
 use super::{parse_hex, Access, Fault, Source};
+use crate::model::Process;
 
 /// (Xid, nverror.h name, meaning, first checks). Key Xids carry the catalog's
 /// guidance; the rest name the engine from nverror.h.
@@ -130,44 +131,64 @@ pub fn parse(body: &str) -> Option<Fault> {
 }
 
 fn parse_xid(rest: &str, raw: &str) -> Fault {
-    let mut f = Fault::new(Source::NvidiaXid, "", raw);
     // "(PCI:0000:01:00): 79, pid=..., name=..., text"
-    let after_dev = match rest.strip_prefix('(').and_then(|r| r.split_once("):")) {
-        Some((dev, tail)) => {
-            f.set_device(dev);
-            tail
-        }
-        None => {
-            f.partial = true;
-            rest
-        }
+    let (device, after_dev) = match rest.strip_prefix('(').and_then(|r| r.split_once("):")) {
+        Some((dev, tail)) => (Some(dev), tail),
+        None => (None, rest),
     };
     let tail = after_dev.trim();
-    let (num, mut text) = match tail.split_once(',') {
+    let (num, text) = match tail.split_once(',') {
         Some((n, t)) => (n.trim(), t.trim()),
         None => (tail, ""),
     };
-    let Ok(xid) = num.parse::<u32>() else {
-        f.partial = true;
-        f.reason = "Xid line without a number".to_string();
-        f.explanation =
-            "The driver reported an Xid but the number could not be read; see the raw line.".into();
-        return f;
+    let mut f = match num.parse::<u32>() {
+        Ok(xid) => from_message(xid, text, raw),
+        Err(_) => {
+            let mut f = Fault::new(Source::NvidiaXid, "Xid line without a number", raw);
+            f.partial = true;
+            f.explanation =
+                "The driver reported an Xid but the number could not be read; see the raw line."
+                    .into();
+            f
+        }
     };
+    match device {
+        Some(dev) => f.set_device(dev),
+        None => f.partial = true,
+    }
+    f
+}
+
+/// An Xid from its number and the driver's message: the text after
+/// `Xid (PCI:...): N, ` in the log line, which is also what the driver hands
+/// to the nvidia:nvidia_dev_xid tracepoint (nv_report_error() formats it
+/// once for both). The process comes from the message's own `pid=`/`name=`
+/// (quoted or not, `<unknown>` meaning none), never from whichever task
+/// printed it.
+pub fn from_message(xid: u32, message: &str, raw: &str) -> Fault {
+    let mut f = Fault::new(Source::NvidiaXid, "", raw);
     f.xid = Some(xid);
     f.reason_code = Some(xid);
+    let mut text = message.trim();
+    let unquote = |v: &str| v.trim().trim_matches('\'').to_string();
+    let mut pid: Option<u32> = None;
+    let mut name: Option<String> = None;
     // Optional "pid=...", "name=...", in that order.
     if let Some(t) = text.strip_prefix("pid=") {
-        let (pid, t2) = t.split_once(',').unwrap_or((t, ""));
-        f.pid = pid.trim_matches('\'').parse().ok();
+        let (p, t2) = t.split_once(',').unwrap_or((t, ""));
+        pid = unquote(p).parse().ok();
         text = t2.trim();
     }
     if let Some(t) = text.strip_prefix("name=") {
-        let (name, t2) = t.split_once(',').unwrap_or((t, ""));
-        if name != "<unknown>" {
-            f.process = Some(name.to_string());
+        let (n, t2) = t.split_once(',').unwrap_or((t, ""));
+        let n = unquote(n);
+        if n != "<unknown>" && !n.is_empty() {
+            name = Some(n);
         }
         text = t2.trim();
+    }
+    if pid.is_some() || name.is_some() {
+        f.process = Some(Process::reported(pid.unwrap_or(0), name));
     }
     if xid == 31 {
         mmu_fault_details(&mut f, text);
@@ -251,8 +272,7 @@ mod tests {
         assert_eq!(f.source, Source::NvidiaXid);
         assert_eq!(f.xid, Some(31));
         assert_eq!(f.device.as_deref(), Some("0000:01:00.0"));
-        assert_eq!(f.pid, Some(13705));
-        assert_eq!(f.process.as_deref(), Some("UnrealEditor"));
+        assert_eq!(f.process, Some(Process::reported(13705, Some("UnrealEditor".into()))));
         assert_eq!(f.address, Some(0));
         assert_eq!(f.access, Some(Access::Read));
         assert_eq!(f.flags, vec!["FAULT_PDE".to_string()]);
@@ -264,7 +284,7 @@ mod tests {
     fn xid31_old_format_and_xid32() {
         let f = parse_line("[31543.449443] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x17_00592000. Fault is of type FAULT_PDE ACCESS_TYPE_READ")
             .expect("parsed");
-        assert_eq!(f.pid, None);
+        assert_eq!(f.process, None);
         assert_eq!(f.address, Some(0x17_0059_2000));
         let f = parse_line(
             "[31609.615516] NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000052 intr 02000000",
@@ -290,8 +310,7 @@ mod tests {
         let f = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
             .expect("parsed");
         assert_eq!(f.xid, Some(79));
-        assert_eq!(f.pid, None);
-        assert_eq!(f.process, None);
+        assert_eq!(f.process, None, "pid='<unknown>', name=<unknown> names no one");
         assert_eq!(f.reason, "Xid 79: GPU has fallen off the bus");
         assert!(f.explanation.contains("AER"));
         let g = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.")
@@ -334,7 +353,10 @@ mod tests {
         let f = parse_line("[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005")
             .expect("parsed");
         assert_eq!(f.xid, Some(109));
-        assert_eq!(f.pid, Some(1_797_828));
+        assert_eq!(
+            f.process,
+            Some(Process::reported(1_797_828, Some("pt_main_thread".into())))
+        );
         assert_eq!(f.wall_time.as_deref(), Some("Fri Aug 30 11:43:14 2024"));
     }
 

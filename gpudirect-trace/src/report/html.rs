@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 
 use super::{Replay, BUCKET_NS};
-use crate::{aggregate::DeviceSnapshot, output::bytes};
+use crate::{aggregate::DeviceSnapshot, model::incident::Category, output::bytes};
 
 const W: f64 = 760.0;
 const H: f64 = 200.0;
@@ -93,7 +93,7 @@ fn size_buckets(h: &Histogram<u64>) -> (Vec<String>, Vec<u64>) {
     (labels, counts[lo..=hi].to_vec())
 }
 
-pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String]) -> String {
+pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot]) -> String {
     let h = &r.header;
     let mut s = String::new();
     let _ = write!(
@@ -117,7 +117,7 @@ pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String
         esc(&h.tool_version),
         r.seconds(r.from_ns),
         r.seconds(r.last_ns),
-        r.agg.events,
+        r.analysis.agg.events,
         r.losses.iter().map(|l| l.lost).sum::<u64>()
     );
     for w in super::read_warnings(path, &r.stats, r.file_len) {
@@ -148,10 +148,12 @@ pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String
             d.xids
         );
     }
-    s.push_str("</table><h2>Mapped-size distributions</h2>");
+    s.push_str("</table>");
+    s.push_str(&incidents_table(r));
+    s.push_str("<h2>Mapped-size distributions</h2>");
     let mut any = false;
-    for (i, (name, d)) in r.agg.devices.iter().enumerate() {
-        if !filter.is_empty() && !filter.iter().any(|f| f == &**name) {
+    for (i, (name, d)) in r.analysis.agg.devices.iter().enumerate() {
+        if !r.wanted(name) {
             continue;
         }
         for (op, level) in [
@@ -218,6 +220,43 @@ pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String
     s
 }
 
+/// Every incident once: time, kind, device, process, address, what it was
+/// and what the mapping history says.
+fn incidents_table(r: &Replay) -> String {
+    let mut s = String::from(
+        "<h2>Incidents</h2><table id=\"incidents\"><tr><th>#</th><th>time</th><th>kind</th>\
+         <th>device</th><th>process</th><th>address</th><th>what</th><th>mapping</th></tr>",
+    );
+    let mut any = false;
+    for i in r.incidents() {
+        any = true;
+        let mapping = i
+            .fault
+            .as_ref()
+            .and_then(|f| f.mapping.as_ref())
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let _ = write!(
+            s,
+            "<tr class=\"incident {}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            i.category.as_str(),
+            i.id,
+            esc(&i.at.to_string()),
+            i.category.as_str(),
+            esc(&i.device),
+            esc(&i.process.as_ref().map(ToString::to_string).unwrap_or_default()),
+            i.address.map(|a| format!("{a:#x}")).unwrap_or_default(),
+            esc(&i.text),
+            esc(&mapping)
+        );
+    }
+    s.push_str("</table>");
+    if !any {
+        s.push_str("<p>No faults, Xids, errors or IOMMU changes in this window.</p>");
+    }
+    s
+}
+
 fn timeline(r: &Replay, span: u64) -> String {
     let th = 90.0;
     let mut s = format!(
@@ -230,43 +269,19 @@ fn timeline(r: &Replay, span: u64) -> String {
         r.seconds(r.from_ns + span)
     );
     let x = |ts: u64| LEFT + (W - LEFT - 10.0) * ts.saturating_sub(r.from_ns) as f64 / span as f64;
-    for n in &r.incidents {
-        let (y, color) = match n.kind {
-            "io_page_fault" => (20.0, "#cc0000"),
-            "nvidia_xid" => (35.0, "#ce5c00"),
+    for n in r.incidents() {
+        let (y, color) = match n.category {
+            Category::IommuFault => (20.0, "#cc0000"),
+            Category::Xid => (35.0, "#ce5c00"),
+            Category::Aer => (35.0, "#c4a000"),
             _ => (48.0, "#75507b"),
         };
         let _ = write!(
             s,
-            "<circle class=\"mark {}\" cx=\"{:.1}\" cy=\"{y}\" r=\"4\" fill=\"{color}\"><title>{:.6}s {} {} {}</title></circle>",
-            n.kind,
-            x(n.ts_ns),
-            r.seconds(n.ts_ns),
-            esc(n.kind),
-            esc(&n.device),
-            esc(&n.detail)
-        );
-    }
-    for f in r
-        .faults
-        .iter()
-        .filter(|f| f["source"] != "iommu-tracepoint")
-    {
-        let Some(ts) = f["timestamp_ns"].as_u64() else {
-            continue;
-        };
-        let text = format!(
-            "{:.6}s {} {} {}",
-            r.seconds(ts),
-            f["source"].as_str().unwrap_or("-"),
-            f["device"].as_str().unwrap_or("-"),
-            f["reason"].as_str().unwrap_or("")
-        );
-        let _ = write!(
-            s,
-            "<rect class=\"mark log-fault\" x=\"{:.1}\" y=\"16\" width=\"7\" height=\"7\" fill=\"#a40000\"><title>{}</title></rect>",
-            x(ts) - 3.5,
-            esc(&text)
+            "<circle class=\"mark {}\" cx=\"{:.1}\" cy=\"{y}\" r=\"4\" fill=\"{color}\"><title>{}</title></circle>",
+            n.category.as_str(),
+            x(n.at.mono_ns),
+            esc(&n.to_string())
         );
     }
     for l in &r.losses {
@@ -282,7 +297,7 @@ fn timeline(r: &Replay, span: u64) -> String {
         "<text x=\"4\" y=\"24\" class=\"ax\">faults</text><text x=\"4\" y=\"39\" class=\"ax\">Xids</text>\
          <text x=\"4\" y=\"52\" class=\"ax\">other</text><text x=\"4\" y=\"66\" class=\"ax\">losses</text></svg>",
     );
-    if r.incidents.is_empty() && r.losses.is_empty() && r.faults.is_empty() {
+    if r.incidents().next().is_none() && r.losses.is_empty() {
         s.push_str("<p>No faults, Xids, errors or losses in this window.</p>");
     }
     s

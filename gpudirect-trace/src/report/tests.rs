@@ -5,10 +5,10 @@ use std::{path::Path, sync::Arc, time::Duration};
 use gpudirect_trace_common::{kind, Event};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 
-use super::{html, replay};
+use super::{html, replay, Window};
 use crate::{
     decode::Record,
-    export::{self, ExportArgs, Format},
+    export::{self, ExportOptions, Format},
     tracefile::{
         tests::{header, map_unmap_stream},
         Checkpoint, CounterRow, End, Loss, TraceWriter,
@@ -59,12 +59,12 @@ fn sample(path: &Path) -> u64 {
     w.push(&Record::Event(fault), "0000:41:00.0")
         .expect("fault");
     // A VT-d fault from the kernel log, on the same device.
-    w.faults(&[serde_json::json!({
-        "source": "vtd", "device": "0000:41:00.0", "address": "0xbeef000",
-        "reason": "PTE Write access is not set", "timestamp_ns": t0 + 4_000_000_000u64,
-        "count": 1, "mapping_state": "never mapped"
-    })])
-    .expect("faults");
+    let mut vtd = crate::faults::parse_line(
+        "DMAR: [DMA Write NO_PASID] Request device [41:00.0] fault addr 0xbeef000 [fault reason 0x05] PTE Write access is not set",
+    )
+    .expect("VT-d line");
+    vtd.timestamp_ns = Some(t0 + 4_000_000_000);
+    w.log_fault(&vtd).expect("faults");
     w.loss(&Loss {
         ts_ns: t0 + 5_000_000_000,
         lost: 42,
@@ -84,39 +84,47 @@ fn report_replays_whole_file_and_windows() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("t.gdt");
     sample(&f);
-    let r = replay(&f, None, None, &[]).expect("replay");
-    assert_eq!(r.agg.events, N as u64 + 1);
+    let r = replay(&f, &Window::default()).expect("replay");
+    assert_eq!(r.analysis.agg.events, N as u64 + 1);
     assert_eq!(r.losses.iter().map(|l| l.lost).sum::<u64>(), 42);
-    assert_eq!(r.incidents.len(), 1);
-    assert_eq!(r.incidents[0].address.as_deref(), Some("0xdead0000"));
+    let incidents: Vec<_> = r.incidents().collect();
+    assert_eq!(incidents.len(), 2, "the tracepoint's fault and the log's");
+    assert_eq!(incidents[0].address, Some(0xdead_0000));
+    assert_eq!(incidents[0].at.t_s, 3.0, "microseconds on the trace clock");
     assert!(r.stats.clean_end);
-    assert_eq!(r.faults.len(), 1);
-    assert_eq!(r.faults[0]["reason"], "PTE Write access is not set");
+    let vtd = incidents[1].fault.as_ref().expect("the VT-d fault");
+    assert_eq!(vtd.reason, "PTE Write access is not set");
+    assert_eq!(incidents[1].at.t_s, 4.0);
     // Whole file: the last checkpoint's loss-free counts replace the stream's.
-    let mut agg = r.agg;
+    let mut agg = r.analysis.agg;
     let snap = agg.snapshot(1.0, &["0000:00:04.0".to_owned()]);
     assert_eq!(snap[0].maps, 9000);
     let gpu = agg.snapshot(1.0, &["0000:41:00.0".to_owned()]);
     assert_eq!(gpu[0].faults, 2, "the tracepoint's fault and the log's");
 
-    let w = replay(
+    let window = |from: u64, to: u64| Window {
+        from: Some(Duration::from_secs(from)),
+        to: Some(Duration::from_secs(to)),
+        devices: Vec::new(),
+    };
+    let w = replay(&f, &window(2, 4)).expect("window");
+    assert_eq!(w.analysis.agg.events, 201, "200 events 10 ms apart + the fault");
+    assert!(w.losses.is_empty() && w.counters.is_none());
+    assert_eq!(w.incidents().count(), 1, "the log's fault is at 4 s, outside");
+    assert_eq!(
+        w.kernel_hits, None,
+        "no checkpoint inside 2..4 s: the in-kernel count of the window is unknown, not 0"
+    );
+    let only = replay(
         &f,
-        Some(Duration::from_secs(2)),
-        Some(Duration::from_secs(4)),
-        &[],
+        &Window {
+            devices: vec!["0000:00:04.0".to_owned()],
+            ..Default::default()
+        },
     )
-    .expect("window");
-    assert_eq!(w.agg.events, 201, "200 events 10 ms apart + the fault");
-    assert!(w.losses.is_empty() && w.counters.is_none() && w.faults.is_empty());
-    let only = replay(&f, None, None, &["0000:00:04.0".to_owned()]).expect("filtered");
-    assert!(only.incidents.is_empty(), "the fault is on another device");
-    assert!(replay(
-        &f,
-        Some(Duration::from_secs(5)),
-        Some(Duration::from_secs(1)),
-        &[]
-    )
-    .is_err());
+    .expect("filtered");
+    assert_eq!(only.incidents().count(), 0, "the faults are on another device");
+    assert!(replay(&f, &window(5, 1)).is_err());
 }
 
 #[test]
@@ -124,17 +132,18 @@ fn html_page_is_self_contained_with_the_plots() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("t.gdt");
     sample(&f);
-    let mut r = replay(&f, None, None, &[]).expect("replay");
-    let devices = r.agg.snapshot(10.0, &[]);
-    let page = html::page("t.gdt", &r, &devices, &[]);
+    let mut r = replay(&f, &Window::default()).expect("replay");
+    let devices = r.analysis.agg.snapshot(10.0, &[]);
+    let page = html::page("t.gdt", &r, &devices);
     for want in [
         "<svg id=\"sizes-0000:00:04.0-dma_map\"",
         "<svg id=\"rate-0000:41:00.0\"",
         "<svg id=\"timeline\"",
-        "class=\"mark io_page_fault\"",
+        "class=\"mark iommu-fault\"",
         "class=\"mark loss\"",
-        "class=\"mark log-fault\"",
         "<table id=\"devices\">",
+        "<table id=\"incidents\">",
+        "PTE Write access is not set",
     ] {
         assert!(page.contains(want), "missing {want}");
     }
@@ -149,7 +158,7 @@ fn html_page_is_self_contained_with_the_plots() {
 
 fn export(f: &Path, format: Format, redact: bool) -> String {
     let out = f.with_extension(format!("{format:?}{redact}"));
-    export::run(&ExportArgs {
+    export::run(&ExportOptions {
         file: f.to_owned(),
         format,
         output: Some(out.clone()),
@@ -280,10 +289,10 @@ fn html_page_renders_in_headless_chromium() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("t.gdt");
     sample(&f);
-    let mut r = replay(&f, None, None, &[]).expect("replay");
-    let devices = r.agg.snapshot(10.0, &[]);
+    let mut r = replay(&f, &Window::default()).expect("replay");
+    let devices = r.analysis.agg.snapshot(10.0, &[]);
     let page = dir.path().join("report.html");
-    std::fs::write(&page, html::page("t.gdt", &r, &devices, &[])).expect("write page");
+    std::fs::write(&page, html::page("t.gdt", &r, &devices)).expect("write page");
     let mut child = std::process::Command::new(chromium)
         .args([
             "--headless",
@@ -347,13 +356,13 @@ fn html_page_renders_in_headless_chromium() {
 fn recording_from_the_gpu_host_replays_with_every_mapping_paired() {
     let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/gpu-host-h200x2-trace/session2/record/gpu-h200x2.gdt");
-    let mut r = replay(&f, None, None, &[]).expect("replay the GPU-host recording");
+    let mut r = replay(&f, &Window::default()).expect("replay the GPU-host recording");
     assert!(
         r.header.kernel_release.contains("gpu"),
         "{}",
         r.header.kernel_release
     );
-    let devices = r.agg.snapshot(1.0, &[]);
+    let devices = r.analysis.agg.snapshot(1.0, &[]);
     for bdf in ["0000:00:06.0", "0000:00:07.0"] {
         let d = devices
             .iter()
@@ -366,99 +375,48 @@ fn recording_from_the_gpu_host_replays_with_every_mapping_paired() {
     }
 }
 
-/// Writes tests/fixtures/format-1.0/dma-after-unmap.gdt with this (format
-/// 1.0) writer: kept as the compatibility fixture once the format moves on.
+/// A file written by format 1.0 (tests/fixtures/format-1.0/README.md) reads
+/// with 1.1's reader and tells its story through the ledger: the VT-d
+/// fault after the unmap is "DMA after unmap", the Xid is one incident
+/// whose process comes from the driver's message, the tracepoint duplicates
+/// 1.0 stored as fault objects are dropped, and there is one clock.
 #[test]
-#[ignore = "generator, run once by hand"]
-fn generate_format_1_0_fixture() {
-    use gpudirect_trace_common::{XidEvent, XID_MSG_LEN};
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-1.0");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let path = dir.join("dma-after-unmap.gdt");
-    let mut h = header();
-    h.probes.push(crate::tracefile::ProbeInfo {
-        name: "nvidia:nvidia_dev_xid".into(),
-        status: "attached".into(),
-        ..Default::default()
-    });
-    let t0 = h.start_ts_ns;
-    let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &h).expect("hdr");
-    let ev = |kind, ts, pid, addr, phys, size, dir| Event {
-        kind,
-        ts_ns: t0 + ts,
-        pid,
-        tid: pid,
-        addr,
-        phys,
-        size,
-        dir,
-        ..Default::default()
-    };
-    // edu (VFIO): IOVA 0x200000 mapped through its domain, unmapped at 1.1 s.
-    let mut m = ev(kind::IOMMU_MAP, 1_000_000_000, 121, 0x200000, 0x4_5678_0000, 4096, 0);
-    m.flags = gpudirect_trace_common::flags::VIA_DOMAIN;
-    w.push(&Record::Event(m), "0000:00:03.0").expect("push");
-    let mut u = ev(kind::IOMMU_UNMAP, 1_100_000_000, 121, 0x200000, 0, 4096, 0);
-    u.aux = 4096;
-    u.flags = gpudirect_trace_common::flags::VIA_DOMAIN;
-    w.push(&Record::Event(u), "0000:00:03.0").expect("push");
-    // NVMe traffic.
-    for i in 0..8u64 {
-        let a = 0xffff_0000 - i * 0x1000;
-        w.push(&Record::Event(ev(kind::DMA_MAP, 1_200_000_000 + i * 1000, 200, a, 0x1_0000_0000 + i * 4096, 4096, 2)), "0000:00:04.0").expect("push");
-        w.push(&Record::Event(ev(kind::DMA_UNMAP, 1_200_000_500 + i * 1000, 200, a, 0, 4096, 2)), "0000:00:04.0").expect("push");
+fn format_1_0_file_still_reads() {
+    use crate::model::{incident::Category, MappingState, Process};
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/format-1.0/dma-after-unmap.gdt");
+    let r = replay(&f, &Window::default()).expect("a 1.0 file reads");
+    assert_eq!(r.stats.version, (1, 0));
+    assert!(r.stats.clean_end);
+    let incidents: Vec<_> = r.incidents().collect();
+    let cats: Vec<_> = incidents.iter().map(|i| i.category).collect();
+    assert_eq!(
+        cats,
+        [Category::IommuFault, Category::Xid, Category::IommuFault],
+        "VT-d fault, Xid, io_page_fault: each once"
+    );
+    let vtd = incidents[0].fault.as_ref().expect("fault");
+    assert_eq!(incidents[0].at.t_s, 1.1674);
+    match &vtd.mapping {
+        Some(MappingState::Unmapped { before_ns, by, .. }) => {
+            assert_eq!(*before_ns, 67_400_000);
+            assert_eq!(by.as_ref().map(|p| p.pid), Some(121));
+        }
+        other => panic!("expected DMA after unmap, got {other:?}"),
     }
-    w.checkpoint(&Checkpoint {
-        ts_ns: t0 + 1_500_000_000,
-        events_written: 18,
-        counters: vec![CounterRow {
-            device: Arc::from("0000:00:04.0"),
-            kind: u32::from(kind::DMA_MAP),
-            dir: 2,
-            count: 8,
-            bytes: 8 * 4096,
-        }],
-        ..Default::default()
-    })
-    .expect("cp");
-    // The VT-d fault from the kernel log, 67.4 ms after the unmap, as 1.0 kept it.
-    let mut vtd = crate::faults::parse_line("DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x200000 [fault reason 0x05] PTE Write access is not set").expect("vtd");
-    vtd.timestamp_ns = Some(t0 + 1_167_400_000);
-    vtd.mapping_state = Some("unmapped 67.4ms before the fault by pid 121: DMA after unmap".into());
-    w.faults(&[vtd]).expect("faults");
-    // An Xid 31 from nvidia:nvidia_dev_xid, in the driver's worker (pid 181).
-    let msg = b"pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE";
-    let mut x = XidEvent { event: ev(kind::NV_XID, 2_000_000_000, 181, 0, 0, 0, 0), xid: 31, msg_truncated: 0, msg: [0; XID_MSG_LEN] };
-    let n = msg.len().min(XID_MSG_LEN - 1);
-    x.msg[..n].copy_from_slice(&msg[..n]);
-    w.push(&Record::Xid(x), "0000:00:06.0").expect("xid");
-    // 1.0's session stored the tracepoint's Xid as a fault without pid (raw = message).
-    let mut xf = crate::faults::Fault::new(crate::faults::Source::NvidiaXid, "Xid 31: GPU memory management unit fault: an engine accessed a GPU virtual address that is not mapped or not permitted", std::str::from_utf8(&msg[..n]).expect("utf8"));
-    xf.set_device("0000:00:06.0");
-    xf.xid = Some(31);
-    xf.reason_code = Some(31);
-    xf.timestamp_ns = Some(t0 + 2_000_000_000);
-    w.faults(&[xf]).expect("faults");
-    // An IOMMU page fault through the tracepoint, and its 1.0 fault object.
-    w.push(&Record::Event(Event { aux: 1, ..ev(kind::IO_PAGE_FAULT, 2_500_000_000, 0, 0xdead_0000, 0, 0, 0) }), "0000:41:00.0").expect("pf");
-    let mut pf = crate::faults::tracepoint::from_io_page_fault("", "0000:41:00.0", 0xdead_0000, 1, "iommu:io_page_fault");
-    pf.timestamp_ns = Some(t0 + 2_500_000_000);
-    pf.mapping_state = Some("never mapped in this trace (no DMA activity seen for this device)".into());
-    w.faults(&[pf]).expect("faults");
-    w.loss(&Loss { ts_ns: t0 + 2_600_000_000, lost: 3, total: 3 }).expect("loss");
-    w.checkpoint(&Checkpoint {
-        ts_ns: t0 + 3_000_000_000,
-        events_written: 20,
-        lost_total: 3,
-        counters: vec![CounterRow {
-            device: Arc::from("0000:00:04.0"),
-            kind: u32::from(kind::DMA_MAP),
-            dir: 2,
-            count: 8,
-            bytes: 8 * 4096,
-        }],
-        ..Default::default()
-    })
-    .expect("cp");
-    w.finish(&End { ts_ns: t0 + 3_000_000_000, events_written: 20, lost_total: 3, exit_status: Some(0) }).expect("end");
+    assert_eq!(
+        incidents[1].process,
+        Some(Process::reported(619, Some("xid".into()))),
+        "the Xid's process from the driver's message, not pid 181"
+    );
+    assert_eq!(incidents[1].at.t_s, 2.0);
+    let devices = {
+        let mut agg = r.analysis.agg;
+        agg.snapshot(1.0, &[])
+    };
+    let gpu = devices
+        .iter()
+        .find(|d| d.device == "0000:00:06.0")
+        .expect("GPU");
+    assert_eq!((gpu.xids, gpu.faults), (1, 0));
 }

@@ -230,7 +230,7 @@ enum Type {
 
 /// One metric family. Samples with equal labels are summed (devices folded
 /// into `other`).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Family {
     name: &'static str,
     help: &'static str,
@@ -241,7 +241,7 @@ struct Family {
 }
 
 /// Every exported family with its current samples, in output order.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Model {
     families: Vec<Family>,
 }

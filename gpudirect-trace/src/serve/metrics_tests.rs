@@ -63,22 +63,24 @@ fn fault(source: &str, reason: &str, count: u64) -> FaultCount {
     }
 }
 
+/// Records through the analysis, as a session takes them: the tables, and
+/// the ledger that counts faults and Xids.
 fn gpu_aggregator() -> Aggregator {
-    let mut agg = Aggregator::new();
+    let mut agg = crate::analysis::Analysis::new(crate::model::TraceClock::default());
     let gpu: Arc<str> = Arc::from("0000:00:06.0");
     for i in 0..3 {
-        agg.ingest(&ev(kind::DMA_MAP, 0x1000 * (i + 1), 4096, 2), &gpu);
+        agg.record(&ev(kind::DMA_MAP, 0x1000 * (i + 1), 4096, 2), &gpu);
     }
-    agg.ingest(&ev(kind::DMA_MAP, 0x10_0000, 2 << 20, 1), &gpu);
-    agg.ingest(&ev(kind::DMA_UNMAP, 0x1000, 4096, 2), &gpu);
-    agg.ingest(&ev(kind::SWIOTLB_BOUNCED, 0x2000, 2048, 0), &gpu);
-    agg.ingest(&ev(kind::IO_PAGE_FAULT, 0xdead_0000, 0, 0), &gpu);
+    agg.record(&ev(kind::DMA_MAP, 0x10_0000, 2 << 20, 1), &gpu);
+    agg.record(&ev(kind::DMA_UNMAP, 0x1000, 4096, 2), &gpu);
+    agg.record(&ev(kind::SWIOTLB_BOUNCED, 0x2000, 2048, 0), &gpu);
+    agg.record(&ev(kind::IO_PAGE_FAULT, 0xdead_0000, 0, 0), &gpu);
     for n in [79, 79, 13] {
-        agg.ingest(&xid(n), &gpu);
+        agg.record(&xid(n), &gpu);
     }
     let unattributed: Arc<str> = Arc::from(UNATTRIBUTED);
-    agg.ingest(&ev(kind::IOMMU_MAP, 0xffff_0000, 8192, 0), &unattributed);
-    agg
+    agg.record(&ev(kind::IOMMU_MAP, 0xffff_0000, 8192, 0), &unattributed);
+    agg.agg
 }
 
 #[test]
@@ -258,12 +260,13 @@ fn openmetrics_has_units_and_eof() {
 
 #[test]
 fn devices_past_the_cap_fold_into_other_and_sum() {
-    let mut agg = Aggregator::new();
+    let mut a = crate::analysis::Analysis::new(crate::model::TraceClock::default());
     for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
         let dev: Arc<str> = Arc::from(name);
-        agg.ingest(&ev(kind::DMA_MAP, 0x1000, 4096 << i, 1), &dev);
-        agg.ingest(&xid(48), &dev);
+        a.record(&ev(kind::DMA_MAP, 0x1000, 4096 << i, 1), &dev);
+        a.record(&xid(48), &dev);
     }
+    let agg = a.agg;
     let mut labels = DeviceLabels::new(1);
     let model = Model::build(&agg, &stats(), &[], &[], &mut labels, true);
     let names = model.exported_names();

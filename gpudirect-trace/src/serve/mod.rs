@@ -20,53 +20,21 @@ use std::{
 };
 
 use anyhow::{anyhow, Context as _};
-use clap::Args;
-use tokio::{
-    signal::unix::SignalKind,
-    sync::{oneshot, watch},
-    time::MissedTickBehavior,
-};
+use tokio::sync::{mpsc, watch};
 
 pub use self::http::wants_openmetrics;
 use self::{
     http::{Request, Response},
     metrics::{DeviceLabels, FaultCount, Model},
 };
-use crate::{cli::TraceArgs, session::Session};
+use crate::session::{Ending, Job, RunOptions, Session, Sink};
 
-const DRAIN_EVERY: Duration = Duration::from_millis(100);
-const COUNTERS_EVERY: Duration = Duration::from_secs(1);
-/// `/healthz` fails when the ring buffer has not been drained for this long.
+/// The model scrapes are answered from is rebuilt this often (and after
+/// every job the driver runs, such as a test's injection).
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// `/healthz` fails when the model has not been refreshed for this long
+/// (the driver is stuck or the ring buffer is no longer drained).
 const STALE_AFTER: Duration = Duration::from_secs(5);
-
-#[derive(Args, Debug)]
-pub struct ServeArgs {
-    /// Address to serve on, IP:PORT. Loopback by default; give a routable
-    /// address (or 0.0.0.0) only where the network is trusted: there is no
-    /// TLS or authentication.
-    #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR", value_parser = parse_listen)]
-    pub listen: SocketAddr,
-    /// Devices that get their own `device` label; later ones are reported
-    /// as device="other" (counted in gpudirect_devices_folded_total).
-    #[arg(long, default_value_t = metrics::DEFAULT_MAX_DEVICES,
-          value_parser = parse_max_devices, value_name = "N")]
-    pub max_devices: usize,
-    #[command(flatten)]
-    pub trace: TraceArgs,
-}
-
-fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse().map_err(|_| {
-        format!("expected IP:PORT, such as 127.0.0.1:9435, 0.0.0.0:9435 or [::1]:9435 (got {s:?})")
-    })
-}
-
-fn parse_max_devices(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=65536).contains(&n) => Ok(n),
-        _ => Err("expected a number from 1 to 65536".to_owned()),
-    }
-}
 
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
@@ -81,42 +49,147 @@ impl Default for ServeOptions {
     }
 }
 
+/// What scrapes read: the latest model, built by the driver's task (which
+/// owns the session), so a scrape never waits for the session.
 struct Shared {
-    session: Session,
-    labels: DeviceLabels,
-    last_drain: Instant,
-}
-
-impl Shared {
-    fn drain(&mut self) {
-        self.session.pump(|_, _| {});
-        self.session.poll_kmsg();
-        self.last_drain = Instant::now();
-    }
-
-    fn model(&mut self) -> Model {
-        self.drain();
-        let stats = self.session.refresh_counters();
-        let s = &self.session;
-        let faults: Vec<FaultCount> = s
-            .fault_counts
-            .iter()
-            .map(|((device, source, reason), &count)| FaultCount {
-                device: device.clone(),
-                source: (*source).to_owned(),
-                reason: reason.clone(),
-                count,
-            })
-            .collect();
-        let (agg, probes) = (&s.agg, &s.tracer.probes);
-        Model::build(agg, &stats, probes, &faults, &mut self.labels, s.stream)
-    }
+    model: Model,
+    refreshed: Instant,
+    attached: usize,
 }
 
 fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    // A panic elsewhere cannot leave the aggregate half-updated in a way
-    // that matters more than losing the exporter: keep serving.
+    // A panic elsewhere cannot leave the model half-updated in a way that
+    // matters more than losing the exporter: keep serving.
     shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The metrics server as a sink of the session driver.
+pub struct ServeSink {
+    listener: Option<std::net::TcpListener>,
+    labels: DeviceLabels,
+    shared: Arc<Mutex<Shared>>,
+    stop_http: watch::Sender<bool>,
+    http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl ServeSink {
+    pub fn new(listener: std::net::TcpListener, opts: &ServeOptions) -> Self {
+        Self {
+            listener: Some(listener),
+            labels: DeviceLabels::new(opts.max_devices),
+            shared: Arc::new(Mutex::new(Shared {
+                model: Model::default(),
+                refreshed: Instant::now(),
+                attached: 0,
+            })),
+            stop_http: watch::channel(false).0,
+            http: None,
+        }
+    }
+
+    /// Rebuilds the model from the session (the kernel's counters read now).
+    pub fn refresh(&mut self, s: &mut Session) {
+        let stats = s.refresh_counters();
+        let faults: Vec<FaultCount> = s
+            .analysis
+            .ledger
+            .counts()
+            .iter()
+            .map(|(k, &count)| FaultCount {
+                device: k.device.clone(),
+                source: k.source.as_str().to_owned(),
+                reason: k.cause.clone(),
+                count,
+            })
+            .collect();
+        let model = Model::build(
+            &s.analysis.agg,
+            &stats,
+            &s.tracer.probes,
+            &faults,
+            &mut self.labels,
+            s.stream,
+        );
+        let mut sh = lock(&self.shared);
+        sh.model = model;
+        sh.refreshed = Instant::now();
+        sh.attached = s.tracer.attached();
+    }
+}
+
+impl Sink for ServeSink {
+    fn start(&mut self, s: &mut Session, _jobs: &mpsc::UnboundedSender<Job<Self>>) -> anyhow::Result<()> {
+        self.refresh(s);
+        let listener = self
+            .listener
+            .take()
+            .context("the metrics server was started twice")?;
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let shared = self.shared.clone();
+        let handler = Arc::new(move |req: &Request| respond(&shared, req));
+        self.http = Some(tokio::spawn(http::serve(
+            listener,
+            handler,
+            self.stop_http.subscribe(),
+        )));
+        Ok(())
+    }
+
+    fn tick_every(&self) -> Option<Duration> {
+        Some(REFRESH_EVERY)
+    }
+
+    fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
+        self.refresh(s);
+        if self.http.as_ref().is_some_and(|h| h.is_finished()) {
+            anyhow::bail!("the metrics server stopped unexpectedly");
+        }
+        Ok(true)
+    }
+
+    fn finish(mut self, _s: &mut Session, _end: &Ending) -> anyhow::Result<ExitCode> {
+        let _ = self.stop_http.send(true);
+        if let Some(h) = self.http.take() {
+            h.abort();
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn respond(shared: &Mutex<Shared>, req: &Request) -> Response {
+    match req.path.as_str() {
+        "/metrics" => {
+            let openmetrics = wants_openmetrics(&req.accept);
+            let model = lock(shared).model.clone();
+            match metrics::render(model, openmetrics) {
+                Ok(body) => Response {
+                    status: 200,
+                    content_type: if openmetrics {
+                        metrics::OPENMETRICS_CONTENT_TYPE
+                    } else {
+                        prometheus_client::encoding::prometheus_text::CONTENT_TYPE
+                    },
+                    body,
+                },
+                Err(_) => Response::text(500, "encoding the metrics failed\n"),
+            }
+        }
+        "/healthz" => {
+            let s = lock(shared);
+            let age = s.refreshed.elapsed();
+            if age > STALE_AFTER {
+                Response::text(503, format!("metrics not refreshed for {age:.1?}\n"))
+            } else {
+                Response::text(200, format!("ok: {} probes attached\n", s.attached))
+            }
+        }
+        "/" => Response::text(
+            200,
+            "gpudirect-trace: metrics at /metrics, health at /healthz\n",
+        ),
+        _ => Response::text(404, "not found: try /metrics or /healthz\n"),
+    }
 }
 
 /// Binds the metrics listener, with one clear message when that fails.
@@ -142,13 +215,13 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     })
 }
 
-/// A running metrics server. Dropping it stops the server.
+/// A metrics server on its own thread (the host tests drive its session's
+/// programs from outside). Dropping it stops the server.
 pub struct Server {
     addr: SocketAddr,
-    shared: Arc<Mutex<Shared>>,
+    jobs: mpsc::UnboundedSender<Job<ServeSink>>,
     stop: watch::Sender<bool>,
-    done: Option<oneshot::Receiver<()>>,
-    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<ExitCode>>>,
 }
 
 /// Serves `session` on `listener` from a thread of its own.
@@ -158,30 +231,24 @@ pub fn start(
     opts: &ServeOptions,
 ) -> anyhow::Result<Server> {
     let addr = listener.local_addr()?;
-    listener.set_nonblocking(true)?;
-    let shared = Arc::new(Mutex::new(Shared {
-        session,
-        labels: DeviceLabels::new(opts.max_devices),
-        last_drain: Instant::now(),
-    }));
+    let sink = ServeSink::new(listener, opts);
     let (stop, stop_rx) = watch::channel(false);
-    let (done_tx, done) = oneshot::channel();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let thread_shared = shared.clone();
+    let (jobs, jobs_rx) = mpsc::unbounded_channel();
+    let driver_jobs = jobs.clone();
     let thread = std::thread::Builder::new()
         .name("gpudirect-serve".into())
         .spawn(move || {
-            let _done = done_tx;
-            rt.block_on(run_server(thread_shared, listener, stop_rx))
+            let opts = RunOptions {
+                stop: Some(stop_rx),
+                ..Default::default()
+            };
+            session.run_with_jobs(sink, opts, driver_jobs, jobs_rx)
         })
         .context("starting the metrics server thread")?;
     Ok(Server {
         addr,
-        shared,
+        jobs,
         stop,
-        done: Some(done),
         thread: Some(thread),
     })
 }
@@ -191,16 +258,24 @@ impl Server {
         self.addr
     }
 
-    /// Runs `f` on the served session (the host tests inject events with it).
-    pub fn with_session<R>(&self, f: impl FnOnce(&mut Session) -> R) -> R {
-        f(&mut lock(&self.shared).session)
-    }
-
-    /// Resolves when the server thread has ended on its own (an error).
-    pub async fn ended(&mut self) {
-        if let Some(done) = self.done.as_mut() {
-            let _ = done.await;
-        }
+    /// Runs `f` on the served session in the driver's task, then refreshes
+    /// the model scrapes see (the host tests inject events with it).
+    pub fn with_session<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Session) -> R + Send + 'static,
+    ) -> R {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job: Job<ServeSink> = Box::new(move |s, sink| {
+            let r = f(s);
+            crate::session::driver::drain_now(s, sink);
+            sink.refresh(s);
+            let _ = tx.send(r);
+        });
+        self.jobs
+            .send(job)
+            .unwrap_or_else(|_| panic!("the metrics server thread has ended"));
+        rx.recv()
+            .unwrap_or_else(|_| panic!("the metrics server thread has ended"))
     }
 
     /// Stops serving and returns the server's own error, if it had one.
@@ -213,7 +288,8 @@ impl Server {
         match self.thread.take() {
             Some(t) => t
                 .join()
-                .map_err(|_| anyhow!("the metrics server thread panicked"))?,
+                .map_err(|_| anyhow!("the metrics server thread panicked"))?
+                .map(|_| ()),
             None => Ok(()),
         }
     }
@@ -227,116 +303,30 @@ impl Drop for Server {
     }
 }
 
-async fn run_server(
-    shared: Arc<Mutex<Shared>>,
-    listener: std::net::TcpListener,
-    mut stop: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    let ready = lock(&shared).session.ring_ready()?;
-    let handler_shared = shared.clone();
-    let handler = Arc::new(move |req: &Request| respond(&handler_shared, req));
-    let http = tokio::spawn(http::serve(listener, handler, stop.clone()));
-    let mut drain = tokio::time::interval(DRAIN_EVERY);
-    drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut counters = tokio::time::interval(COUNTERS_EVERY);
-    counters.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            guard = ready.readable() => {
-                let mut guard = guard?;
-                lock(&shared).drain();
-                guard.clear_ready();
-            }
-            _ = drain.tick() => lock(&shared).drain(),
-            _ = counters.tick() => {
-                let mut s = lock(&shared);
-                s.drain();
-                s.session.refresh_counters();
-            }
-            _ = stop.changed() => break,
-        }
+/// `gpudirect-trace serve`: binds first (a taken port fails in
+/// milliseconds), then loads the programs and serves until a signal.
+pub fn run(
+    listen: SocketAddr,
+    start_session: impl FnOnce() -> anyhow::Result<Session>,
+    opts: &ServeOptions,
+) -> anyhow::Result<ExitCode> {
+    let listener = bind(listen)?;
+    if !listen.ip().is_loopback() {
+        crate::output::note(&format!(
+            "note: serving on {listen} (not loopback): reachable from other hosts, without TLS \
+             or authentication"
+        ));
     }
-    http.await
-        .map_err(|e| anyhow!("metrics server task: {e}"))?
-        .context("metrics server")
-}
-
-fn respond(shared: &Mutex<Shared>, req: &Request) -> Response {
-    match req.path.as_str() {
-        "/metrics" => {
-            let openmetrics = wants_openmetrics(&req.accept);
-            let model = lock(shared).model();
-            match metrics::render(model, openmetrics) {
-                Ok(body) => Response {
-                    status: 200,
-                    content_type: if openmetrics {
-                        metrics::OPENMETRICS_CONTENT_TYPE
-                    } else {
-                        prometheus_client::encoding::prometheus_text::CONTENT_TYPE
-                    },
-                    body,
-                },
-                Err(_) => Response::text(500, "encoding the metrics failed\n"),
-            }
-        }
-        "/healthz" => {
-            let s = lock(shared);
-            let age = s.last_drain.elapsed();
-            let attached = s.session.tracer.attached();
-            if age > STALE_AFTER {
-                Response::text(503, format!("ring buffer not drained for {age:.1?}\n"))
-            } else {
-                Response::text(200, format!("ok: {attached} probes attached\n"))
-            }
-        }
-        "/" => Response::text(
-            200,
-            "gpudirect-trace: metrics at /metrics, health at /healthz\n",
-        ),
-        _ => Response::text(404, "not found: try /metrics or /healthz\n"),
-    }
-}
-
-/// `gpudirect-trace serve`.
-pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    // Bind before loading the programs: a taken port fails in milliseconds.
-    let listener = bind(args.listen)?;
-    if !args.listen.ip().is_loopback() {
-        eprintln!(
-            "gpudirect-trace: note: serving on {} (not loopback): reachable from other hosts, \
-             without TLS or authentication",
-            args.listen
-        );
-    }
-    let session = Session::start(&args.trace)?;
-    let opts = ServeOptions {
-        max_devices: args.max_devices,
-    };
-    let mut server = start(session, listener, &opts)?;
-    eprintln!(
-        "gpudirect-trace: serving http://{}/metrics and /healthz{}",
-        server.local_addr(),
-        if args.trace.aggregate_only {
+    let session = start_session()?;
+    let aggregate_only = !session.stream;
+    crate::output::note(&format!(
+        "serving http://{}/metrics and /healthz{}",
+        listener.local_addr()?,
+        if aggregate_only {
             " (aggregate-only: no size histograms or outstanding mappings)"
         } else {
             ""
         }
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let ended_early = rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(SignalKind::terminate())?;
-        anyhow::Ok(tokio::select! {
-            _ = tokio::signal::ctrl_c() => false,
-            _ = term.recv() => false,
-            _ = server.ended() => true,
-        })
-    })?;
-    server.stop()?;
-    if ended_early {
-        anyhow::bail!("the metrics server stopped unexpectedly");
-    }
-    Ok(ExitCode::SUCCESS)
+    ));
+    session.run(ServeSink::new(listener, opts), RunOptions::default())
 }

@@ -12,7 +12,9 @@ pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
 /// any minor version of its own major (minor versions only add block types,
 /// header fields or flags that older readers may ignore).
 pub const MAJOR: u16 = 1;
-pub const MINOR: u16 = 0;
+/// 1.1: FAULTS blocks hold typed kernel-log faults only (1.0: untyped
+/// resolved faults, tracepoint ones included; see `legacy`).
+pub const MINOR: u16 = 1;
 /// Magic (8) + major (2) + minor (2) + reserved (4).
 pub const PREAMBLE_LEN: usize = 16;
 /// Bytes before the payload: len u32, type u16, flags u16, crc32c u32.

@@ -9,6 +9,7 @@
 
 pub mod columns;
 pub mod format;
+mod legacy;
 pub mod reader;
 pub mod writer;
 

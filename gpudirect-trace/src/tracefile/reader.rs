@@ -82,9 +82,9 @@ pub enum Item {
     Loss(Loss),
     Checkpoint(Checkpoint),
     End(End),
-    /// A decoded fault (kernel log or iommu:io_page_fault) as a JSON object
-    /// (`explain --json` keys).
-    Fault(serde_json::Value),
+    /// A fault decoded from the kernel log, as the recorder took it (before
+    /// the ledger): in arrival order among the events.
+    LogFault(crate::model::Fault),
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -343,7 +343,17 @@ impl<R: Read> TraceReader<R> {
             block::FAULTS => {
                 let list: Vec<serde_json::Value> =
                     serde_json::from_slice(&raw).map_err(|_| Malformed("faults JSON"))?;
-                self.pending.extend(list.into_iter().map(Item::Fault));
+                let mut faults = Vec::with_capacity(list.len());
+                for v in &list {
+                    if self.stats.version.1 == 0 {
+                        faults.extend(super::legacy::log_fault_1_0(v));
+                    } else {
+                        let f = serde_json::from_value(v.clone())
+                            .map_err(|_| Malformed("fault record"))?;
+                        faults.push(f);
+                    }
+                }
+                self.pending.extend(faults.into_iter().map(Item::LogFault));
             }
             _ => {} // a second header: ignored
         }

@@ -163,8 +163,12 @@ fn write_file(events: &[(Record, &str)], per_block: usize) -> Vec<u8> {
             .expect("loss");
         }
     }
-    w.faults(&[serde_json::json!({"source": "vtd", "reason": "PTE Read access is not set"})])
-        .expect("faults");
+    w.log_fault(&crate::model::Fault::new(
+        crate::model::Source::Vtd,
+        "PTE Read access is not set",
+        "",
+    ))
+    .expect("faults");
     w.checkpoint(&Checkpoint {
         ts_ns: 9,
         events_written: events.len() as u64,
@@ -243,7 +247,7 @@ fn round_trip_of_every_layout_and_block_type() {
     assert_eq!(losses, vec![1, 2, 3]);
     assert!(items
         .iter()
-        .any(|i| matches!(i, Item::Fault(f) if f["reason"] == "PTE Read access is not set")));
+        .any(|i| matches!(i, Item::LogFault(f) if f.reason == "PTE Read access is not set")));
     let Some(Item::Checkpoint(cp)) = items.iter().rev().nth(1) else {
         panic!("checkpoint before the end block: {:?}", items.last());
     };

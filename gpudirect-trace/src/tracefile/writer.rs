@@ -141,15 +141,21 @@ impl<W: Write> TraceWriter<W> {
         self.block(block::CHECKPOINT, &payload, true)
     }
 
-    /// FAULTS: decoded faults (kernel log, iommu:io_page_fault), as the JSON
-    /// objects `explain --json` prints.
-    pub fn faults<T: serde::Serialize>(&mut self, faults: &[T]) -> io::Result<()> {
+    /// FAULTS: faults decoded from the kernel log, typed, as decoded (the
+    /// ledger's conclusions are re-derived on reading). The events before
+    /// it are written first, so the file keeps the arrival order.
+    pub fn log_faults(&mut self, faults: &[crate::model::Fault]) -> io::Result<()> {
         if faults.is_empty() {
             return Ok(());
         }
         self.write_events()?;
         let json = serde_json::to_vec(faults)?;
         self.block(block::FAULTS, &json, true)
+    }
+
+    /// One fault from the kernel log (see `log_faults`).
+    pub fn log_fault(&mut self, fault: &crate::model::Fault) -> io::Result<()> {
+        self.log_faults(std::slice::from_ref(fault))
     }
 
     /// Writes what is pending and the END block; returns the sink.

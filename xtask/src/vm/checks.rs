@@ -176,10 +176,11 @@ pub fn edu_fault_live(series: &str, v: &Value) -> Result<()> {
             f["reason_code"]
         );
         ensure!(f["access"] == access, "{addr}: access {}", f["access"]);
-        let state = f["mapping_state"].as_str().unwrap_or("");
+        let state = f["mapping"]["state"].as_str().unwrap_or("");
         ensure!(
-            state.starts_with("never mapped"),
-            "{addr}: mapping_state {state:?}"
+            state == "never-mapped",
+            "{addr}: mapping {}",
+            f["mapping"]
         );
         eprintln!("xtask: {series}: vtd fault {addr} reason {code} ({access}): {state}");
     }
@@ -198,23 +199,136 @@ pub fn edu_fault_live(series: &str, v: &Value) -> Result<()> {
     Ok(())
 }
 
-/// VFIO map, DMA, unmap, DMA: the second DMA's fault is "DMA after unmap".
-pub fn vfio_after_unmap(series: &str, v: &Value) -> Result<()> {
-    let fs = faults(v);
+/// VFIO map, DMA, unmap, DMA: the second DMA's fault is "DMA after unmap",
+/// and the recording replays to the same story: `record --json`'s final
+/// object (what `live --json` prints), `report --json` in the guest, and
+/// `report --json` of the same file on the host agree exactly.
+pub fn vfio_after_unmap(series: &str, lines: &[String]) -> Result<()> {
+    let recorded = tagged(lines, "RECORDED ")?;
+    let reported = tagged(lines, "REPORTED ")?;
+    let fs = faults(&recorded);
     let f = find_fault(&fs, "0x200000")?;
     ensure!(f["device"] == Device::Edu.bdf(), "device {}", f["device"]);
-    let state = f["mapping_state"].as_str().unwrap_or("");
-    if !(state.contains("DMA after unmap") && state.contains("by pid")) {
-        bail!("mapping_state {state:?}, want DMA after unmap with the unmapping task");
-    }
-    let d = device(v, Device::Edu.bdf())?;
+    let m = &f["mapping"];
+    ensure!(
+        m["state"] == "unmapped" && m["by"]["pid"].as_u64().is_some_and(|p| p > 0),
+        "mapping {m}, want DMA after unmap with the unmapping task"
+    );
+    let d = device(&recorded, Device::Edu.bdf())?;
     ensure!(
         d["iommu"]["maps"].as_u64().unwrap_or(0) >= 1
             && d["iommu"]["unmaps"].as_u64().unwrap_or(0) >= 1,
         "VFIO's iommu map/unmap not attributed to the edu: {}",
         d["iommu"]
     );
-    eprintln!("xtask: {series}: fault at 0x200000: {state}");
+    same_story(&recorded, &reported).context("record --json vs report --json in the guest")?;
+    let file = embedded_file(lines)?;
+    let dir = std::env::temp_dir().join(format!("gdt-vfio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("v.gdt");
+    std::fs::write(&path, &file)?;
+    let bin = crate::host::target_dir().join("release/gpudirect-trace");
+    let out = std::process::Command::new(&bin)
+        .arg("report")
+        .arg(&path)
+        .arg("--json")
+        .output()
+        .with_context(|| format!("running {}", bin.display()))?;
+    ensure!(out.status.success(), "report on the host: {}", out.status);
+    let host: Value = serde_json::from_slice(&out.stdout).context("host report --json")?;
+    same_story(&recorded, &host).context("record --json vs report --json on the host")?;
+    if let Some(keep) = std::env::var_os("GDT_KEEP_VFIO_RECORDING") {
+        // Refreshing the golden fixture (tests/fixtures/vm-vfio-after-unmap).
+        let keep = std::path::PathBuf::from(keep);
+        std::fs::create_dir_all(&keep)?;
+        std::fs::copy(&path, keep.join(format!("vfio-after-unmap-{series}.gdt")))?;
+        std::fs::write(
+            keep.join(format!("vfio-after-unmap-{series}.json")),
+            serde_json::to_string_pretty(&recorded)?,
+        )?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "xtask: {series}: fault at 0x200000: {}; live, guest report and host report agree ({} incidents)",
+        m,
+        recorded["incidents"].as_array().map_or(0, Vec::len)
+    );
+    Ok(())
+}
+
+/// The JSON after `tag` on the last line that has it.
+fn tagged(lines: &[String], tag: &str) -> Result<Value> {
+    let line = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix(tag))
+        .with_context(|| format!("no {tag:?} line in the output"))?;
+    serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
+}
+
+/// The file the scenario printed base64-encoded between markers.
+fn embedded_file(lines: &[String]) -> Result<Vec<u8>> {
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "GDT-FILE-BEGIN")
+        .context("no GDT-FILE-BEGIN")?;
+    let text: String = lines[start + 1..]
+        .iter()
+        .take_while(|l| l.trim() != "GDT-FILE-END")
+        .map(|l| l.trim())
+        .collect();
+    decode_base64(&text).context("the embedded file is not base64")
+}
+
+fn decode_base64(s: &str) -> Result<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in s.bytes().filter(|&c| c != b'=') {
+        acc = acc << 6 | val(c).with_context(|| format!("byte {c:#x}"))?;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Ok(out)
+}
+
+/// The same devices, faults and incidents (rates, which depend on the
+/// interval, aside).
+pub fn same_story(a: &Value, b: &Value) -> Result<()> {
+    let devices = |v: &Value| -> Value {
+        let mut ds = v["devices"].clone();
+        for d in ds.as_array_mut().into_iter().flatten() {
+            if let Some(o) = d.as_object_mut() {
+                o.remove("events_per_sec");
+            }
+        }
+        ds
+    };
+    for (what, x, y) in [
+        ("devices", devices(a), devices(b)),
+        ("faults", a["faults"].clone(), b["faults"].clone()),
+        ("incidents", a["incidents"].clone(), b["incidents"].clone()),
+    ] {
+        if x != y {
+            bail!(
+                "{what} differ:\n  {}\n  {}",
+                serde_json::to_string(&x)?,
+                serde_json::to_string(&y)?
+            );
+        }
+    }
     Ok(())
 }
 

@@ -182,15 +182,14 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             };
             super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
         }
-        "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "vfio-after-unmap"
-        | "record-report" => {
+        "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
+        "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "record-report" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             match name {
                 "nvme-latency" => super::checks::nvme_latency(series, &v),
                 "nvme-aggregate" => super::checks::nvme_aggregate(series, &v),
                 "edu-fault-live" => super::checks::edu_fault_live(series, &v),
-                "record-report" => super::checks::record_report(series, &v),
-                _ => super::checks::vfio_after_unmap(series, &v),
+                _ => super::checks::record_report(series, &v),
             }
         }
         other => bail!("unknown host check {other}"),

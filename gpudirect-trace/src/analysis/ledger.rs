@@ -1,0 +1,326 @@
+//! The fault ledger: every fault, Xid, AER error, mapping failure and IOMMU
+//! change of a trace, each once, in order, with one clock. The live session
+//! and the replay of a trace file feed it the same inputs in the same order
+//! (the recorder writes them as they arrive), so both tell the same story.
+//!
+//! One physical event often reaches us twice: the NVIDIA driver fires
+//! nvidia:nvidia_dev_xid and prints its Xid line from the same
+//! nv_report_error() call; AMD-Vi calls report_iommu_fault() (the
+//! iommu:io_page_fault tracepoint) and then logs the event; AER fires
+//! ras:aer_event and prints `AER:` lines. A report from one channel merges
+//! into an open incident from the other channel with the same merge key
+//! whose time is within `MERGE_WINDOW_NS`: the first such incident, so the
+//! outcome depends on input order only. The merged incident keeps the
+//! earlier time and id, takes the log's richer decoding and the process
+//! the report names, and lists both channels. Counts are taken when an
+//! incident is created and never move.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::{
+    faults::explain::cause_label,
+    model::{
+        incident::{Category, Incident, IommuChange, MapError},
+        Channel, Fault, MappingState, Process, ProcessOrigin, Source, TraceClock,
+    },
+};
+
+/// Incidents kept with their details; older ones are evicted (counted).
+pub const INCIDENTS_KEPT: usize = 4096;
+/// Two reports of one event from different channels are at most this far
+/// apart (the kernel log is polled every 100 ms; printk and the
+/// tracepoint's clock agree to within microseconds).
+pub const MERGE_WINDOW_NS: u64 = 2_000_000_000;
+
+/// Key of the fault counts (the metric `gpudirect_iommu_faults_total`'s
+/// labels): the device, the reporting family and the cause, where the
+/// cause of an Xid is its number's meaning (its text varies per line).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct FaultCountKey {
+    pub device: String,
+    pub source: Source,
+    pub cause: String,
+}
+
+/// What the ledger did with a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new incident with this id.
+    New(u64),
+    /// Merged into the open incident with this id (its second channel).
+    Merged(u64),
+}
+
+impl Outcome {
+    pub fn id(self) -> u64 {
+        match self {
+            Outcome::New(i) | Outcome::Merged(i) => i,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MergeKey {
+    Xid { device: String, xid: u32 },
+    Aer { device: String },
+    Iommu { device: String, address: u64 },
+}
+
+fn merge_key(f: &Fault) -> Option<MergeKey> {
+    let device = f.device.clone()?;
+    match f.source {
+        Source::NvidiaXid => f.xid.map(|xid| MergeKey::Xid { device, xid }),
+        Source::Aer => Some(MergeKey::Aer { device }),
+        Source::IommuTracepoint | Source::AmdVi | Source::Smmu => f
+            .address
+            .map(|address| MergeKey::Iommu { device, address }),
+        Source::Vtd | Source::VirtioIommu => None,
+    }
+}
+
+struct Open {
+    id: u64,
+    key: MergeKey,
+    ts_ns: u64,
+    channels: Vec<Channel>,
+}
+
+pub struct Ledger {
+    clock: TraceClock,
+    incidents: VecDeque<Incident>,
+    next_id: u64,
+    evicted: u64,
+    counts: BTreeMap<FaultCountKey, u64>,
+    open: VecDeque<Open>,
+}
+
+impl Ledger {
+    pub fn new(clock: TraceClock) -> Self {
+        Self {
+            clock,
+            incidents: VecDeque::new(),
+            next_id: 1,
+            evicted: 0,
+            counts: BTreeMap::new(),
+            open: VecDeque::new(),
+        }
+    }
+
+    pub fn clock(&self) -> &TraceClock {
+        &self.clock
+    }
+
+    /// Incidents in order (the newest `INCIDENTS_KEPT`).
+    pub fn incidents(&self) -> &VecDeque<Incident> {
+        &self.incidents
+    }
+
+    /// Incidents evicted because more than `INCIDENTS_KEPT` happened.
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Faults by device, family and cause, since the start.
+    pub fn counts(&self) -> &BTreeMap<FaultCountKey, u64> {
+        &self.counts
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Incident> {
+        let first = self.incidents.front()?.id;
+        let i = usize::try_from(id.checked_sub(first)?).ok()?;
+        self.incidents.get(i).filter(|x| x.id == id)
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
+        let first = self.incidents.front()?.id;
+        let i = usize::try_from(id.checked_sub(first)?).ok()?;
+        self.incidents.get_mut(i).filter(|x| x.id == id)
+    }
+
+    fn push(&mut self, mut incident: Incident) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        incident.id = id;
+        if self.incidents.len() == INCIDENTS_KEPT {
+            self.incidents.pop_front();
+            self.evicted += 1;
+        }
+        self.incidents.push_back(incident);
+        id
+    }
+
+    /// Adds a fault seen on channel `ch`, or merges it into the report of
+    /// the same event from the other channel. `mapping` tells the address's
+    /// state in the mapping history for a new incident.
+    pub fn fault(
+        &mut self,
+        mut f: Fault,
+        ch: Channel,
+        mapping: impl FnOnce(&Fault) -> Option<MappingState>,
+    ) -> Outcome {
+        let ts = f.timestamp_ns.unwrap_or(0);
+        let key = merge_key(&f);
+        while self
+            .open
+            .front()
+            .is_some_and(|o| ts.saturating_sub(o.ts_ns) > MERGE_WINDOW_NS)
+        {
+            self.open.pop_front();
+        }
+        if let Some(key) = &key {
+            let hit = self.open.iter_mut().find(|o| {
+                o.key == *key && !o.channels.contains(&ch) && o.ts_ns.abs_diff(ts) <= MERGE_WINDOW_NS
+            });
+            if let Some(o) = hit {
+                o.channels.push(ch);
+                let id = o.id;
+                if let Some(inc) = self.get_mut(id) {
+                    if let Some(old) = inc.fault.as_mut() {
+                        merge_into(old, f, ch);
+                        refresh(inc);
+                    }
+                }
+                return Outcome::Merged(id);
+            }
+        }
+        if f.t_s.is_none() {
+            f.t_s = f.timestamp_ns.map(|t| self.clock.stamp(t).t_s);
+        }
+        if f.wall_time.is_none() {
+            f.wall_time = f.timestamp_ns.and_then(|t| self.clock.wall(t));
+        }
+        if f.seen_in.is_empty() {
+            f.seen_in.push(ch);
+        }
+        if f.mapping.is_none() {
+            f.mapping = mapping(&f);
+        }
+        let count_key = FaultCountKey {
+            device: f.device.clone().unwrap_or_else(|| "-".into()),
+            source: f.source,
+            cause: cause_label(&f),
+        };
+        *self.counts.entry(count_key).or_default() += f.count.max(1);
+        let category = match f.source {
+            Source::NvidiaXid => Category::Xid,
+            Source::Aer => Category::Aer,
+            _ => Category::IommuFault,
+        };
+        let mut inc = Incident {
+            id: 0,
+            at: self.clock.stamp(ts),
+            category,
+            device: f.device.clone().unwrap_or_else(|| "-".into()),
+            process: None,
+            address: None,
+            text: String::new(),
+            fault: Some(f),
+            change: None,
+            map_error: None,
+        };
+        refresh(&mut inc);
+        let id = self.push(inc);
+        if let Some(key) = key {
+            self.open.push_back(Open {
+                id,
+                key,
+                ts_ns: ts,
+                channels: vec![ch],
+            });
+        }
+        Outcome::New(id)
+    }
+
+    /// A DMA-API mapping that failed.
+    pub fn map_error(&mut self, device: &str, ts_ns: u64, pid: u32, e: MapError) -> u64 {
+        let text = format!(
+            "{} failed{}{} ({})",
+            e.api,
+            e.errno.map(|n| format!(": error {n}")).unwrap_or_default(),
+            e.entries
+                .map(|n| format!(", {n} entries"))
+                .unwrap_or_default(),
+            e.direction
+        );
+        let inc = Incident {
+            id: 0,
+            at: self.clock.stamp(ts_ns),
+            category: Category::MapError,
+            device: device.to_owned(),
+            process: (pid != 0).then(|| Process::current_task(pid)),
+            address: None,
+            text,
+            fault: None,
+            change: None,
+            map_error: Some(e),
+        };
+        self.push(inc)
+    }
+
+    /// A device joined or left an IOMMU group, or changed domain.
+    pub fn iommu_change(&mut self, device: &str, ts_ns: u64, pid: u32, c: IommuChange) -> u64 {
+        let inc = Incident {
+            id: 0,
+            at: self.clock.stamp(ts_ns),
+            category: Category::IommuChange,
+            device: device.to_owned(),
+            process: (pid != 0).then(|| Process::current_task(pid)),
+            address: None,
+            text: c.to_string(),
+            fault: None,
+            change: Some(c),
+            map_error: None,
+        };
+        self.push(inc)
+    }
+}
+
+/// The incident's own fields from its fault.
+fn refresh(inc: &mut Incident) {
+    let Some(f) = &inc.fault else { return };
+    inc.device = f.device.clone().unwrap_or_else(|| "-".into());
+    inc.process = f.process.clone();
+    inc.address = f.address;
+    let mut text = f.reason.clone();
+    if let Some(a) = f.access {
+        text.push_str(&format!(" ({})", a.as_str()));
+    }
+    if f.count > 1 {
+        text.push_str(&format!(" x{}", f.count));
+    }
+    inc.text = text;
+}
+
+/// `new`, the same event from channel `ch`, into `old`.
+fn merge_into(old: &mut Fault, new: Fault, ch: Channel) {
+    old.seen_in.push(ch);
+    // A log line is decoded with the family's own tables: richer than what
+    // the tracepoint carries. The earlier time and the count stay.
+    if ch == Channel::KernelLog {
+        old.source = new.source;
+        old.reason = new.reason;
+        old.reason_code = new.reason_code.or(old.reason_code);
+        old.explanation = new.explanation;
+        if !new.flags.is_empty() {
+            old.flags = new.flags;
+        }
+        old.access = new.access.or(old.access);
+        old.pasid = new.pasid.or(old.pasid);
+        old.partial = new.partial;
+        old.raw = new.raw;
+        old.device_raw = new.device_raw.or(old.device_raw.take());
+    }
+    old.address = old.address.or(new.address);
+    let reported = |p: &Option<Process>| {
+        p.as_ref()
+            .is_some_and(|p| p.from == ProcessOrigin::Reported)
+    };
+    if !reported(&old.process) && (reported(&new.process) || old.process.is_none()) {
+        old.process = new.process;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! What a trace says: the aggregator's per-device tables and the ledger's
+//! incidents, fed by the same two inputs wherever the trace comes from:
+//! decoded ring-buffer records and faults decoded from the kernel log.
+//!
+//! The live session, the recorder (whose file keeps both inputs in arrival
+//! order) and the replay of a file all go through `Analysis`, so the same
+//! events tell the same story in every view.
+
+pub mod ledger;
+
+use std::sync::Arc;
+
+use gpudirect_trace_common::kind;
+
+pub use self::ledger::{FaultCountKey, Ledger, Outcome, INCIDENTS_KEPT};
+use crate::{
+    aggregate::Aggregator,
+    decode::{c_string, dir_name, Record},
+    faults::tracepoint,
+    model::{
+        incident::{IommuChange, MapError},
+        Channel, Fault, MappingState, Process, Source, TraceClock,
+    },
+};
+
+pub struct Analysis {
+    pub agg: Aggregator,
+    pub ledger: Ledger,
+}
+
+impl Analysis {
+    pub fn new(clock: TraceClock) -> Self {
+        Self {
+            agg: Aggregator::new(),
+            ledger: Ledger::new(clock),
+        }
+    }
+
+    pub fn clock(&self) -> &TraceClock {
+        self.ledger.clock()
+    }
+
+    /// One decoded ring-buffer record, attributed to `device`: into the
+    /// tables, and, for rare events, into the ledger. Returns the incident
+    /// it created or merged into.
+    pub fn record(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
+        self.agg.ingest(record, device);
+        let ev = record.event();
+        let fault = match record {
+            Record::Xid(x) => Some(tracepoint::from_xid_event(
+                device,
+                x.xid,
+                &c_string(&x.msg),
+            )),
+            _ => match ev.kind {
+                kind::IO_PAGE_FAULT => Some(tracepoint::from_io_page_fault(
+                    "",
+                    device,
+                    ev.addr,
+                    ev.aux as u32,
+                    "iommu:io_page_fault",
+                )),
+                kind::AER => Some(tracepoint::from_aer_event(device, ev.addr as u32, ev.aux)),
+                kind::DMA_MAP_SG_ERR => {
+                    let e = MapError {
+                        api: "dma_map_sg".into(),
+                        errno: Some(ev.aux as i64),
+                        entries: Some(ev.size),
+                        bytes: None,
+                        direction: dir_name(ev.dir).into(),
+                    };
+                    let id = self.ledger.map_error(device, ev.ts_ns, ev.pid, e);
+                    return Some(Outcome::New(id));
+                }
+                kind::GROUP_ADD_DEVICE | kind::GROUP_REMOVE_DEVICE => {
+                    let group = ev.aux as u32;
+                    let c = if ev.kind == kind::GROUP_ADD_DEVICE {
+                        IommuChange::GroupAdd { group }
+                    } else {
+                        IommuChange::GroupRemove { group }
+                    };
+                    return Some(Outcome::New(
+                        self.ledger.iommu_change(device, ev.ts_ns, ev.pid, c),
+                    ));
+                }
+                kind::DOMAIN_ATTACH | kind::DOMAIN_DETACH => {
+                    let c = if ev.kind == kind::DOMAIN_ATTACH {
+                        IommuChange::DomainAttach
+                    } else {
+                        IommuChange::DomainDetach
+                    };
+                    return Some(Outcome::New(
+                        self.ledger.iommu_change(device, ev.ts_ns, ev.pid, c),
+                    ));
+                }
+                _ => None,
+            },
+        };
+        let mut f = fault?;
+        f.timestamp_ns = Some(ev.ts_ns);
+        // Only where the report names no one: the tracepoint's current task,
+        // marked as such.
+        if f.process.is_none() && ev.pid != 0 {
+            f.process = Some(Process::current_task(ev.pid));
+        }
+        Some(self.fault(f, Channel::Tracepoint))
+    }
+
+    /// A fault decoded from the kernel log.
+    pub fn log_fault(&mut self, f: Fault) -> Outcome {
+        self.fault(f, Channel::KernelLog)
+    }
+
+    fn fault(&mut self, f: Fault, ch: Channel) -> Outcome {
+        let agg = &self.agg;
+        let out = self.ledger.fault(f, ch, |f| mapping_of(agg, f));
+        if let Outcome::New(id) = out {
+            if let Some(f) = self.ledger.get(id).and_then(|i| i.fault.as_ref()) {
+                let device: Arc<str> = Arc::from(f.device.as_deref().unwrap_or("-"));
+                let (xid, n) = (f.xid, f.count.max(1));
+                self.agg.count_fault(&device, xid, n);
+            }
+        }
+        out
+    }
+}
+
+/// The faulting address in the device's mapping history. An Xid's address
+/// is a GPU virtual address, not a bus address: the DMA history cannot
+/// speak to it.
+fn mapping_of(agg: &Aggregator, f: &Fault) -> Option<MappingState> {
+    if f.source == Source::NvidiaXid {
+        return None;
+    }
+    let (device, addr) = (f.device.as_deref()?, f.address?);
+    Some(agg.mapping_state(device, addr, f.timestamp_ns))
+}

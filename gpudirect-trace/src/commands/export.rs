@@ -1,0 +1,55 @@
+//! `gpudirect-trace export`.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, ValueEnum};
+
+use crate::export::{self, ExportOptions, Format};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// One JSON object per line: every event, and loss records.
+    Jsonl,
+    /// Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): one
+    /// track per device; mappings as spans from map to unmap, the rest as
+    /// instants.
+    Chrome,
+    /// HdrHistogram interval log (V2): mapped sizes per device and
+    /// operation, one histogram per second.
+    Hdr,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Jsonl => Format::Jsonl,
+            FormatArg::Chrome => Format::Chrome,
+            FormatArg::Hdr => Format::Hdr,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Trace file written by `gpudirect-trace record`.
+    pub file: PathBuf,
+    #[arg(long, value_enum)]
+    pub format: FormatArg,
+    /// Output file (default: stdout).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Replace physical (and coherent-buffer kernel virtual) addresses with
+    /// per-file pseudonyms (p1, p2, ... by first appearance); IOVAs, DMA
+    /// addresses and bus ids stay.
+    #[arg(long)]
+    pub redact: bool,
+}
+
+pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
+    export::run(&ExportOptions {
+        file: args.file.clone(),
+        format: args.format.into(),
+        output: args.output.clone(),
+        redact: args.redact,
+    })
+}

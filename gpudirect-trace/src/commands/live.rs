@@ -1,0 +1,54 @@
+//! `gpudirect-trace live`.
+
+use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
+
+use clap::Args;
+
+use super::trace::{parse_duration, TraceArgs};
+use crate::{
+    live::{LiveOptions, LiveSink},
+    session::{RunOptions, Session},
+};
+
+#[derive(Args, Debug)]
+pub struct LiveArgs {
+    /// Refresh interval (e.g. 500ms, 1s, 2m).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Stop after this long (default: until Ctrl-C, SIGTERM or SIGHUP).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Show only this device (PCI bus id such as 0000:00:06.0, or a device
+    /// name); repeat for several.
+    #[arg(long = "device", value_name = "BDF")]
+    pub devices: Vec<String>,
+    /// One JSON object per interval on stdout (the last one, with
+    /// "final": true, lists every incident).
+    #[arg(long)]
+    pub json: bool,
+    /// Mappings still outstanding after this long are listed as leak
+    /// suspects (with --aggregate-only: DMA-API mappings, from the kernel's
+    /// table).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub long_lived: Duration,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+pub fn exec(args: &LiveArgs) -> anyhow::Result<ExitCode> {
+    let session = Session::start(&args.trace.session_options())?;
+    let sink = LiveSink::new(LiveOptions {
+        interval: args.interval,
+        devices: args.devices.clone(),
+        json: args.json,
+        tty: !args.json && std::io::stdout().is_terminal(),
+        long_lived: args.long_lived,
+    });
+    session.run(
+        sink,
+        RunOptions {
+            deadline: args.duration,
+            ..Default::default()
+        },
+    )
+}

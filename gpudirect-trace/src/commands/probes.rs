@@ -1,0 +1,57 @@
+//! `gpudirect-trace probes`.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::{
+    ebpf::{Status, Tracer, TracerOptions},
+    output, probes,
+    session::STRICT_EXIT,
+};
+
+#[derive(Args, Debug)]
+pub struct ProbesArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit with status 3 if any probe failed (unavailable ones are fine:
+    /// kernels differ).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
+    let tracer = Tracer::load(&TracerOptions {
+        // The smallest ring: this command only attaches and reports.
+        ring_bytes: 4096,
+        ..Default::default()
+    })?;
+    let k = &tracer.kernel;
+    if args.json {
+        let doc = json!({
+            "kernel": k.release,
+            "btf": k.btf.is_some(),
+            "btf_error": k.btf_error,
+            "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
+            "tracefs_error": k.tracefs_error,
+            "probes": tracer.probes,
+        });
+        output::line(&serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        output::line(&probes::render(&tracer.probes, &k.release, k.btf.is_some()))?;
+        if let Some(e) = &k.tracefs_error {
+            output::line(&format!("note: {e}"))?;
+        }
+        if let Some(e) = &k.btf_error {
+            output::line(&format!("note: {e}"))?;
+        }
+    }
+    let failed = tracer.probes.iter().any(|p| p.status == Status::Failed);
+    Ok(if args.strict && failed {
+        ExitCode::from(STRICT_EXIT)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

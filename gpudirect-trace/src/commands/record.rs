@@ -1,0 +1,63 @@
+//! `gpudirect-trace record`.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Args;
+
+use super::trace::{parse_duration, TraceArgs};
+use crate::{
+    record::{create_output, RecordOptions, RecordSink},
+    session::{RunOptions, Session},
+};
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Trace file to write (created with mode 0600).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Stop after this long (default: until Ctrl-C, SIGTERM, SIGHUP or
+    /// CMD's exit).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Overwrite FILE if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// At the end, print the session's summary on stdout as `live --json`'s
+    /// final object (the same devices, incidents and faults `report --json`
+    /// of the file gives).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Command to run while recording; recording ends when it exits and
+    /// gpudirect-trace exits with its status. If the recording ends first,
+    /// the command gets SIGTERM, then SIGKILL.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    let file = create_output(&args.output, args.force)?;
+    let session = match Session::start(&args.trace.session_options()) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&args.output);
+            return Err(e);
+        }
+    };
+    let opts = RecordOptions {
+        output: args.output.clone(),
+        force: args.force,
+        json: args.json,
+        command: args.command.clone(),
+    };
+    let sink = RecordSink::create(&session, opts, file)?;
+    session.run(
+        sink,
+        RunOptions {
+            deadline: args.duration,
+            command: args.command.clone(),
+            ..Default::default()
+        },
+    )
+}

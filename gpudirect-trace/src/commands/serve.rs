@@ -1,0 +1,48 @@
+//! `gpudirect-trace serve`.
+
+use std::{net::SocketAddr, process::ExitCode};
+
+use clap::Args;
+
+use super::trace::TraceArgs;
+use crate::{
+    serve::{self, metrics, ServeOptions},
+    session::Session,
+};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to serve on, IP:PORT. Loopback by default; give a routable
+    /// address (or 0.0.0.0) only where the network is trusted: there is no
+    /// TLS or authentication.
+    #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR", value_parser = parse_listen)]
+    pub listen: SocketAddr,
+    /// Devices that get their own `device` label; later ones are reported
+    /// as device="other" (counted in gpudirect_devices_folded_total).
+    #[arg(long, default_value_t = metrics::DEFAULT_MAX_DEVICES,
+          value_parser = parse_max_devices, value_name = "N")]
+    pub max_devices: usize,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!("expected IP:PORT, such as 127.0.0.1:9435, 0.0.0.0:9435 or [::1]:9435 (got {s:?})")
+    })
+}
+
+fn parse_max_devices(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=65536).contains(&n) => Ok(n),
+        _ => Err("expected a number from 1 to 65536".to_owned()),
+    }
+}
+
+pub fn exec(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let opts = ServeOptions {
+        max_devices: args.max_devices,
+    };
+    let session_opts = args.trace.session_options();
+    serve::run(args.listen, || Session::start(&session_opts), &opts)
+}

@@ -1,0 +1,65 @@
+//! Who did it: a process as the source that knows names it.
+//!
+//! Two sources name processes, and they are not equally trustworthy. A
+//! driver's own report (`NVRM: Xid (...): 31, pid=619, name=xid, ...`) names
+//! the process at fault. A tracepoint's current task is whatever ran when it
+//! fired: for a DMA-API call that is the caller (or, from a completion
+//! interrupt, whichever task was interrupted); for an Xid it is the driver's
+//! worker or an interrupt, rarely the faulting process (seen on the H200:
+//! the Xid 31 of pid 619 fired in pid 181). Every attribution says which.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProcessOrigin {
+    /// Named by the report itself (the driver's line or message).
+    Reported,
+    /// The task current when the tracepoint fired; may be unrelated to the
+    /// event (an interrupt handler, a driver worker).
+    CurrentTask,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Process {
+    /// Thread-group id (what users call the pid); 0 where unknown.
+    pub pid: u32,
+    /// The process name where the source gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    pub from: ProcessOrigin,
+}
+
+impl Process {
+    pub fn reported(pid: u32, comm: Option<String>) -> Self {
+        Self {
+            pid,
+            comm,
+            from: ProcessOrigin::Reported,
+        }
+    }
+
+    pub fn current_task(pid: u32) -> Self {
+        Self {
+            pid,
+            comm: None,
+            from: ProcessOrigin::CurrentTask,
+        }
+    }
+}
+
+impl std::fmt::Display for Process {
+    /// `pid 619 (xid)`, or `pid 181 [current task]` when only the
+    /// tracepoint's current task is known.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.comm, self.pid) {
+            (Some(c), 0) => write!(f, "{c}")?,
+            (Some(c), p) => write!(f, "pid {p} ({c})")?,
+            (None, p) => write!(f, "pid {p}")?,
+        }
+        if self.from == ProcessOrigin::CurrentTask {
+            f.write_str(" [current task]")?;
+        }
+        Ok(())
+    }
+}

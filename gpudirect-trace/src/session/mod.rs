@@ -1,0 +1,264 @@
+//! A tracing session: the loaded tracer, the kernel-log follower and the
+//! analysis they feed. Every sink (live view, recorder, metrics server) runs
+//! on one (`driver::run`), so they all see the same events, counts, losses
+//! and incidents.
+
+pub mod driver;
+mod options;
+
+use std::{sync::Arc, time::Instant};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::{unix::AsyncFd, Interest};
+
+pub use self::{
+    driver::{Ending, Job, RunOptions, Sink, StopReason},
+    options::{SessionOptions, StrictFailure, STRICT_EXIT},
+};
+use crate::{
+    analysis::{Analysis, Outcome},
+    decode::{decode, Record},
+    ebpf::{drain_ring, SelfStats, Status, Tracer, TracerOptions},
+    faults::KmsgFollower,
+    model::{Fault, Incident, TraceClock},
+    output,
+};
+
+/// What the session observed, handed to the sink in arrival order: the
+/// recorder keeps exactly this sequence, which is what makes a replay tell
+/// the same story as the live session.
+pub enum Observed<'a> {
+    /// A decoded ring-buffer record, after the analysis took it.
+    Record {
+        record: &'a Record,
+        device: &'a Arc<str>,
+    },
+    /// A fault decoded from the kernel log, as decoded (before the ledger).
+    LogFault(&'a Fault),
+    /// An incident the last record or log fault created or merged into.
+    Incident {
+        incident: &'a Incident,
+        merged: bool,
+    },
+}
+
+/// Where the ring buffer is: still in the tracer (sessions driven by hand,
+/// e.g. the host tests), or in the driver's async fd.
+enum Ring {
+    InTracer,
+    Async(AsyncFd<RingBuf<MapData>>),
+}
+
+pub struct Session {
+    pub tracer: Tracer,
+    pub analysis: Analysis,
+    /// Streaming (every event) or aggregate-only.
+    pub stream: bool,
+    pub started: Instant,
+    kmsg: Option<KmsgFollower>,
+    /// Why the kernel log is not followed, if it is not.
+    pub kmsg_error: Option<String>,
+    ring: Ring,
+}
+
+impl Session {
+    /// Loads and attaches the programs and starts following the kernel log.
+    pub fn start(opts: &SessionOptions) -> anyhow::Result<Self> {
+        let tracer = Tracer::load(&TracerOptions {
+            stream: opts.stream,
+            lifetimes: opts.lifetimes,
+            ring_bytes: opts.ring_bytes,
+            ..Default::default()
+        })?;
+        let failed: Vec<String> = tracer
+            .probes
+            .iter()
+            .filter(|p| p.status == Status::Failed)
+            .map(|p| format!("{}: {}", p.name, p.reason))
+            .collect();
+        if opts.strict && !failed.is_empty() {
+            return Err(StrictFailure(failed).into());
+        }
+        if tracer.attached() == 0 {
+            anyhow::bail!(
+                "no probe could be attached on kernel {}; run `gpudirect-trace probes` for the reasons",
+                tracer.kernel.release
+            );
+        }
+        let unavailable = tracer
+            .probes
+            .iter()
+            .filter(|p| p.status == Status::Unavailable)
+            .count();
+        output::note(&format!(
+            "kernel {}: {} probes attached, {} unavailable on this kernel, {} failed \
+             (details: gpudirect-trace probes)",
+            tracer.kernel.release,
+            tracer.attached(),
+            unavailable,
+            failed.len()
+        ));
+        for f in &failed {
+            output::warn(f);
+        }
+        let mut session = Self::from_tracer(tracer, opts.stream);
+        if opts.follow_kmsg {
+            // VT-d faults, Xid lines and AER errors reach us through the
+            // kernel log: follow it from now on.
+            match KmsgFollower::open() {
+                Ok(k) => session.kmsg = Some(k),
+                Err(e) => {
+                    let msg = format!(
+                        "not following /dev/kmsg ({e}): VT-d faults, Xid and AER lines will be missed"
+                    );
+                    output::warn(&msg);
+                    session.kmsg_error = Some(msg);
+                }
+            }
+        }
+        Ok(session)
+    }
+
+    /// A session around an already loaded tracer (`stream` as it was loaded
+    /// with), not following the kernel log, its clock starting now; the host
+    /// tests use it to drive programs they run themselves.
+    pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+        Self {
+            tracer,
+            analysis: Analysis::new(TraceClock::now()),
+            stream,
+            started: Instant::now(),
+            kmsg: None,
+            kmsg_error: None,
+            ring: Ring::InTracer,
+        }
+    }
+
+    pub fn clock(&self) -> TraceClock {
+        *self.analysis.clock()
+    }
+
+    /// Moves the ring buffer into an async fd (inside a tokio runtime), so
+    /// the driver can wait for it.
+    fn ring_to_async(&mut self) -> anyhow::Result<()> {
+        if let Ring::InTracer = self.ring {
+            if let Some(ring) = self.tracer.take_ring() {
+                // SAFETY: the AsyncFd owns the ring buffer, whose map fd
+                // stays open and the same until the AsyncFd is dropped.
+                let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)?;
+                self.ring = Ring::Async(fd);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drains the ring buffer into the analysis, handing what it observed to
+    /// `f` in order. Returns the records drained.
+    pub fn pump(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<usize> {
+        let mut raw: Vec<Vec<u8>> = Vec::new();
+        let n = match &mut self.ring {
+            Ring::Async(fd) => drain_ring(fd.get_mut(), |b| raw.push(b.to_vec())),
+            Ring::InTracer => self.tracer.drain(|b| raw.push(b.to_vec())),
+        };
+        for bytes in raw {
+            let record = match decode(&bytes) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.analysis.agg.decode_errors += 1;
+                    log::debug!("undecodable record: {e}");
+                    continue;
+                }
+            };
+            let device = self.tracer.device_name(record.event().dev);
+            let outcome = self.analysis.record(&record, &device);
+            f(Observed::Record {
+                record: &record,
+                device: &device,
+            })?;
+            self.incident(outcome, f)?;
+        }
+        Ok(n)
+    }
+
+    fn incident(
+        &self,
+        outcome: Option<Outcome>,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let Some(o) = outcome else { return Ok(()) };
+        match self.analysis.ledger.get(o.id()) {
+            Some(incident) => f(Observed::Incident {
+                incident,
+                merged: matches!(o, Outcome::Merged(_)),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads new kernel log records and takes the faults they report.
+    pub fn poll_kmsg(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let Some(k) = self.kmsg.as_mut() else {
+            return Ok(());
+        };
+        match k.poll() {
+            Ok(faults) => self.log_faults(faults, f),
+            Err(e) => {
+                self.kmsg_error = Some(format!("reading /dev/kmsg failed: {e}"));
+                self.kmsg = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Takes a multi-line kernel-log report still being assembled (at the
+    /// end of a session).
+    pub fn flush_kmsg(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let faults = self.kmsg.as_mut().map(|k| k.flush()).unwrap_or_default();
+        self.log_faults(faults, f)
+    }
+
+    /// Faults decoded from the kernel log, taken in order.
+    pub fn log_faults(
+        &mut self,
+        faults: Vec<Fault>,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for fault in faults {
+            f(Observed::LogFault(&fault))?;
+            let outcome = self.analysis.log_fault(fault);
+            self.incident(Some(outcome), f)?;
+        }
+        Ok(())
+    }
+
+    /// Records lost from /dev/kmsg before we read them.
+    pub fn kmsg_lost(&self) -> u64 {
+        self.kmsg.as_ref().map_or(0, |k| k.lost_records)
+    }
+
+    /// Takes the kernel's loss-free counters (and, in aggregate-only mode,
+    /// its mapping table) into the tables; returns the programs' own counts.
+    pub fn refresh_counters(&mut self) -> SelfStats {
+        let counters = self.tracer.kernel_counters();
+        let agg = &mut self.analysis.agg;
+        agg.apply_kernel_counters(&counters);
+        let latency = self.tracer.kernel_latency();
+        self.analysis.agg.apply_kernel_latency(&latency);
+        if !self.stream {
+            let mappings = self.tracer.kernel_mappings();
+            self.analysis.agg.apply_kernel_mappings(&mappings);
+        }
+        self.tracer
+            .self_stats_with(counters.iter().map(|(_, k, c)| (k, c)))
+    }
+}
