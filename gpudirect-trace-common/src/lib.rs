@@ -49,6 +49,95 @@ pub mod kind {
     pub const COUNT: u32 = 19;
 }
 
+/// Human names of the event kinds, as output and metric labels use them
+/// (index = kind; 0 is no kind).
+pub const KIND_NAMES: [&str; kind::COUNT as usize] = [
+    "unknown",
+    "iommu_map",
+    "iommu_unmap",
+    "io_page_fault",
+    "group_add_device",
+    "group_remove_device",
+    "domain_attach",
+    "domain_detach",
+    "dma_map",
+    "dma_unmap",
+    "dma_map_sg",
+    "dma_unmap_sg",
+    "dma_map_sg_err",
+    "dma_alloc",
+    "dma_free",
+    "swiotlb_bounced",
+    "nvidia_xid",
+    "latency",
+    "pcie_aer",
+];
+
+/// The name of event kind `k` ("unknown" outside the ABI).
+pub fn kind_name(k: u16) -> &'static str {
+    KIND_NAMES.get(usize::from(k)).copied().unwrap_or("unknown")
+}
+
+/// `enum dma_data_direction` (include/linux/dma-direction.h).
+pub mod dir {
+    pub const BIDIRECTIONAL: u32 = 0;
+    pub const TO_DEVICE: u32 = 1;
+    pub const FROM_DEVICE: u32 = 2;
+    pub const NONE: u32 = 3;
+    pub const NAMES: [&str; 4] = ["bidirectional", "to_device", "from_device", "none"];
+}
+
+/// The maps both sides name: aya names a map after its static, so these
+/// are the statics' names in the eBPF crate, and the capacities it creates
+/// them with. Userspace takes the maps by these names (a unit test checks
+/// the embedded object has each of them).
+pub mod maps {
+    /// The event stream (its size is set by the loader).
+    pub const EVENTS: &str = "EVENTS";
+    /// Default ring size in the object, before the loader sets its own.
+    pub const EVENTS_DEFAULT_BYTES: u32 = 4 << 20;
+    /// Self-metrics, indexed by `stat`.
+    pub const STATS: &str = "STATS";
+    /// Hits per event kind that no counter could take.
+    pub const HITS: &str = "HITS";
+    /// Per (device, kind, direction, nesting slot) counts and bytes.
+    pub const DEV_COUNTERS: &str = "DEV_COUNTERS";
+    pub const DEV_COUNTERS_CAP: u32 = 8192;
+    /// Per-CPU hot-path bookkeeping (nesting depth, wake-up checks).
+    pub const CPU_STATE: &str = "CPU_STATE";
+    /// `struct device *` -> name.
+    pub const DEVICES: &str = "DEVICES";
+    pub const DEVICES_CAP: u32 = 4096;
+    /// Per-task timing state (LRU).
+    pub const TASKS: &str = "TASKS";
+    pub const TASKS_CAP: u32 = 16384;
+    /// IOMMU domain -> device.
+    pub const DOMAIN_DEVS: &str = "DOMAIN_DEVS";
+    pub const DOMAIN_DEVS_CAP: u32 = 4096;
+    /// Per (device, op) log2 latency histograms.
+    pub const LAT_HIST: &str = "LAT_HIST";
+    pub const LAT_HIST_CAP: u32 = 4096;
+    /// Outstanding DMA-API mappings (aggregate-only lifetimes).
+    pub const MAPPINGS: &str = "MAPPINGS";
+    pub const MAPPINGS_CAP: u32 = 65536;
+    /// Scatter-gather records under construction, one per program.
+    pub const SG_SCRATCH: &str = "SG_SCRATCH";
+    /// Every map of the object.
+    pub const ALL: [&str; 11] = [
+        EVENTS,
+        STATS,
+        HITS,
+        DEV_COUNTERS,
+        CPU_STATE,
+        DEVICES,
+        TASKS,
+        DOMAIN_DEVS,
+        LAT_HIST,
+        MAPPINGS,
+        SG_SCRATCH,
+    ];
+}
+
 /// Timed operations (fentry/fexit or kprobe/kretprobe pairs).
 pub mod op {
     pub const DMA_MAP: u32 = 0;
@@ -352,9 +441,29 @@ pub struct CounterKey {
 pub const COUNTER_SLOTS: u32 = 4;
 
 impl CounterKey {
+    /// The key of `kind`'s counter for `dev` and `dir`, in nesting copy `slot`.
+    #[inline(always)]
+    pub const fn new(dev: u64, kind: u16, slot: u32, dir: u32) -> Self {
+        Self {
+            dev,
+            kind: kind as u32 | slot << 16,
+            dir,
+        }
+    }
+
     /// The event kind (without the nesting slot).
     pub fn event_kind(&self) -> u16 {
         self.kind as u16
+    }
+
+    /// The nesting copy (`COUNTER_SLOTS`) that wrote it.
+    pub fn slot(&self) -> u32 {
+        self.kind >> 16
+    }
+
+    /// The same counter with the slot summed away (userspace's view).
+    pub fn merged(&self) -> Self {
+        Self::new(self.dev, self.event_kind(), 0, self.dir)
     }
 }
 
@@ -386,6 +495,7 @@ pub mod stat {
     pub const COUNT: u32 = 6;
 }
 
+const _: () = assert!(KIND_NAMES.len() == kind::COUNT as usize);
 const _: () = assert!(core::mem::size_of::<Event>() == 64);
 const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
@@ -400,6 +510,20 @@ const _: () = assert!(core::mem::size_of::<TaskState>() == 3 * 8 * level::NEST *
 const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
 const _: () = assert!(core::mem::size_of::<MapValue>() == 24);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_keys_carry_their_nesting_slot_and_merge_it_away() {
+        let k = CounterKey::new(0xffff_8880_0000_1000, kind::DMA_MAP_SG, 3, dir::FROM_DEVICE);
+        assert_eq!((k.event_kind(), k.slot(), k.dir), (kind::DMA_MAP_SG, 3, 2));
+        assert_eq!(k.merged(), CounterKey::new(k.dev, kind::DMA_MAP_SG, 0, 2));
+        assert_eq!(kind_name(kind::AER), "pcie_aer");
+        assert_eq!(kind_name(999), "unknown");
+    }
+}
 
 #[cfg(feature = "user")]
 mod pod {

@@ -15,12 +15,12 @@ use aya_ebpf::{
     macros::map,
     maps::HashMap,
 };
-use gpudirect_trace_common::{stat, DeviceName, KernelOffsets, DEV_NAME_LEN};
+use gpudirect_trace_common::{maps, stat, DeviceName, KernelOffsets, DEV_NAME_LEN};
 
 use crate::emit::stat_inc;
 
 #[map]
-static DEVICES: HashMap<u64, DeviceName> = HashMap::with_max_entries(4096, 0);
+static DEVICES: HashMap<u64, DeviceName> = HashMap::with_max_entries(maps::DEVICES_CAP, 0);
 
 /// Make sure `DEVICES` knows `dev`'s name. Returns false for a null device or
 /// one whose name cannot be read.

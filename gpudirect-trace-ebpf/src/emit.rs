@@ -10,7 +10,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
-    flags, kind, stat, Config, Counter, CounterKey, Event, COUNTER_SLOTS,
+    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_SLOTS,
 };
 
 use crate::device::remember_device;
@@ -21,7 +21,7 @@ static CONFIG: Config = Config::DEFAULT;
 
 /// The event stream. Its size is set by the loader (`--ring-size`).
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(4 << 20, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_DEFAULT_BYTES, 0);
 
 /// Self-metrics, indexed by `gpudirect_trace_common::stat`.
 #[map]
@@ -34,7 +34,7 @@ static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
 /// Per (device, kind, direction) event and byte counts: the aggregate that
 /// survives any ring buffer overflow.
 #[map]
-static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(8192, 0);
+static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(maps::DEV_COUNTERS_CAP, 0);
 
 #[inline(always)]
 pub fn config() -> Config {
@@ -256,11 +256,7 @@ pub fn add_counter_atomic(ev: &Event) {
 /// is full.
 #[inline(always)]
 fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
-    let key = CounterKey {
-        dev: ev.dev,
-        kind: ev.kind as u32 | slot << 16,
-        dir: ev.dir,
-    };
+    let key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
     if let Some(c) = DEV_COUNTERS.get_ptr_mut(&key) {
         return Some(c);
     }

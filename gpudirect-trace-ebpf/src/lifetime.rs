@@ -20,7 +20,7 @@ use aya_ebpf::{
     macros::map,
     maps::HashMap,
 };
-use gpudirect_trace_common::{op, stat, Event, MapKey, MapValue};
+use gpudirect_trace_common::{maps, op, stat, Event, MapKey, MapValue};
 
 use crate::{
     emit::{cfg_track_lifetimes, stat_inc},
@@ -28,7 +28,7 @@ use crate::{
 };
 
 #[map]
-static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(65536, 0);
+static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(maps::MAPPINGS_CAP, 0);
 
 /// The table key of a DMA-API map or unmap event, when the table is in use
 /// and the event names its device.

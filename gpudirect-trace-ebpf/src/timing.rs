@@ -22,21 +22,21 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use gpudirect_trace_common::{
-    flags, kind, level, op, stat, LatHist, LatKey, TaskState, LAT_BUCKETS,
+    flags, kind, level, maps, op, stat, LatHist, LatKey, TaskState, LAT_BUCKETS,
 };
 
 use crate::emit::{atomic_add, base_event, config, emit_hot_any, stat_inc};
 
 #[map]
-static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(16384, 0);
+static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(maps::TASKS_CAP, 0);
 
 /// IOMMU domain -> device, learnt from attach calls and DMA-API nesting.
 #[map]
-static DOMAIN_DEVS: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
+static DOMAIN_DEVS: HashMap<u64, u64> = HashMap::with_max_entries(maps::DOMAIN_DEVS_CAP, 0);
 
 /// In-kernel latency histograms (aggregate-only mode reads only these).
 #[map]
-static LAT_HIST: PerCpuHashMap<LatKey, LatHist> = PerCpuHashMap::with_max_entries(4096, 0);
+static LAT_HIST: PerCpuHashMap<LatKey, LatHist> = PerCpuHashMap::with_max_entries(maps::LAT_HIST_CAP, 0);
 
 #[inline(always)]
 fn tid() -> u32 {

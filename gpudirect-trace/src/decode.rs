@@ -57,7 +57,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match k {
         kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
         kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        1..=18 => read::<Event>(bytes, k).map(Record::Event),
+        1.. if u32::from(k) < kind::COUNT => read::<Event>(bytes, k).map(Record::Event),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -72,40 +72,14 @@ impl Record {
     }
 }
 
-/// Human name of an event kind, as used in output and metrics labels.
-pub fn kind_name(k: u16) -> &'static str {
-    match k {
-        kind::IOMMU_MAP => "iommu_map",
-        kind::IOMMU_UNMAP => "iommu_unmap",
-        kind::IO_PAGE_FAULT => "io_page_fault",
-        kind::GROUP_ADD_DEVICE => "group_add_device",
-        kind::GROUP_REMOVE_DEVICE => "group_remove_device",
-        kind::DOMAIN_ATTACH => "domain_attach",
-        kind::DOMAIN_DETACH => "domain_detach",
-        kind::DMA_MAP => "dma_map",
-        kind::DMA_UNMAP => "dma_unmap",
-        kind::DMA_MAP_SG => "dma_map_sg",
-        kind::DMA_UNMAP_SG => "dma_unmap_sg",
-        kind::DMA_MAP_SG_ERR => "dma_map_sg_err",
-        kind::DMA_ALLOC => "dma_alloc",
-        kind::DMA_FREE => "dma_free",
-        kind::SWIOTLB_BOUNCED => "swiotlb_bounced",
-        kind::NV_XID => "nvidia_xid",
-        kind::LATENCY => "latency",
-        kind::AER => "pcie_aer",
-        _ => "unknown",
-    }
-}
+pub use gpudirect_trace_common::kind_name;
 
 /// `enum dma_data_direction` names.
 pub fn dir_name(dir: u32) -> &'static str {
-    match dir {
-        0 => "bidirectional",
-        1 => "to_device",
-        2 => "from_device",
-        3 => "none",
-        _ => "invalid",
-    }
+    gpudirect_trace_common::dir::NAMES
+        .get(dir as usize)
+        .copied()
+        .unwrap_or("invalid")
 }
 
 /// The text of a NUL-terminated byte buffer.

@@ -388,3 +388,15 @@ fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
         .expect("unattributed row");
     assert_eq!((un.iommu.maps, un.iommu.bytes_mapped), (1, 8192));
 }
+
+/// /dev/kmsg (root can read it): a snapshot ends by itself at EAGAIN, and
+/// the follower's poll returns instead of blocking.
+#[test]
+fn kmsg_is_read_without_blocking() {
+    require_root();
+    let (lines, _lost) =
+        gpudirect_trace::faults::kmsg::read_kmsg_snapshot().expect("read /dev/kmsg as root");
+    assert!(lines.iter().all(|l| l.contains(';')), "records keep their header");
+    let mut f = gpudirect_trace::faults::KmsgFollower::open().expect("follow /dev/kmsg");
+    f.poll().expect("poll returns at EAGAIN");
+}

@@ -60,6 +60,15 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         root,
         "the host integration tests load BPF programs: run `cargo xtask test` as root"
     );
+    status(Command::new("cargo").args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+    .context("clippy (warnings are errors)")?;
     status(Command::new("cargo").args(["test", "--workspace"]))
         .context("unit and host integration tests")?;
     if !args.no_fuzz {

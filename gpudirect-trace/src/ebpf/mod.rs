@@ -1,25 +1,26 @@
 //! Loading the embedded eBPF object, attaching what the running kernel has,
 //! and reading back events and maps.
 
+pub mod maps;
 pub mod module_fentry;
+#[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    os::fd::{AsFd as _, AsRawFd, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd},
     sync::Arc,
 };
 
-use anyhow::Context as _;
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{MapData, PerCpuArray, RingBuf},
     programs::{ProgramError, RawTracePoint},
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey, MapKey,
-    MapValue, TaskState, DEV_NAME_LEN,
+    kind, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey, MapKey, MapValue,
+    DEV_NAME_LEN,
 };
 use serde::Serialize;
 
@@ -128,15 +129,7 @@ pub struct Tracer {
     pub kernel: KernelInfo,
     pub probes: Vec<ProbeStatus>,
     pub offsets: KernelOffsets,
-    /// The event stream, until a session driver takes it into its async fd.
-    ring: Option<RingBuf<MapData>>,
-    devices: BpfHashMap<MapData, u64, DeviceName>,
-    stats: PerCpuArray<MapData, u64>,
-    hits: PerCpuArray<MapData, u64>,
-    counters: PerCpuHashMap<MapData, CounterKey, Counter>,
-    latency: PerCpuHashMap<MapData, LatKey, LatHist>,
-    tasks: BpfHashMap<MapData, u32, TaskState>,
-    mappings: BpfHashMap<MapData, MapKey, MapValue>,
+    maps: maps::Maps,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
     names: HashMap<u64, Arc<str>>,
@@ -233,33 +226,13 @@ impl Tracer {
         );
         probes.extend(timing);
 
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
-        let devices =
-            BpfHashMap::try_from(ebpf.take_map("DEVICES").context("map DEVICES missing")?)?;
-        let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("map STATS missing")?)?;
-        let hits = PerCpuArray::try_from(ebpf.take_map("HITS").context("map HITS missing")?)?;
-        let counters = PerCpuHashMap::try_from(
-            ebpf.take_map("DEV_COUNTERS")
-                .context("map DEV_COUNTERS missing")?,
-        )?;
-        let latency =
-            PerCpuHashMap::try_from(ebpf.take_map("LAT_HIST").context("map LAT_HIST missing")?)?;
-        let tasks = BpfHashMap::try_from(ebpf.take_map("TASKS").context("map TASKS missing")?)?;
-        let mappings =
-            BpfHashMap::try_from(ebpf.take_map("MAPPINGS").context("map MAPPINGS missing")?)?;
+        let maps = maps::Maps::take(&mut ebpf)?;
         Ok(Self {
             ebpf,
             kernel,
             probes,
             offsets,
-            ring: Some(ring),
-            devices,
-            stats,
-            hits,
-            counters,
-            latency,
-            tasks,
-            mappings,
+            maps,
             module_hooks,
             names: HashMap::new(),
         })
@@ -273,23 +246,24 @@ impl Tracer {
     }
 
     /// The file descriptor of a loaded program (for BPF_PROG_TEST_RUN).
-    pub fn program_fd(&self, name: &str) -> anyhow::Result<BorrowedFd<'_>> {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn program_fd(&self, name: &str) -> anyhow::Result<std::os::fd::BorrowedFd<'_>> {
         let prog = self
             .ebpf
             .program(name)
-            .with_context(|| format!("no program {name}"))?;
+            .ok_or_else(|| anyhow::anyhow!("no program {name}"))?;
         Ok(prog.fd()?.as_fd())
     }
 
     /// Hands the event stream to its owner (the session driver's async fd,
     /// which wakes on it); `drain` then finds nothing.
     pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
-        self.ring.take()
+        self.maps.ring.take()
     }
 
     /// Hands every waiting record to `f`; returns how many there were.
     pub fn drain(&mut self, f: impl FnMut(&[u8])) -> usize {
-        match self.ring.as_mut() {
+        match self.maps.ring.as_mut() {
             Some(ring) => drain_ring(ring, f),
             None => 0,
         }
@@ -304,7 +278,7 @@ impl Tracer {
         if let Some(n) = self.names.get(&dev) {
             return n.clone();
         }
-        let name: Arc<str> = match self.devices.get(&dev, 0) {
+        let name: Arc<str> = match self.maps.devices.get(&dev, 0) {
             Ok(v) => Arc::from(c_str(&v.name)),
             Err(_) => return Arc::from(format!("dev@{dev:#x}")),
         };
@@ -330,19 +304,19 @@ impl Tracer {
         };
         // Every event counted in DEV_COUNTERS is a hit of its kind; HITS
         // holds the rest (kinds without counters, or a full counter map).
-        let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect();
+        let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.maps.hits, k)).collect();
         for (key, c) in counters {
             if let Some(h) = hits.get_mut(key.event_kind() as usize) {
                 *h += c.count;
             }
         }
         SelfStats {
-            lost_events: sum(&self.stats, stat::RINGBUF_LOST),
-            device_name_failures: sum(&self.stats, stat::DEVICE_NAME_FAILED),
-            device_map_full: sum(&self.stats, stat::DEVICE_MAP_FULL),
-            timing_nest_full: sum(&self.stats, stat::TIMING_NEST_FULL),
-            lifetime_unmatched: sum(&self.stats, stat::LIFETIME_UNMATCHED),
-            mappings_untracked: sum(&self.stats, stat::MAPPINGS_FULL),
+            lost_events: sum(&self.maps.stats, stat::RINGBUF_LOST),
+            device_name_failures: sum(&self.maps.stats, stat::DEVICE_NAME_FAILED),
+            device_map_full: sum(&self.maps.stats, stat::DEVICE_MAP_FULL),
+            timing_nest_full: sum(&self.maps.stats, stat::TIMING_NEST_FULL),
+            lifetime_unmatched: sum(&self.maps.stats, stat::LIFETIME_UNMATCHED),
+            mappings_untracked: sum(&self.maps.stats, stat::MAPPINGS_FULL),
             hits,
             missed_events: self.recursion_misses(),
         }
@@ -352,11 +326,8 @@ impl Tracer {
     /// counter (`COUNTER_SLOTS`): one entry per (device, kind, direction).
     fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
-        for (k, per_cpu) in self.counters.iter().filter_map(Result::ok) {
-            let key = CounterKey {
-                kind: u32::from(k.event_kind()),
-                ..k
-            };
+        for (k, per_cpu) in self.maps.counters.iter().filter_map(Result::ok) {
+            let key = k.merged();
             let total = merged.entry(key).or_default();
             for c in per_cpu.iter() {
                 total.count += c.count;
@@ -440,6 +411,7 @@ impl Tracer {
 
     /// Loads one more raw tracepoint program of the object without
     /// attaching it (benchmarks: `bench_floor`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
         load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
     }
@@ -447,6 +419,7 @@ impl Tracer {
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.
     pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
         let raw: Vec<(LatKey, LatHist)> = self
+            .maps
             .latency
             .iter()
             .filter_map(Result::ok)
@@ -460,7 +433,7 @@ impl Tracer {
     /// The kernel's table of outstanding DMA-API mappings (aggregate-only
     /// mode), by device name.
     pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
-        let raw: Vec<(MapKey, MapValue)> = self.mappings.iter().filter_map(Result::ok).collect();
+        let raw: Vec<(MapKey, MapValue)> = self.maps.mappings.iter().filter_map(Result::ok).collect();
         raw.into_iter()
             .map(|(k, v)| (self.device_name(k.dev), k, v))
             .collect()
@@ -469,8 +442,13 @@ impl Tracer {
     /// Sets the in-flight state of thread `tid` as the timing hooks would
     /// (test support: lets host tests check in-kernel attribution on kernels
     /// without fentry or kprobes).
-    pub fn set_task_state(&mut self, tid: u32, state: &TaskState) -> anyhow::Result<()> {
-        self.tasks.insert(tid, state, 0)?;
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn set_task_state(
+        &mut self,
+        tid: u32,
+        state: &gpudirect_trace_common::TaskState,
+    ) -> anyhow::Result<()> {
+        self.maps.tasks.insert(tid, state, 0)?;
         Ok(())
     }
 }
@@ -582,4 +560,42 @@ fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {
         ""
     };
     anyhow::anyhow!("loading the eBPF object failed: {text}{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use gpudirect_trace_common::maps;
+
+    use super::EBPF_OBJECT;
+    use crate::catalog::{self, ATTACH_LEARN, FAULT_HANDLER, NVIDIA_TIMING, TIMING};
+
+    /// The contract, checked without root: the embedded object (parsed with
+    /// aya-obj, as aya parses it to load) has every map userspace takes and
+    /// every program the catalog and the loader name.
+    #[test]
+    fn the_embedded_object_has_every_map_and_program_the_loader_names() {
+        let obj = aya_obj::Object::parse(EBPF_OBJECT).expect("the embedded object parses");
+        let have_maps: BTreeSet<&str> = obj.maps.keys().map(String::as_str).collect();
+        for m in maps::ALL {
+            assert!(have_maps.contains(m), "map {m} missing: {have_maps:?}");
+        }
+        let have: BTreeSet<&str> = obj.programs.keys().map(String::as_str).collect();
+        for p in catalog::programs() {
+            assert!(have.contains(p), "tracepoint program {p} missing");
+        }
+        for spec in TIMING.iter().chain([&FAULT_HANDLER]).chain(NVIDIA_TIMING) {
+            for side in ["in", "out"] {
+                for prefix in ["t", "k"] {
+                    let name = format!("{prefix}_{}_{side}", spec.slot);
+                    assert!(have.contains(name.as_str()), "timing program {name} missing");
+                }
+            }
+        }
+        assert_eq!(ATTACH_LEARN.slot, "attach");
+        for p in ["attach_fentry", "attach_kprobe"] {
+            assert!(have.contains(p), "{p} missing");
+        }
+    }
 }

@@ -395,16 +395,4 @@ mod tests {
             .iter()
             .any(|l| l.contains("gpudirect-trace kmsg selftest")));
     }
-
-    #[test]
-    fn snapshot_reads_without_blocking_when_available() {
-        // /dev/kmsg needs privileges; where it opens, reading must end by
-        // itself (EAGAIN) instead of blocking the test.
-        if File::open(KMSG_PATH).is_ok() {
-            let (lines, _lost) = read_kmsg_snapshot().expect("snapshot");
-            assert!(lines.iter().all(|l| l.contains(';')));
-            let mut f = KmsgFollower::open().expect("follower");
-            f.poll().expect("poll returns at EAGAIN");
-        }
-    }
 }

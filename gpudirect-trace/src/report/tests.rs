@@ -274,8 +274,8 @@ fn hdr_export_is_a_v2_interval_log_per_device_and_operation() {
 }
 
 /// The page renders in a real browser with no network: headless Chromium
-/// parses it and its DOM holds the charts. Skips (saying so) only when
-/// chromium is not installed (`cargo xtask bootstrap` installs it).
+/// parses it and its DOM holds the charts. A missing browser fails the test
+/// (`cargo xtask bootstrap` installs Debian's chromium).
 #[test]
 fn html_page_renders_in_headless_chromium() {
     let Some(chromium) = std::env::var_os("PATH").and_then(|p| {

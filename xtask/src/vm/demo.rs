@@ -25,33 +25,24 @@ pub struct DemoArgs {
 const SCRIPT: &str = r#"
 secs=$1
 echo "=== gpudirect-trace demo: $(uname -r), IOMMU=$GDT_IOMMU, NVMe $GDT_NVME_BDF, edu $GDT_EDU_BDF"
-if gpudirect-trace live --help >/dev/null 2>&1; then
-    gpudirect-trace live --duration "${secs}s" 2> /tmp/live.err &
-    tracer=$!
-    i=0
-    until grep -q 'probes attached' /tmp/live.err || [ $i -gt 120 ]; do
-        sleep 0.5; i=$((i + 1))
-    done
-    cat /tmp/live.err
-else
-    echo "=== (this gpudirect-trace has no live view yet: showing raw iommu tracepoints)"
-    echo 1 > /sys/kernel/tracing/events/iommu/enable
-    tracer=
-fi
+gpudirect-trace live --duration "${secs}s" 2> /tmp/live.err &
+tracer=$!
+i=0
+until grep -q 'probes attached' /tmp/live.err || [ $i -gt 120 ]; do
+    if ! kill -0 "$tracer" 2>/dev/null; then
+        cat /tmp/live.err
+        echo "=== gpudirect-trace live did not start"
+        exit 1
+    fi
+    sleep 0.5; i=$((i + 1))
+done
+cat /tmp/live.err
 sleep 2
 echo "=== reading 32 MiB from /dev/nvme0n1 (O_DIRECT)"
 dd if=/dev/nvme0n1 of=/dev/null bs=1M count=32 iflag=direct
 echo "=== edu DMA write to unmapped IOVA 0x123000 (expect a DMAR fault)"
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
-if [ -n "$tracer" ]; then
-    wait "$tracer"
-else
-    sleep 1
-    echo 0 > /sys/kernel/tracing/events/iommu/enable
-    echo "=== iommu events by type:"
-    grep -o ' [a-z_]*: IOMMU:' /sys/kernel/tracing/trace | sort | uniq -c
-    tail -n 5 /sys/kernel/tracing/trace
-fi
+wait "$tracer"
 echo "=== kernel log:"
 dmesg | grep -i -e DMAR -e fault | tail -n 5
 "#;

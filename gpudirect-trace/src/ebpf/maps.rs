@@ -1,0 +1,52 @@
+//! The maps userspace reads, taken from the loaded object once into one
+//! typed struct, by the names of the shared contract
+//! (`gpudirect_trace_common::maps`).
+
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    Ebpf,
+};
+use gpudirect_trace_common::{
+    maps as names, Counter, CounterKey, DeviceName, LatHist, LatKey, MapKey, MapValue, TaskState,
+};
+
+pub struct Maps {
+    /// The event stream, until a session driver takes it.
+    pub ring: Option<RingBuf<MapData>>,
+    pub devices: HashMap<MapData, u64, DeviceName>,
+    pub stats: PerCpuArray<MapData, u64>,
+    pub hits: PerCpuArray<MapData, u64>,
+    pub counters: PerCpuHashMap<MapData, CounterKey, Counter>,
+    pub latency: PerCpuHashMap<MapData, LatKey, LatHist>,
+    /// Written by userspace only in tests (setting a task's timing state).
+    #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
+    pub tasks: HashMap<MapData, u32, TaskState>,
+    pub mappings: HashMap<MapData, MapKey, MapValue>,
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<T>
+where
+    T: TryFrom<Map>,
+    <T as TryFrom<Map>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    let map = ebpf
+        .take_map(name)
+        .with_context(|| format!("the eBPF object has no map {name}"))?;
+    T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
+}
+
+impl Maps {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        Ok(Self {
+            ring: Some(take(ebpf, names::EVENTS)?),
+            devices: take(ebpf, names::DEVICES)?,
+            stats: take(ebpf, names::STATS)?,
+            hits: take(ebpf, names::HITS)?,
+            counters: take(ebpf, names::DEV_COUNTERS)?,
+            latency: take(ebpf, names::LAT_HIST)?,
+            tasks: take(ebpf, names::TASKS)?,
+            mappings: take(ebpf, names::MAPPINGS)?,
+        })
+    }
+}
