@@ -25,7 +25,7 @@ mod tests_fixture;
 #[cfg(test)]
 mod tests_synthetic;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use std::{path::PathBuf, process::ExitCode};
 
