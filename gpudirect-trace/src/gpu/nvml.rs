@@ -37,8 +37,15 @@ impl NvmlSource {
 /// Why NVML could not start, in words a user can act on.
 fn init_error(e: &NvmlError) -> String {
     match e {
+        // dlerror's text names the library: "libnvidia-ml.so.1: cannot open
+        // shared object file: No such file or directory".
         NvmlError::LibloadingError(l) => {
-            format!("libnvidia-ml.so.1 could not be loaded ({l}); it ships with the NVIDIA driver")
+            let l = l.to_string();
+            if l.contains("libnvidia-ml") {
+                l
+            } else {
+                format!("libnvidia-ml.so.1: {l}")
+            }
         }
         NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_owned(),
         NvmlError::NoPermission => {
