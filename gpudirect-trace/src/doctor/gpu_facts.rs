@@ -255,7 +255,11 @@ fn check_bar1(g: &GpuFacts, f: &mut Findings) {
         );
     }
     // A zero total (never seen) counts as full.
-    let pct = b.used.saturating_mul(100).checked_div(b.total).unwrap_or(100);
+    let pct = b
+        .used
+        .saturating_mul(100)
+        .checked_div(b.total)
+        .unwrap_or(100);
     let (sev, what) = if pct >= BAR1_PROBLEM_PCT {
         (Severity::Problem, "nearly full")
     } else if pct >= BAR1_WARN_PCT {

@@ -3,8 +3,10 @@
 //! `/proc/PID/{comm,cgroup}` and kept in a bounded cache so per-event lookups
 //! cost a hash probe.
 //!
-//! Pids are the tracer's: host (initial pid namespace) tgids. Read them from the
-//! host's /proc: a tracer inside a container needs `hostPID` (deploy/ sets it).
+//! Pids are the tracer's: host (initial pid namespace) tgids, read from the
+//! host's /proc. A tracer in a container without `hostPID` (the Kubernetes
+//! DaemonSet in deploy/ does not set it) sees no /proc entry for them: they
+//! read as exited, so per-process attribution there needs `hostPID: true`.
 //! A pid that has exited reads as `exited` (cached too, so a burst of events
 //! from a dead process costs one failed open). Pid 0 is the idle task: events
 //! with it ran in interrupt context on an idle CPU, not in any process.
