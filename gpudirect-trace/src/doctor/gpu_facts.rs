@@ -142,7 +142,7 @@ pub fn check(
             let show = |v: &Fact<String>| {
                 v.ok()
                     .cloned()
-                    .unwrap_or_else(|| format!("unknown: {}", v.why().unwrap_or("")))
+                    .unwrap_or_else(|| format!("version unknown ({})", v.why().unwrap_or("")))
             };
             let n = last.map_or(0, |s| s.gpus.len());
             f.add(
