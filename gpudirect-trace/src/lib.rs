@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod ebpf;
 pub mod export;
 pub mod faults;
+pub mod gpu;
 pub mod kernel;
 pub mod live;
 pub mod model;

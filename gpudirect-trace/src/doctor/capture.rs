@@ -160,6 +160,10 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
             files.push((name.to_string(), d));
         }
     }
+    // NVML's answers (or why there are none), so `--root` on the capture gives
+    // the same NVML findings as the live run.
+    let nvml = super::gpu_facts::gather(tree).to_json();
+    files.push((crate::gpu::facts::NVML_FILE.into(), nvml.into_bytes()));
     if !errors.is_empty() {
         files.push(("capture-errors.txt".into(), errors.into_bytes()));
     }

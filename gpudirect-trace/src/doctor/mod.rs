@@ -6,13 +6,15 @@
 //! Modules: [`tree`] reads the live host or a captured tree; [`pci`] decodes
 //! config space; [`devices`] builds the PCI inventory; [`platform`] (IOMMU,
 //! kernel parameters, NVIDIA driver), [`checks`] (per GPU/NIC) and [`topology`]
-//! (P2P path matrix, ACS) and [`klog`] (kernel log) produce [`findings`]; [`report`] renders them;
-//! [`capture`] writes a snapshot for bug reports.
+//! (P2P path matrix, ACS), [`klog`] (kernel log) and [`gpu_facts`] (NVML, when
+//! present) produce [`findings`]; [`report`] renders them; [`capture`] writes a
+//! snapshot for bug reports.
 
 pub mod capture;
 pub mod checks;
 pub mod devices;
 pub mod findings;
+pub mod gpu_facts;
 pub mod klog;
 pub mod pci;
 pub mod platform;
@@ -23,17 +25,22 @@ pub mod tree;
 #[cfg(test)]
 mod tests_fixture;
 #[cfg(test)]
+mod tests_nvml;
+#[cfg(test)]
 mod tests_synthetic;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::Context as _;
 
 use self::{
     findings::{Findings, Severity},
     report::Report,
     tree::Tree,
 };
+use crate::gpu::NvmlRecord;
 
 /// Check this host (or a captured one) for DMA/IOMMU/PCIe settings that break
 /// or slow GPUDirect RDMA and GPU peer-to-peer.
@@ -54,10 +61,25 @@ pub struct DoctorArgs {
     /// for a bug report, instead of checking.
     #[arg(long, value_name = "OUT.tar.gz")]
     pub capture: Option<PathBuf>,
+    /// An earlier capture (OUT.tar.gz, its unpacked directory, or its
+    /// nvml.json) to compare NVML counters against: PCIe replays since then.
+    #[arg(long, value_name = "CAPTURE")]
+    pub baseline: Option<PathBuf>,
 }
 
-/// Examine a tree and produce the report.
+/// Examine a tree and produce the report, with NVML read now (live host) or
+/// from the capture's nvml.json.
 pub fn diagnose(tree: &Tree) -> anyhow::Result<Report> {
+    diagnose_with(tree, &gpu_facts::gather(tree), None)
+}
+
+/// [`diagnose`] with the NVML answers given, and an earlier capture's to
+/// compare counters against.
+pub fn diagnose_with(
+    tree: &Tree,
+    nvml: &NvmlRecord,
+    baseline: Option<&NvmlRecord>,
+) -> anyhow::Result<Report> {
     let mut f = Findings::default();
     let devs = match devices::read_all(tree) {
         Ok(d) => d,
@@ -73,6 +95,7 @@ pub fn diagnose(tree: &Tree) -> anyhow::Result<Report> {
     let topology = topology::build(tree, &devs, &mut f);
     platform::check_nvidia(tree, &devs, iommu, &mut f);
     klog::check(tree, iommu, &mut f);
+    let gpus = gpu_facts::check(tree, nvml, baseline, &mut f);
     if !devs.iter().any(|d| d.is_endpoint_of_interest()) && !devs.is_empty() {
         f.add(
             "pci.no_gpu_nic",
@@ -89,8 +112,10 @@ pub fn diagnose(tree: &Tree) -> anyhow::Result<Report> {
     f.list.sort_by_key(|f| std::cmp::Reverse(f.severity));
     Ok(Report {
         root: tree.root().display().to_string(),
+        gpus,
         findings: f.list,
         topology,
+        nvml: nvml.clone(),
     })
 }
 
@@ -107,7 +132,14 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let report = diagnose(&tree)?;
+    // Read before gathering NVML, so a bad path fails at once.
+    let baseline = match &args.baseline {
+        Some(p) => Some(
+            gpu_facts::read_baseline(p).with_context(|| format!("--baseline {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let report = diagnose_with(&tree, &gpu_facts::gather(&tree), baseline.as_ref())?;
     if args.json {
         println!("{}", report.to_json()?);
     } else {

@@ -8,13 +8,18 @@ use super::{
     findings::{Finding, Severity},
     topology::Topology,
 };
+use crate::gpu::{GpuIdentity, NvmlRecord};
 
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// `/` or the captured tree analysed.
     pub root: String,
+    /// NVIDIA GPUs: index, UUID, bus id, name (NVML's where it answered).
+    pub gpus: Vec<GpuIdentity>,
     pub findings: Vec<Finding>,
     pub topology: Topology,
+    /// The NVML answers the findings were drawn from (the form of nvml.json).
+    pub nvml: NvmlRecord,
 }
 
 impl Report {
@@ -26,6 +31,9 @@ impl Report {
     pub fn to_text(&self, verbose: bool) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "gpudirect-trace doctor: {}", self.root);
+        for g in &self.gpus {
+            let _ = writeln!(s, "  {g}");
+        }
         for sev in [
             Severity::Problem,
             Severity::Warn,

@@ -49,6 +49,41 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_devices_folded_total" => {
             "Devices reported as device=\"other\" (past --max-devices)."
         }
+        "gpudirect_nvml_available" => "1 if NVML (libnvidia-ml.so.1) could be used, else 0.",
+        "gpudirect_nvml_device_errors" => {
+            "GPUs NVML lists but could not open at the last reading (e.g. GPU lost)."
+        }
+        "gpudirect_gpu_info" => "1 per NVIDIA GPU: its bus id, NVML index, UUID and name.",
+        "gpudirect_gpu_bar1_total_bytes" => {
+            "Size of the GPU's BAR1, the window GPUDirect RDMA registrations map into."
+        }
+        "gpudirect_gpu_bar1_used_bytes" => "BAR1 in use; registrations fail once it is full.",
+        "gpudirect_gpu_pcie_link_gen_current" => "PCIe generation the link runs at now.",
+        "gpudirect_gpu_pcie_link_gen_max" => "Highest PCIe generation this GPU and host allow.",
+        "gpudirect_gpu_pcie_link_width_current" => "PCIe lanes the link runs with now.",
+        "gpudirect_gpu_pcie_link_width_max" => "Most PCIe lanes this GPU and host allow.",
+        "gpudirect_gpu_pcie_replays_total" => {
+            "PCIe link-level replays since the driver loaded (nvmlDeviceGetPcieReplayCounter)."
+        }
+        "gpudirect_gpu_remapped_rows" => {
+            "HBM rows remapped, by the kind of error that caused it."
+        }
+        "gpudirect_gpu_row_remap_pending" => "1 while a row remapping waits for a GPU reset.",
+        "gpudirect_gpu_row_remap_failed" => "1 when a row remapping failed (no spare rows left).",
+        "gpudirect_gpu_retired_pages" => "Pages retired after ECC errors, by cause.",
+        "gpudirect_gpu_retired_pages_pending" => "1 while pages wait to be retired.",
+        "gpudirect_gpu_ecc_enabled" => "1 when ECC is on.",
+        "gpudirect_gpu_ecc_errors_total" => {
+            "ECC errors: scope volatile (since driver load) or aggregate (GPU lifetime)."
+        }
+        "gpudirect_gpu_persistence_mode" => "1 when persistence mode is on.",
+        "gpudirect_gpu_performance_state" => "P-state: 0 full performance .. 15 minimum.",
+        "gpudirect_gpu_fact_unavailable" => {
+            "1 for each NVML fact this GPU did not give (not supported, no permission)."
+        }
+        "gpudirect_containers_folded_total" => {
+            "Containers reported as container=\"other\" (past the container label cap)."
+        }
         _ => "",
     }
 }

@@ -548,6 +548,10 @@ pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error
     Ok(out)
 }
 
+#[path = "metrics_gpu.rs"]
+pub mod gpu;
+pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};
+
 #[cfg(test)]
 #[path = "metrics_tests.rs"]
 mod tests;

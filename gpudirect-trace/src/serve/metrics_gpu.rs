@@ -1,0 +1,243 @@
+//! GPU families from NVML facts (docs/metrics.md, "GPUs"), and the capped
+//! per-container label.
+//!
+//! Labels are bounded: `device` (bus id, through the same [`DeviceLabels`] as
+//! every other family, so series join on it), `gpu` (NVML index) and `uuid` are
+//! one value per GPU; `fact`, `cause`, `scope` and `error` are fixed sets.
+//! Never pids.
+
+use std::{collections::HashSet, sync::Arc};
+
+use prometheus_client::registry::Unit;
+
+use super::{DeviceLabels, Labels, Model, Type};
+use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
+
+/// Tasks in no container get this `container` label.
+pub const HOST_CONTAINER: &str = "host";
+/// The label that containers past the cap fold into.
+pub const OTHER_CONTAINER: &str = "other";
+pub const DEFAULT_MAX_CONTAINERS: usize = 64;
+/// Longest `container` label value (LXC names are free-form).
+const MAX_CONTAINER_LEN: usize = 64;
+/// Distinct folded containers remembered for the folded counter; past this a
+/// long-running exporter on a host with container churn stops remembering
+/// (and counting) new ones, so its memory stays bounded.
+const MAX_FOLDED_TRACKED: usize = 4096;
+
+/// Bounded `container` labels, like [`DeviceLabels`]: the first `max`
+/// containers seen keep their short id for the life of the process (a label
+/// never moves, so counters stay monotonic); later ones are `other`, and each
+/// folded container is counted once in `gpudirect_containers_folded_total`.
+/// Tasks outside any container are `host`, which is never folded.
+#[derive(Debug)]
+pub struct ContainerLabels {
+    max: usize,
+    admitted: HashSet<Arc<str>>,
+    folded: HashSet<Arc<str>>,
+}
+
+impl ContainerLabels {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            admitted: HashSet::new(),
+            folded: HashSet::new(),
+        }
+    }
+
+    /// The label value for a task in `container` (`None`: not in one).
+    pub fn label(&mut self, container: Option<&Container>) -> Arc<str> {
+        let Some(c) = container else {
+            return Arc::from(HOST_CONTAINER);
+        };
+        let mut name = c.short_id();
+        if name.len() > MAX_CONTAINER_LEN {
+            let mut cut = MAX_CONTAINER_LEN;
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            name = &name[..cut];
+        }
+        if let Some(l) = self.admitted.get(name) {
+            return l.clone();
+        }
+        let reserved = name == OTHER_CONTAINER || name == HOST_CONTAINER;
+        if !reserved && self.admitted.len() < self.max && !self.folded.contains(name) {
+            let l: Arc<str> = Arc::from(name);
+            self.admitted.insert(l.clone());
+            return l;
+        }
+        if self.folded.len() < MAX_FOLDED_TRACKED {
+            self.folded.insert(Arc::from(name));
+        }
+        Arc::from(OTHER_CONTAINER)
+    }
+
+    /// Distinct containers folded into `other` so far (at most 4096 counted).
+    pub fn folded(&self) -> u64 {
+        self.folded.len() as u64
+    }
+}
+
+fn flag(b: bool) -> u64 {
+    u64::from(b)
+}
+
+impl Model {
+    /// GPU families from one NVML reading: `gpudirect_nvml_available` always;
+    /// per GPU its info, BAR1, PCIe link and replays, row remapping, retired
+    /// pages, ECC, persistence mode and P-state where NVML answered, and
+    /// `gpudirect_gpu_fact_unavailable{fact}` where it did not.
+    pub fn add_gpus(&mut self, status: &NvmlStatus, sample: &Sample, labels: &mut DeviceLabels) {
+        use Type::{Counter, Gauge};
+        let up = flag(status.is_available());
+        self.add("gpudirect_nvml_available", Gauge, None, vec![], up);
+        if !status.is_available() {
+            return;
+        }
+        let errors = sample.errors.len() as u64;
+        self.add("gpudirect_nvml_device_errors", Gauge, None, vec![], errors);
+        for g in &sample.gpus {
+            let base = gpu_labels(&g.identity, labels);
+            let with = |k: &'static str, v: &str| {
+                let mut l = base.clone();
+                l.push((k, v.to_owned()));
+                l
+            };
+            let name = with("name", &g.identity.name);
+            self.add("gpudirect_gpu_info", Gauge, None, name, 1);
+            self.add_gpu_values(g, &base);
+            for (fact, _) in g.unavailable() {
+                let l = with("fact", fact);
+                self.add("gpudirect_gpu_fact_unavailable", Gauge, None, l, 1);
+            }
+            let r = &g.retired_pages;
+            for (cause, f) in [("single_bit", &r.single_bit), ("double_bit", &r.double_bit)] {
+                if let Fact::Ok(n) = f {
+                    let l = with("cause", cause);
+                    self.add("gpudirect_gpu_retired_pages", Gauge, None, l, u64::from(*n));
+                }
+            }
+            let e = &g.ecc;
+            for (scope, error, f) in [
+                ("volatile", "corrected", &e.volatile_corrected),
+                ("volatile", "uncorrected", &e.volatile_uncorrected),
+                ("aggregate", "corrected", &e.aggregate_corrected),
+                ("aggregate", "uncorrected", &e.aggregate_uncorrected),
+            ] {
+                if let Fact::Ok(n) = f {
+                    let mut l = with("scope", scope);
+                    l.push(("error", error.to_owned()));
+                    self.add("gpudirect_gpu_ecc_errors", Counter, None, l, *n);
+                }
+            }
+        }
+    }
+
+    fn add_gpu_values(&mut self, g: &GpuFacts, base: &Labels) {
+        use Type::{Counter, Gauge};
+        let bytes = || Some(Unit::Bytes);
+        let gauge = |m: &mut Self, name: &'static str, v: Option<u64>| {
+            if let Some(v) = v {
+                m.add(name, Gauge, None, base.clone(), v);
+            }
+        };
+        if let Fact::Ok(b) = g.bar1 {
+            self.add(
+                "gpudirect_gpu_bar1_total",
+                Gauge,
+                bytes(),
+                base.clone(),
+                b.total,
+            );
+            self.add(
+                "gpudirect_gpu_bar1_used",
+                Gauge,
+                bytes(),
+                base.clone(),
+                b.used,
+            );
+        }
+        let p = &g.pcie;
+        let v = |f: &Fact<u32>| f.ok().map(|&x| u64::from(x));
+        gauge(
+            self,
+            "gpudirect_gpu_pcie_link_gen_current",
+            v(&p.gen_current),
+        );
+        gauge(self, "gpudirect_gpu_pcie_link_gen_max", v(&p.gen_max));
+        gauge(
+            self,
+            "gpudirect_gpu_pcie_link_width_current",
+            v(&p.width_current),
+        );
+        gauge(self, "gpudirect_gpu_pcie_link_width_max", v(&p.width_max));
+        if let Fact::Ok(n) = p.replays {
+            self.add("gpudirect_gpu_pcie_replays", Counter, None, base.clone(), n);
+        }
+        if let Fact::Ok(r) = g.remapped_rows {
+            for (cause, n) in [
+                ("correctable", r.correctable),
+                ("uncorrectable", r.uncorrectable),
+            ] {
+                let mut l = base.clone();
+                l.push(("cause", cause.to_owned()));
+                self.add("gpudirect_gpu_remapped_rows", Gauge, None, l, u64::from(n));
+            }
+            gauge(
+                self,
+                "gpudirect_gpu_row_remap_pending",
+                Some(flag(r.pending)),
+            );
+            gauge(
+                self,
+                "gpudirect_gpu_row_remap_failed",
+                Some(flag(r.failure)),
+            );
+        }
+        let pending = g.retired_pages.pending.ok().map(|&b| flag(b));
+        gauge(self, "gpudirect_gpu_retired_pages_pending", pending);
+        gauge(
+            self,
+            "gpudirect_gpu_ecc_enabled",
+            g.ecc.enabled.ok().map(|&b| flag(b)),
+        );
+        let pm = g.persistence_mode.ok().map(|&b| flag(b));
+        gauge(self, "gpudirect_gpu_persistence_mode", pm);
+        let ps = g.performance_state.ok().map(|&s| u64::from(s));
+        gauge(self, "gpudirect_gpu_performance_state", ps);
+    }
+
+    /// `gpudirect_containers_folded_total`, for an exporter that uses
+    /// [`ContainerLabels`].
+    pub fn add_container_folds(&mut self, containers: &ContainerLabels) {
+        let n = containers.folded();
+        self.add(
+            "gpudirect_containers_folded",
+            Type::Counter,
+            None,
+            vec![],
+            n,
+        );
+    }
+}
+
+/// `device`, `gpu`, `uuid` of one GPU.
+fn gpu_labels(id: &GpuIdentity, labels: &mut DeviceLabels) -> Labels {
+    let gpu = id
+        .index
+        .map_or_else(|| "unknown".to_owned(), |i| i.to_string());
+    vec![
+        ("device", labels.label(&id.bus_id).to_string()),
+        ("gpu", gpu),
+        (
+            "uuid",
+            id.uuid.clone().unwrap_or_else(|| "unknown".to_owned()),
+        ),
+    ]
+}
+
+#[cfg(test)]
+#[path = "metrics_gpu_tests.rs"]
+mod tests;
