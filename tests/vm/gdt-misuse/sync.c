@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdt-misuse: syncs that do not match their mapping, and overlapping mappings (see cmds.c for the conventions).
+ * gdt-misuse: syncs that do not match their mapping, and overlapping
+ * mappings (see cmds.c for the conventions).
  */
 #define pr_fmt(fmt) "gdt-misuse: " fmt
 

@@ -1,27 +1,43 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * gdt-misuse: unmaps and frees that do not match their map, and leaks (see cmds.c for the conventions).
+ * gdt-misuse: unmaps and frees that do not match their map, and leaks
+ * (see cmds.c for the conventions).
  */
 #define pr_fmt(fmt) "gdt-misuse: " fmt
 
 #include <linux/list.h>
 #include <linux/slab.h>
+#include <linux/version.h>
 
 #include "gdt-misuse.h"
 
 /*
  * Unmap twice. dma-debug: "device driver tries to free DMA memory it has not
- * allocated [device address=...] [size=...]". dma-iommu finds no PTE for the
- * second and returns after a WARN_ON(!phys) in iommu_dma_unmap_page; only
- * this driver maps in the edu's domain (under the command mutex), so the
- * IOVA cannot have been reused in between. dma-direct has nothing to undo.
+ * allocated [device address=...] [size=...]". dma-iommu (intel since 5.11)
+ * finds no PTE for the second and returns after a WARN_ON(!phys) in
+ * iommu_dma_unmap_page, strict or lazy; only this driver maps in the edu's
+ * domain (under the command mutex), so the IOVA cannot have been reused in
+ * between. dma-direct has nothing to undo.
  */
 noinline int cmd_double_unmap(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
+	struct page *p;
 	dma_addr_t a;
 	int rc = -EIO;
 
+#if LINUX_VERSION_CODE < KERNEL_VERSION(5, 11, 0)
+	/*
+	 * Before 5.11 intel-iommu had its own DMA ops: intel_unmap frees the
+	 * IOVA again without looking, two later maps then share it ("DMA PTE
+	 * for vPFN ... already set", seen on 5.10.0-32). Not on such a kernel.
+	 */
+	if (c->g->translated) {
+		pr_warn("cmd=%s refused: this kernel's intel-iommu would free the IOVA twice\n",
+			c->cmd);
+		return -EOPNOTSUPP;
+	}
+#endif
+	p = new_page(c);
 	if (!p)
 		return -ENOMEM;
 	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
