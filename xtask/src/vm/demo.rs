@@ -53,6 +53,7 @@ pub fn main(args: DemoArgs) -> Result<ExitCode> {
         kernel: args.kernel.clone(),
         devices: vec![Device::Nvme, Device::Edu],
         modules: Vec::new(),
+        kmods: Vec::new(),
         timeout: Duration::from_secs(300 + u64::from(args.seconds)),
         command: vec![
             "sh".into(),

@@ -47,6 +47,8 @@ pub struct Spec<'a> {
     /// Module names wanted (dependencies are added); missing optional ones are skipped.
     pub modules: Vec<String>,
     pub optional_modules: Vec<String>,
+    /// Test modules built by kmod.rs: /lib/modules/extra/<file name>, not loaded.
+    pub kmods: Vec<PathBuf>,
     /// Host executables installed as /usr/bin/<file name>.
     pub binaries: Vec<PathBuf>,
     /// Directory whose *.sh files (scenarios) and *.lib files (their shared
@@ -227,6 +229,11 @@ pub fn build(spec: &Spec, out: &Path) -> Result<()> {
         order.push('\n');
     }
     t.file("/etc/gdt-modules", 0o644, order.as_bytes());
+    for ko in &spec.kmods {
+        let name = ko.file_name().context("module name")?.to_string_lossy();
+        let data = fs::read(ko).with_context(|| format!("reading {}", ko.display()))?;
+        t.file(&format!("/lib/modules/extra/{name}"), 0o644, &data);
+    }
 
     if let Some(dir) = &spec.scenarios {
         let mut entries: Vec<PathBuf> = fs::read_dir(dir)?

@@ -97,12 +97,14 @@ pub fn pick_package<'a>(series: &str, names: impl Iterator<Item = &'a str>) -> O
         .map(str::to_string)
 }
 
-struct PrivateApt {
+/// apt-get/apt-cache with their own sources list and state under
+/// `.cache/vm/apt/<suite>/`; shared with the headers fetch (headers.rs).
+pub(super) struct PrivateApt {
     dir: PathBuf,
 }
 
 impl PrivateApt {
-    fn new(suite: &str) -> Result<Self> {
+    pub(super) fn new(suite: &str) -> Result<Self> {
         let dir = host::vm_cache()?.join("apt").join(suite);
         fs::create_dir_all(dir.join("lists/partial"))?;
         fs::create_dir_all(dir.join("cache/archives/partial"))?;
@@ -113,7 +115,7 @@ impl PrivateApt {
         Ok(Self { dir })
     }
 
-    fn cmd(&self, tool: &str) -> Command {
+    pub(super) fn cmd(&self, tool: &str) -> Command {
         let mut c = Command::new(tool);
         let d = self.dir.display();
         c.arg(format!("-oDir::Etc::SourceList={d}/sources.list"))

@@ -4,8 +4,10 @@
 pub mod checks;
 pub mod cpio;
 pub mod demo;
+pub mod headers;
 pub mod initramfs;
 pub mod kernel;
+pub mod kmod;
 pub mod moddep;
 pub mod probe_matrix;
 pub mod qemu;
@@ -57,6 +59,10 @@ pub struct VmArgs {
     /// Extra kernel modules to load in the guest (dependencies are added).
     #[arg(long = "module")]
     pub modules: Vec<String>,
+    /// Test modules from tests/vm/NAME/ to build for the guest kernel and put
+    /// in its initramfs as /lib/modules/extra/NAME.ko (not loaded).
+    #[arg(long = "kmod")]
+    pub kmods: Vec<String>,
     /// Kill the VM after this many seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
@@ -72,6 +78,8 @@ pub struct RunSpec {
     pub kernel: String,
     pub devices: Vec<Device>,
     pub modules: Vec<String>,
+    /// Test modules (tests/vm/NAME/) built for the kernel, see kmod.rs.
+    pub kmods: Vec<String>,
     pub timeout: Duration,
     pub command: Vec<String>,
     pub prefix: String,
@@ -142,11 +150,17 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
     for d in &spec.devices {
         env.push((d.env_name().to_string(), d.bdf().to_string()));
     }
+    let kmods = spec
+        .kmods
+        .iter()
+        .map(|m| kmod::build(&k, m))
+        .collect::<Result<Vec<_>>>()?;
     initramfs::build(
         &initramfs::Spec {
             kernel: &k,
             modules,
             optional_modules: optional,
+            kmods,
             binaries: binaries.to_vec(),
             scenarios: Some(host::repo_root().join("tests/vm/scenarios")),
             env,
@@ -191,6 +205,7 @@ pub fn main(args: VmArgs) -> Result<ExitCode> {
         kernel: args.kernel.clone(),
         devices: default_devices(&args.devices),
         modules: args.modules.clone(),
+        kmods: args.kmods.clone(),
         timeout: Duration::from_secs(args.timeout),
         command: args.command.clone(),
         prefix: String::new(),

@@ -147,6 +147,7 @@ pub fn main(args: ProbeMatrixArgs) -> Result<ExitCode> {
             kernel: k.clone(),
             devices: vec![Device::Nvme, Device::Edu],
             modules: Vec::new(),
+            kmods: Vec::new(),
             timeout: Duration::from_secs(300),
             command: vec![
                 "sh".into(),

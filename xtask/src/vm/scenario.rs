@@ -4,7 +4,8 @@
 //! A scenario is a shell script run by the guest's busybox `sh`; exit 0 = pass.
 //! Header lines of the form `# gdt-vm: key=value ...` say where it applies:
 //! `kernels=5.10,6.1,6.12` (default: all), `iommu=intel|intel-scalable|none`,
-//! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `timeout=SECS`,
+//! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `kmods=a,b` (test
+//! modules from tests/vm/NAME/, see kmod.rs), `timeout=SECS`,
 //! `check=NAME` (a host-side check of the console output, see [`host_check`]).
 
 use std::{
@@ -61,6 +62,7 @@ pub struct Scenario {
     pub iommu: Iommu,
     pub devices: Vec<Device>,
     pub modules: Vec<String>,
+    pub kmods: Vec<String>,
     pub timeout: u64,
     pub check: Option<String>,
 }
@@ -74,6 +76,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
         iommu: Iommu::Intel,
         devices: vec![Device::Nvme, Device::Edu],
         modules: Vec::new(),
+        kmods: Vec::new(),
         timeout: 300,
         check: None,
     };
@@ -100,6 +103,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
                         .map_err(|e| anyhow::anyhow!("{name}: devices: {e}"))?
                 }
                 "modules" => s.modules = list(),
+                "kmods" => s.kmods = list(),
                 "timeout" => s.timeout = v.parse().context("timeout")?,
                 "check" => s.check = Some(v.to_string()),
                 other => bail!("{name}: unknown header key {other}"),
@@ -233,6 +237,7 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
                 kernel: k.clone(),
                 devices: s.devices.clone(),
                 modules: s.modules.clone(),
+                kmods: s.kmods.clone(),
                 timeout: Duration::from_secs(s.timeout),
                 command: vec!["sh".into(), format!("/scenarios/{}.sh", s.name)],
                 prefix: format!("[{k} {}] ", s.name),
@@ -311,6 +316,8 @@ mod tests {
         assert_eq!(s.timeout, 120);
         assert_eq!(s.check.as_deref(), Some("nvme-live-json"));
         assert!(parse("x", Path::new("x.sh"), "# gdt-vm: bogus=1\n").is_err());
+        let k = parse("x", Path::new("x.sh"), "# gdt-vm: kmods=gdt-misuse\n").expect("kmods");
+        assert_eq!(k.kmods, ["gdt-misuse"]);
     }
 
     #[test]

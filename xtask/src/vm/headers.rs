@@ -1,0 +1,484 @@
+//! Debian's kernel headers for a guest kernel, to build test modules against
+//! (kmod.rs): `linux-headers-<release>` and the packages it depends on
+//! (`linux-headers-<release>-common`, `linux-kbuild-*`), fetched with
+//! `apt-get download` through the same private apt configuration as the
+//! kernels, unpacked with `dpkg-deb -x` under `.cache/vm/headers/<release>/`.
+//!
+//! Two things make an unpacked tree usable on this host, both measured on
+//! Debian 12 (gcc 12.2, glibc 2.36) with trixie's 6.12.117 headers:
+//! - Tools: trixie's prebuilt modpost, objtool and resolve_btfids need glibc
+//!   2.38 (`__isoc23_strtoul`). Those that need a newer glibc than the host's
+//!   are wrapped to run under the suite's own libc6, unpacked next to them
+//!   and started through its dynamic loader.
+//! - Compiler: 6.12 was configured with gcc 14, which this host lacks. The
+//!   build falls back to the host's gcc, and the Kconfig answers that the
+//!   kernel's own Kconfig gives differently for that gcc are rewritten in
+//!   the tree's autoconf.h and auto.conf (see [`cc_fixes`]).
+
+use std::{
+    fs,
+    io::Write,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result};
+
+use super::kernel::{suite_of, Kernel, PrivateApt};
+use crate::host;
+
+/// Bump when the unpack or its fix-ups change: older trees are redone.
+const LAYOUT: u32 = 2;
+
+/// An unpacked, fixed-up headers tree and how to build against it.
+#[derive(Debug)]
+pub struct Headers {
+    /// The tree `make -C` is pointed at (`usr/src/linux-headers-<release>`).
+    pub build_dir: PathBuf,
+    /// The compiler to pass as `CC=`.
+    pub cc: String,
+    /// What was changed to build with `cc`, one line each (empty: nothing).
+    pub notes: Vec<String>,
+}
+
+/// Returns the headers for `k`, fetching and fixing them up first if needed.
+pub fn fetch(k: &Kernel) -> Result<Headers> {
+    host::ensure_packages(&["make", "gcc", "libelf1", "binutils"])?;
+    let base = host::vm_cache()?.join("headers");
+    fs::create_dir_all(&base)?;
+    // One canonical path, whichever worktree asks: it is written into the tree.
+    let base = base.canonicalize()?;
+    let dir = base.join(&k.release);
+    let _lock = super::kmod::Lock::take(&base.join(format!("{}.lock", k.release)))?;
+    let ready = dir.join(".ready");
+    let stamp = format!("layout={LAYOUT} dir={}\n", dir.display());
+    if fs::read_to_string(&ready).ok().as_deref() != Some(stamp.as_str()) {
+        unpack(k, &dir)?;
+        fs::write(&ready, &stamp)?;
+    }
+    let build_dir = dir
+        .join("root/usr/src")
+        .join(format!("linux-headers-{}", k.release));
+    let notes = fs::read_to_string(dir.join("notes.txt")).unwrap_or_default();
+    Ok(Headers {
+        build_dir,
+        cc: fs::read_to_string(dir.join("cc.txt"))?.trim().to_string(),
+        notes: notes.lines().map(str::to_string).collect(),
+    })
+}
+
+fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
+    let suite = suite_of(&k.series)?;
+    let apt = PrivateApt::new(suite)?;
+    if dir.exists() {
+        fs::remove_dir_all(dir)?;
+    }
+    let root = dir.join("root");
+    let dl = dir.join("deb");
+    fs::create_dir_all(&dl)?;
+    let top = format!("linux-headers-{}", k.release);
+    let deps = host::output(apt.cmd("apt-cache").args(["depends", &top]))
+        .with_context(|| format!("apt-cache depends {top} (is the {suite} list current?)"))?;
+    let mut pkgs = vec![top.clone()];
+    pkgs.extend(header_deps(&deps));
+    eprintln!(
+        "xtask: downloading {} into {}",
+        pkgs.join(" "),
+        dir.display()
+    );
+    download(&apt, &pkgs, &dl)?;
+    for deb in debs(&dl)? {
+        host::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
+    }
+    fs::remove_dir_all(&dl)?;
+    let build_dir = root.join("usr/src").join(&top);
+    // The arch tree includes the common one by absolute path (/usr/src/...).
+    let mk = build_dir.join("Makefile");
+    let text = fs::read_to_string(&mk).with_context(|| format!("{top} has no Makefile"))?;
+    let src = root.join("usr/src");
+    fs::write(
+        &mk,
+        text.replace("include /usr/src/", &format!("include {}/", src.display())),
+    )?;
+
+    let mut notes = wrap_new_glibc_tools(&apt, dir, &root)?;
+    let config = fs::read_to_string(build_dir.join(".config"))?;
+    let (cc, cc_notes) = pick_cc(&config, &build_dir)?;
+    notes.extend(cc_notes);
+    fs::write(dir.join("cc.txt"), format!("{cc}\n"))?;
+    fs::write(dir.join("notes.txt"), notes.join("\n"))?;
+    Ok(())
+}
+
+fn download(apt: &PrivateApt, pkgs: &[String], dl: &Path) -> Result<()> {
+    let get = || {
+        host::run(
+            apt.cmd("apt-get")
+                .arg("download")
+                .args(pkgs)
+                .current_dir(dl),
+        )
+    };
+    if get().is_err() {
+        // The suite's package list may be older than its archive: refresh once.
+        host::run(apt.cmd("apt-get").arg("update"))?;
+        get()?;
+    }
+    Ok(())
+}
+
+fn debs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// The `linux-headers-*` and `linux-kbuild-*` packages in `apt-cache depends`
+/// output (not the compiler, linux-base or the image it also names).
+pub fn header_deps(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches('|').strip_prefix("Depends:"))
+        .map(str::trim)
+        .filter(|n| n.starts_with("linux-headers-") || n.starts_with("linux-kbuild-"))
+        .map(str::to_string)
+        .collect();
+    out.dedup();
+    out
+}
+
+/// The highest `GLIBC_2.N` version an ELF file names (its symbol versions).
+pub fn max_glibc_minor(data: &[u8]) -> Option<u32> {
+    const TAG: &[u8] = b"GLIBC_2.";
+    if !data.starts_with(b"\x7fELF") {
+        return None;
+    }
+    let mut best = None;
+    let mut i = 0;
+    while let Some(pos) = data[i..].windows(TAG.len()).position(|w| w == TAG) {
+        let start = i + pos + TAG.len();
+        let digits: String = data[start..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .map(|&b| b as char)
+            .collect();
+        if let Ok(n) = digits.parse::<u32>() {
+            best = best.max(Some(n));
+        }
+        i = start;
+    }
+    best
+}
+
+fn host_glibc_minor() -> Result<u32> {
+    let v = host::output(Command::new("getconf").arg("GNU_LIBC_VERSION"))?;
+    v.trim()
+        .rsplit_once("2.")
+        .and_then(|(_, m)| m.parse().ok())
+        .with_context(|| format!("unexpected GNU_LIBC_VERSION {v:?}"))
+}
+
+fn elf_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    for e in fs::read_dir(dir)? {
+        let e = e?;
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            elf_files(&e.path(), out)?;
+        } else if ft.is_file() && e.metadata()?.permissions().mode() & 0o111 != 0 {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Wraps the kbuild tools that need a newer glibc than the host's so they run
+/// under the suite's libc6 (its loader, then the host's other libraries).
+fn wrap_new_glibc_tools(apt: &PrivateApt, dir: &Path, root: &Path) -> Result<Vec<String>> {
+    let have = host_glibc_minor()?;
+    let mut tools = Vec::new();
+    elf_files(&root.join("usr/lib"), &mut tools)?;
+    let mut newer = Vec::new();
+    for t in tools {
+        if let Some(need) = max_glibc_minor(&fs::read(&t)?).filter(|&n| n > have) {
+            newer.push((t, need));
+        }
+    }
+    if newer.is_empty() {
+        return Ok(Vec::new());
+    }
+    let libc = dir.join("libc6");
+    let dl = dir.join("deb-libc6");
+    fs::create_dir_all(&dl)?;
+    download(apt, &["libc6".to_string()], &dl)?;
+    for deb in debs(&dl)? {
+        host::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&libc))?;
+    }
+    fs::remove_dir_all(&dl)?;
+    let libdir = ["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"]
+        .iter()
+        .map(|d| libc.join(d))
+        .find(|d| d.join("ld-linux-x86-64.so.2").exists())
+        .context("the suite's libc6 has no ld-linux-x86-64.so.2")?;
+    let mut names = Vec::new();
+    for (t, need) in &newer {
+        let real = t.with_file_name(format!(
+            "{}.glibc-2.{need}",
+            t.file_name().context("name")?.to_string_lossy()
+        ));
+        fs::rename(t, &real)?;
+        let mut f = fs::File::create(t)?;
+        writeln!(
+            f,
+            "#!/bin/sh\n# Needs glibc 2.{need}; the host has 2.{have} (xtask/src/vm/headers.rs).\n\
+             exec {ld} --library-path {lib}:/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu {real} \"$@\"",
+            ld = libdir.join("ld-linux-x86-64.so.2").display(),
+            lib = libdir.display(),
+            real = real.display()
+        )?;
+        fs::set_permissions(t, fs::Permissions::from_mode(0o755))?;
+        names.push(
+            t.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    Ok(vec![format!(
+        "{} run under the suite's glibc (they need up to 2.{}, the host has 2.{have})",
+        names.join(", "),
+        newer.iter().map(|n| n.1).max().unwrap_or(0)
+    )])
+}
+
+/// A gcc as `major.minor.patch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GccVersion(pub u32, pub u32, pub u32);
+
+impl GccVersion {
+    pub fn parse(s: &str) -> Option<Self> {
+        let mut it = s.trim().split('.').map(|p| p.parse::<u32>().ok());
+        Some(Self(
+            it.next()??,
+            it.next().flatten().unwrap_or(0),
+            it.next().flatten().unwrap_or(0),
+        ))
+    }
+
+    /// From `CONFIG_GCC_VERSION=140200`.
+    pub fn from_config(config: &str) -> Option<Self> {
+        let n: u32 = config_value(config, "CONFIG_GCC_VERSION")?.parse().ok()?;
+        Some(Self(n / 10000, n / 100 % 100, n % 100))
+    }
+
+    /// gcc PR 113921 (asm goto with outputs), by the kernel's own rule
+    /// (init/Kconfig GCC_ASM_GOTO_OUTPUT_BROKEN in 6.12): fixed in 14, 13.3,
+    /// 12.4 and 11.5.
+    fn asm_goto_output_broken(self) -> bool {
+        let v = (self.0, self.1);
+        v < (11, 5) || ((12, 0)..(12, 4)).contains(&v) || ((13, 0)..(13, 3)).contains(&v)
+    }
+}
+
+fn config_value<'a>(config: &'a str, key: &str) -> Option<&'a str> {
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
+}
+
+/// Kconfig symbols to turn off and on so the configuration matches what the
+/// kernel's Kconfig answers for the host compiler `host` (configured with
+/// `built`; `min_align`: the host gcc takes -fmin-function-alignment).
+pub fn cc_fixes(
+    config: &str,
+    built: GccVersion,
+    host: GccVersion,
+    min_align: bool,
+) -> (Vec<&'static str>, Vec<&'static str>, Vec<String>) {
+    let on = |k: &str| config_value(config, k) == Some("y");
+    let (mut off, mut set, mut notes) = (Vec::new(), Vec::new(), Vec::new());
+    if on("CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT") && !min_align {
+        // Makefile falls back to -falign-functions; compiler_types.h then
+        // drops __cold, as it would have for this gcc.
+        off.extend([
+            "CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT",
+            "CONFIG_CC_HAS_SANE_FUNCTION_ALIGNMENT",
+        ]);
+        notes.push("no -fmin-function-alignment: -falign-functions, no __cold".to_string());
+    }
+    if on("CONFIG_CC_HAS_ASM_GOTO_OUTPUT")
+        && host.asm_goto_output_broken()
+        && !built.asm_goto_output_broken()
+    {
+        off.extend([
+            "CONFIG_CC_HAS_ASM_GOTO_OUTPUT",
+            "CONFIG_CC_HAS_ASM_GOTO_TIED_OUTPUT",
+        ]);
+        set.push("CONFIG_GCC_ASM_GOTO_OUTPUT_BROKEN");
+        notes.push("gcc PR 113921: GCC_ASM_GOTO_OUTPUT_BROKEN, no asm goto outputs".to_string());
+    }
+    (off, set, notes)
+}
+
+/// Rewrites autoconf.h (`#define CONFIG_X 1`) and auto.conf (`CONFIG_X=y`).
+pub fn rewrite_config(
+    autoconf: &str,
+    autoconf_mk: &str,
+    off: &[&str],
+    on: &[&str],
+) -> (String, String) {
+    let keep_h = |l: &&str| {
+        !off.iter().any(|k| {
+            l.strip_prefix("#define ")
+                .and_then(|r| r.strip_prefix(k))
+                .is_some_and(|r| r.starts_with(' '))
+        })
+    };
+    let keep_mk = |l: &&str| {
+        !off.iter()
+            .any(|k| l.strip_prefix(k).is_some_and(|r| r.starts_with('=')))
+    };
+    let mut h: String = autoconf
+        .lines()
+        .filter(keep_h)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut mk: String = autoconf_mk
+        .lines()
+        .filter(keep_mk)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for k in on {
+        h.push_str(&format!("#define {k} 1\n"));
+        mk.push_str(&format!("{k}=y\n"));
+    }
+    (h, mk)
+}
+
+/// The compiler to build with, adapting the tree when it is not the one the
+/// kernel was configured with.
+fn pick_cc(config: &str, build_dir: &Path) -> Result<(String, Vec<String>)> {
+    // CONFIG_CC_VERSION_TEXT="x86_64-linux-gnu-gcc-14 (Debian 14.2.0-19) 14.2.0"
+    let wanted = config_value(config, "CONFIG_CC_VERSION_TEXT")
+        .and_then(|t| t.split_whitespace().next())
+        .context("no CONFIG_CC_VERSION_TEXT in .config")?
+        .to_string();
+    if which(&wanted) {
+        return Ok((wanted, Vec::new()));
+    }
+    let ver = host::output(Command::new("gcc").arg("-dumpfullversion"))?;
+    let host_v = GccVersion::parse(&ver).context("gcc -dumpfullversion")?;
+    let built = GccVersion::from_config(config).context("no CONFIG_GCC_VERSION in .config")?;
+    let min_align = Command::new("gcc")
+        .args([
+            "-fmin-function-alignment=8",
+            "-x",
+            "c",
+            "-c",
+            "-o",
+            "/dev/null",
+            "/dev/null",
+        ])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let (off, on, mut notes) = cc_fixes(config, built, host_v, min_align);
+    let gen = build_dir.join("include/generated/autoconf.h");
+    let mk = build_dir.join("include/config/auto.conf");
+    let (h, m) = rewrite_config(
+        &fs::read_to_string(&gen)?,
+        &fs::read_to_string(&mk)?,
+        &off,
+        &on,
+    );
+    fs::write(&gen, h)?;
+    fs::write(&mk, m)?;
+    notes.insert(
+        0,
+        format!(
+            "configured with {wanted} ({}.{}.{}), which this host lacks: built with gcc {}",
+            built.0,
+            built.1,
+            built.2,
+            ver.trim()
+        ),
+    );
+    Ok(("gcc".into(), notes))
+}
+
+fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depends_keep_headers_and_kbuild_only() {
+        let text = "linux-headers-6.12.117+deb13-amd64\n  Depends: linux-base\n  \
+            Depends: linux-headers-6.12.117+deb13-common\n |Depends: linux-image-6.12.117+deb13-amd64\n  \
+            Depends: linux-kbuild-6.12.117+deb13\n  Depends: gcc-14\n";
+        assert_eq!(
+            header_deps(text),
+            [
+                "linux-headers-6.12.117+deb13-common",
+                "linux-kbuild-6.12.117+deb13"
+            ]
+        );
+        let old = "  Depends: linux-headers-6.1.0-50-common\n  Depends: linux-kbuild-6.1\n  \
+            Depends: linux-compiler-gcc-12-x86\n";
+        assert_eq!(
+            header_deps(old),
+            ["linux-headers-6.1.0-50-common", "linux-kbuild-6.1"]
+        );
+    }
+
+    #[test]
+    fn glibc_needs_come_from_elf_version_strings() {
+        let mut elf = b"\x7fELF....GLIBC_2.2.5\0GLIBC_2.38\0GLIBC_2.4\0".to_vec();
+        assert_eq!(max_glibc_minor(&elf), Some(38));
+        elf[0] = b'#';
+        assert_eq!(max_glibc_minor(&elf), None, "a script is not an ELF file");
+        assert_eq!(max_glibc_minor(b"\x7fELF static"), None);
+    }
+
+    #[test]
+    fn gcc12_on_a_gcc14_config_gets_the_kernels_own_answers() {
+        let config = "CONFIG_GCC_VERSION=140200\nCONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=y\n\
+            CONFIG_CC_HAS_SANE_FUNCTION_ALIGNMENT=y\nCONFIG_CC_HAS_ASM_GOTO_OUTPUT=y\n";
+        let built = GccVersion::from_config(config).expect("version");
+        assert_eq!(built, GccVersion(14, 2, 0));
+        let host = GccVersion::parse("12.2.0").expect("host");
+        let (off, on, notes) = cc_fixes(config, built, host, false);
+        assert!(off.contains(&"CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT"));
+        assert!(off.contains(&"CONFIG_CC_HAS_ASM_GOTO_OUTPUT"));
+        assert_eq!(on, ["CONFIG_GCC_ASM_GOTO_OUTPUT_BROKEN"]);
+        assert_eq!(notes.len(), 2);
+        // 12.4 has the fix; a gcc that takes the option needs nothing.
+        let (off, on, _) = cc_fixes(config, built, GccVersion(12, 4, 0), true);
+        assert!(off.is_empty() && on.is_empty());
+        // A kernel configured with the broken gcc itself (6.1 and gcc 12.2)
+        // already carries that gcc's answers.
+        let (off, _, _) = cc_fixes(config, GccVersion(12, 2, 0), host, true);
+        assert!(off.is_empty());
+    }
+
+    #[test]
+    fn config_rewrite_touches_exact_symbols() {
+        let h =
+            "#define CONFIG_CC_HAS_ASM_GOTO_OUTPUT 1\n#define CONFIG_CC_HAS_ASM_GOTO_OUTPUT_X 1\n";
+        let mk = "CONFIG_CC_HAS_ASM_GOTO_OUTPUT=y\nCONFIG_CC_HAS_ASM_GOTO_OUTPUT_X=y\n";
+        let (h2, mk2) = rewrite_config(h, mk, &["CONFIG_CC_HAS_ASM_GOTO_OUTPUT"], &["CONFIG_B"]);
+        assert_eq!(
+            h2,
+            "#define CONFIG_CC_HAS_ASM_GOTO_OUTPUT_X 1\n#define CONFIG_B 1\n"
+        );
+        assert_eq!(mk2, "CONFIG_CC_HAS_ASM_GOTO_OUTPUT_X=y\nCONFIG_B=y\n");
+    }
+}
