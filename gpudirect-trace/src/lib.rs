@@ -19,6 +19,7 @@ pub mod ebpf;
 pub mod export;
 pub mod faults;
 pub mod gpu;
+pub mod hosttree;
 pub mod kernel;
 pub mod live;
 pub mod model;
@@ -32,3 +33,6 @@ pub mod serve;
 pub mod session;
 pub mod summary;
 pub mod tracefile;
+
+#[cfg(test)]
+mod layering_tests;

@@ -138,7 +138,9 @@ impl Sink for RecordSink {
         self.writer
             .finish(&block)
             .with_context(|| format!("writing {}", self.path))?;
-        let size = fs::metadata(&self.opts.output).map(|m| m.len()).unwrap_or(0);
+        let size = fs::metadata(&self.opts.output)
+            .map(|m| m.len())
+            .unwrap_or(0);
         if self.tty {
             output::note("");
         }

@@ -254,7 +254,11 @@ pub fn read_warnings(path: &str, stats: &ReadStats, file_len: u64) -> Vec<String
 
 /// The report's JSON: the window's devices, incidents and faults as the
 /// live session's final `--json` object has them, plus what the file said.
-pub fn json(path: &str, r: &Replay, devices: &[crate::aggregate::DeviceSnapshot]) -> serde_json::Value {
+pub fn json(
+    path: &str,
+    r: &Replay,
+    devices: &[crate::aggregate::DeviceSnapshot],
+) -> serde_json::Value {
     let incidents: Vec<&Incident> = r.incidents().collect();
     let faults: Vec<_> = incidents.iter().filter_map(|i| i.fault.as_ref()).collect();
     let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
@@ -280,7 +284,12 @@ pub fn json(path: &str, r: &Replay, devices: &[crate::aggregate::DeviceSnapshot]
 
 /// The report as text: the live view's tables and incident list for the
 /// window, then what the file itself said (losses, counter source).
-pub fn text(path: &str, r: &Replay, devices: &[crate::aggregate::DeviceSnapshot], window_s: f64) -> String {
+pub fn text(
+    path: &str,
+    r: &Replay,
+    devices: &[crate::aggregate::DeviceSnapshot],
+    window_s: f64,
+) -> String {
     use std::fmt::Write as _;
     let h = &r.header;
     let started = r

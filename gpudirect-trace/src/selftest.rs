@@ -17,7 +17,11 @@ use crate::ebpf::{Status, Tracer, TracerOptions};
 /// `module-hook`: the nv_dma_map_sgt slot's programs on `module`'s
 /// `function`, counting calls for `duration`. Returns the JSON result and
 /// whether the hook attached and counted calls.
-pub fn module_hook(module: &str, function: &str, duration: Duration) -> anyhow::Result<(Value, bool)> {
+pub fn module_hook(
+    module: &str,
+    function: &str,
+    duration: Duration,
+) -> anyhow::Result<(Value, bool)> {
     let mut tracer = Tracer::load(&TracerOptions {
         stream: false,
         lifetimes: false,

@@ -24,7 +24,11 @@ pub struct View<'a> {
 pub fn session_json(s: &Session, v: &View<'_>) -> Value {
     let ledger = &s.analysis.ledger;
     let all = ledger.incidents();
-    let take = if v.last { all.len() } else { INTERVAL_INCIDENTS };
+    let take = if v.last {
+        all.len()
+    } else {
+        INTERVAL_INCIDENTS
+    };
     let incidents: Vec<_> = all.iter().skip(all.len().saturating_sub(take)).collect();
     let faults: Vec<_> = incidents.iter().filter_map(|i| i.fault.as_ref()).collect();
     json!({

@@ -8,9 +8,9 @@ use std::{collections::BTreeSet, path::PathBuf, sync::Arc};
 use gpudirect_trace::{
     aggregate::UNATTRIBUTED,
     analysis::Analysis,
-    model::TraceClock,
     decode::Record,
     ebpf::{ProbeStatus, SelfStats, Status},
+    model::TraceClock,
     serve::metrics::{DeviceLabels, FaultCount, Model},
 };
 use gpudirect_trace_common::{kind, op, Event, XidEvent, XID_MSG_LEN};

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use gpudirect_trace::{
     aggregate::DeviceSnapshot,
     analysis::Analysis,
-    model::TraceClock,
     decode::decode,
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
     kernel,
+    model::TraceClock,
 };
 
 pub fn load_unattached(ring_bytes: u32) -> Tracer {

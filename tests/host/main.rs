@@ -19,12 +19,12 @@ mod serve;
 
 use std::process::Command;
 
+use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
     catalog::{CATALOG, NVIDIA_TIMING, TIMING},
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
-use gpudirect_trace::model::incident::Category;
 use gpudirect_trace_common::{kind, level, TaskState};
 use inject::{load_unattached, Injector};
 
@@ -277,8 +277,15 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
         aer.text
     );
     let d = inj.snapshot();
-    let dev = d.iter().find(|d| d.device == inj.device.name).expect("device");
-    assert_eq!((dev.faults, dev.xids), (2, 1), "IOMMU + AER faults, one Xid");
+    let dev = d
+        .iter()
+        .find(|d| d.device == inj.device.name)
+        .expect("device");
+    assert_eq!(
+        (dev.faults, dev.xids),
+        (2, 1),
+        "IOMMU + AER faults, one Xid"
+    );
 }
 
 #[test]
@@ -397,7 +404,10 @@ fn kmsg_is_read_without_blocking() {
     require_root();
     let (lines, _lost) =
         gpudirect_trace::faults::kmsg::read_kmsg_snapshot().expect("read /dev/kmsg as root");
-    assert!(lines.iter().all(|l| l.contains(';')), "records keep their header");
+    assert!(
+        lines.iter().all(|l| l.contains(';')),
+        "records keep their header"
+    );
     let mut f = gpudirect_trace::faults::KmsgFollower::open().expect("follow /dev/kmsg");
     f.poll().expect("poll returns at EAGAIN");
 }

@@ -73,9 +73,9 @@ fn merge_key(f: &Fault) -> Option<MergeKey> {
     match f.source {
         Source::NvidiaXid => f.xid.map(|xid| MergeKey::Xid { device, xid }),
         Source::Aer => Some(MergeKey::Aer { device }),
-        Source::IommuTracepoint | Source::AmdVi | Source::Smmu => f
-            .address
-            .map(|address| MergeKey::Iommu { device, address }),
+        Source::IommuTracepoint | Source::AmdVi | Source::Smmu => {
+            f.address.map(|address| MergeKey::Iommu { device, address })
+        }
         Source::Vtd | Source::VirtioIommu => None,
     }
 }
@@ -171,7 +171,9 @@ impl Ledger {
         }
         if let Some(key) = &key {
             let hit = self.open.iter_mut().find(|o| {
-                o.key == *key && !o.channels.contains(&ch) && o.ts_ns.abs_diff(ts) <= MERGE_WINDOW_NS
+                o.key == *key
+                    && !o.channels.contains(&ch)
+                    && o.ts_ns.abs_diff(ts) <= MERGE_WINDOW_NS
             });
             if let Some(o) = hit {
                 o.channels.push(ch);

@@ -47,11 +47,7 @@ impl Analysis {
         self.agg.ingest(record, device);
         let ev = record.event();
         let fault = match record {
-            Record::Xid(x) => Some(tracepoint::from_xid_event(
-                device,
-                x.xid,
-                &c_string(&x.msg),
-            )),
+            Record::Xid(x) => Some(tracepoint::from_xid_event(device, x.xid, &c_string(&x.msg))),
             _ => match ev.kind {
                 kind::IO_PAGE_FAULT => Some(tracepoint::from_io_page_fault(
                     "",

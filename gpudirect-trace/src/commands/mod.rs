@@ -3,6 +3,8 @@
 //! it (as cargo keeps `cli()` and `exec()` together in `commands/*.rs`).
 //! Nothing outside this module and `main.rs` sees clap's types.
 
+mod doctor;
+mod explain;
 mod export;
 mod live;
 mod probes;
@@ -72,7 +74,7 @@ pub enum Command {
     /// driver parameters. Each finding shows the file and value it came from.
     /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
     /// problem found, 2 some finding is a `problem`, 1 error.
-    Doctor(crate::doctor::DoctorArgs),
+    Doctor(doctor::DoctorArgs),
     /// Explain DMA/IOMMU/GPU/PCIe faults found in a kernel log.
     ///
     /// Decodes Intel VT-d (DMAR), AMD-Vi and ARM SMMU fault lines, NVIDIA Xid
@@ -83,7 +85,7 @@ pub enum Command {
     /// reads what is in /dev/kmsg now and returns.
     ///
     /// Example: dmesg | gpudirect-trace explain -
-    Explain(crate::faults::ExplainArgs),
+    Explain(explain::ExplainArgs),
     /// Run the probes continuously and serve Prometheus metrics over HTTP.
     ///
     /// `GET /metrics` answers in the Prometheus text format, or OpenMetrics
@@ -151,8 +153,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Probes(a) => probes::exec(&a),
         Command::Live(a) => live::exec(&a),
-        Command::Doctor(a) => crate::doctor::run(&a),
-        Command::Explain(a) => crate::faults::run_explain(&a),
+        Command::Doctor(a) => doctor::exec(&a),
+        Command::Explain(a) => explain::exec(&a),
         Command::Serve(a) => serve::exec(&a),
         Command::Record(a) => record::exec(&a),
         Command::Report(a) => report::exec(&a),

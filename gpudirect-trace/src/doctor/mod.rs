@@ -20,7 +20,8 @@ pub mod pci;
 pub mod platform;
 pub mod report;
 pub mod topology;
-pub mod tree;
+/// The host's /sys and /proc, live or captured (shared with `gpu`).
+pub use crate::hosttree as tree;
 
 #[cfg(test)]
 mod tests_fixture;
@@ -46,24 +47,17 @@ use crate::gpu::NvmlRecord;
 /// or slow GPUDirect RDMA and GPU peer-to-peer.
 ///
 /// Exit status: 0 when nothing is a `problem`, 2 when some finding is, 1 on error.
-#[derive(clap::Args, Debug)]
-pub struct DoctorArgs {
-    /// Read a captured tree (as written by --capture, unpacked) instead of `/`.
-    #[arg(long, value_name = "DIR")]
+/// What `doctor` reads and writes.
+#[derive(Clone, Debug, Default)]
+pub struct DoctorOptions {
+    /// A captured tree instead of `/`.
     pub root: Option<PathBuf>,
-    /// Print `{"findings":[...],"topology":...}` instead of the text report.
-    #[arg(long)]
     pub json: bool,
-    /// Also print evidence and advice for `ok` findings.
-    #[arg(long, short)]
+    /// Also evidence and advice for `ok` findings.
     pub verbose: bool,
-    /// Write a snapshot of everything the doctor reads to OUT.tar.gz (mode 0600)
-    /// for a bug report, instead of checking.
-    #[arg(long, value_name = "OUT.tar.gz")]
+    /// Write a capture instead of checking.
     pub capture: Option<PathBuf>,
-    /// An earlier capture (OUT.tar.gz, its unpacked directory, or its
-    /// nvml.json) to compare NVML counters against: PCIe replays since then.
-    #[arg(long, value_name = "CAPTURE")]
+    /// An earlier capture to compare NVML counters against.
     pub baseline: Option<PathBuf>,
 }
 
@@ -119,7 +113,7 @@ pub fn diagnose_with(
     })
 }
 
-pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
     let tree = match &args.root {
         Some(r) => Tree::captured(r)?,
         None => Tree::live(),

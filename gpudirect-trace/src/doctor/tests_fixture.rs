@@ -18,7 +18,7 @@ use super::{
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/gpu-host-h200x2"
+    "/../tests/fixtures/gpu-host-h200x2-snapshot"
 );
 const GPU0: &str = "0000:00:06.0";
 const GPU1: &str = "0000:00:07.0";
@@ -26,7 +26,7 @@ const GPU1: &str = "0000:00:07.0";
 fn fixture() -> Tree {
     assert!(
         Path::new(FIXTURE).join("sys/bus/pci/devices").is_dir(),
-        "fixture missing: {FIXTURE} (the repo must be cloned with a copy of shared/ beside it)"
+        "fixture missing: {FIXTURE} (tests/fixtures/gpu-host-h200x2-snapshot is part of the repository)"
     );
     Tree::captured(Path::new(FIXTURE)).expect("fixture tree")
 }

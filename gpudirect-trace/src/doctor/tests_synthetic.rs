@@ -9,7 +9,7 @@ use super::{
     pci::{EXT_ACS, EXT_AER},
     report::Report,
     testutil::{config_with, gen5_x16, Synth},
-    DoctorArgs,
+    DoctorOptions,
 };
 
 const GPU_CLASS: u32 = 0x030200;
@@ -415,7 +415,7 @@ fn synthetic_unreadable_and_truncated_files_are_unknown_not_panics() {
 
 #[test]
 fn missing_root_dir_is_an_error_not_a_report() {
-    let args = DoctorArgs {
+    let args = DoctorOptions {
         root: Some("/nonexistent/doctor-capture".into()),
         json: false,
         verbose: false,

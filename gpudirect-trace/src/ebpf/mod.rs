@@ -433,7 +433,8 @@ impl Tracer {
     /// The kernel's table of outstanding DMA-API mappings (aggregate-only
     /// mode), by device name.
     pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
-        let raw: Vec<(MapKey, MapValue)> = self.maps.mappings.iter().filter_map(Result::ok).collect();
+        let raw: Vec<(MapKey, MapValue)> =
+            self.maps.mappings.iter().filter_map(Result::ok).collect();
         raw.into_iter()
             .map(|(k, v)| (self.device_name(k.dev), k, v))
             .collect()
@@ -589,7 +590,10 @@ mod tests {
             for side in ["in", "out"] {
                 for prefix in ["t", "k"] {
                     let name = format!("{prefix}_{}_{side}", spec.slot);
-                    assert!(have.contains(name.as_str()), "timing program {name} missing");
+                    assert!(
+                        have.contains(name.as_str()),
+                        "timing program {name} missing"
+                    );
                 }
             }
         }

@@ -14,16 +14,12 @@ use serde::Serialize;
 
 use super::{kmsg, xid, Decoder, Fault, Source};
 
-/// Decode DMA/IOMMU/GPU/PCIe fault lines from a kernel log.
-#[derive(clap::Args, Debug)]
-pub struct ExplainArgs {
-    /// Kernel log to decode: output of `dmesg`, `dmesg -T`, `journalctl -k`,
-    /// or raw /dev/kmsg records; `-` reads stdin. Without it, the records
-    /// currently in /dev/kmsg are read (needs CAP_SYSLOG or
-    /// kernel.dmesg_restrict=0) and the command returns at once.
+/// What `explain` reads and how it answers.
+#[derive(Clone, Debug, Default)]
+pub struct ExplainOptions {
+    /// A kernel log file, `-` for stdin, None for /dev/kmsg now.
     pub input: Option<PathBuf>,
-    /// Print JSON `{"faults":[...],"summary":{...}}` instead of text.
-    #[arg(long)]
+    /// JSON `{"faults":[...],"summary":{...}}` instead of text.
     pub json: bool,
 }
 
@@ -134,7 +130,7 @@ struct Report<'a> {
     summary: &'a Summary,
 }
 
-pub fn run_explain(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+pub fn run_explain(args: &ExplainOptions) -> anyhow::Result<ExitCode> {
     let (text, lost) = match args.input.as_deref() {
         Some(p) if p.as_os_str() == "-" => {
             let mut t = String::new();
@@ -418,7 +414,7 @@ Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has falle
     }
 
     // Real boot log of the project's H200 host (no faults in it): nothing
-    // may be reported. /work/shared/fixtures/gpu-host-h200x2/dmesg.txt
+    // may be reported. tests/fixtures/gpu-host-h200x2-snapshot/dmesg.txt
     #[test]
     fn clean_gpu_host_log_has_no_faults() {
         let log = "\
@@ -429,15 +425,15 @@ Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has falle
 [    4.152501] NVRM: Persistence mode is deprecated and will be removed in a future release. Please use nvidia-persistenced instead.
 ";
         assert!(decode_text(log).is_empty());
-        let path = std::path::Path::new("/work/shared/fixtures/gpu-host-h200x2/dmesg.txt");
-        if let Ok(full) = std::fs::read_to_string(path) {
-            assert!(decode_text(&full).is_empty());
-        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/gpu-host-h200x2-snapshot/dmesg.txt");
+        let full = std::fs::read_to_string(&path).expect("the H200 host's dmesg fixture");
+        assert!(decode_text(&full).is_empty());
     }
 
     #[test]
     fn missing_file_is_an_error() {
-        let args = ExplainArgs {
+        let args = ExplainOptions {
             input: Some(PathBuf::from("/nonexistent/dmesg.txt")),
             json: false,
         };

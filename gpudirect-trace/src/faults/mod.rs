@@ -28,7 +28,7 @@ pub mod xid;
 
 pub use self::{
     decoder::Decoder,
-    explain::{run_explain, ExplainArgs},
+    explain::{run_explain, ExplainOptions},
     kmsg::KmsgFollower,
 };
 pub use crate::model::{pci::normalize_bdf, Access, Fault, Source};

@@ -113,7 +113,11 @@ mod tests {
         assert_eq!(f.access, Some(Access::Write));
         assert_eq!(f.device.as_deref(), Some("0000:00:06.0"));
         assert!(f.reason.starts_with("Xid 31: channel"), "{}", f.reason);
-        let anon = from_xid_event("0000:00:06.0", 43, "pid='<unknown>', name=<unknown>, Ch 00000008");
+        let anon = from_xid_event(
+            "0000:00:06.0",
+            43,
+            "pid='<unknown>', name=<unknown>, Ch 00000008",
+        );
         assert_eq!(anon.process, None);
     }
 

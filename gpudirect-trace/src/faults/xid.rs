@@ -272,7 +272,10 @@ mod tests {
         assert_eq!(f.source, Source::NvidiaXid);
         assert_eq!(f.xid, Some(31));
         assert_eq!(f.device.as_deref(), Some("0000:01:00.0"));
-        assert_eq!(f.process, Some(Process::reported(13705, Some("UnrealEditor".into()))));
+        assert_eq!(
+            f.process,
+            Some(Process::reported(13705, Some("UnrealEditor".into())))
+        );
         assert_eq!(f.address, Some(0));
         assert_eq!(f.access, Some(Access::Read));
         assert_eq!(f.flags, vec!["FAULT_PDE".to_string()]);
@@ -310,7 +313,10 @@ mod tests {
         let f = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
             .expect("parsed");
         assert_eq!(f.xid, Some(79));
-        assert_eq!(f.process, None, "pid='<unknown>', name=<unknown> names no one");
+        assert_eq!(
+            f.process, None,
+            "pid='<unknown>', name=<unknown> names no one"
+        );
         assert_eq!(f.reason, "Xid 79: GPU has fallen off the bus");
         assert!(f.explanation.contains("AER"));
         let g = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.")

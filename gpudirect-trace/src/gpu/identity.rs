@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{doctor::tree::Tree, faults::normalize_bdf};
+use crate::{faults::normalize_bdf, hosttree::Tree};
 
 /// Where a GPU's index came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

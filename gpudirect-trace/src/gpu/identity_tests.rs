@@ -9,7 +9,7 @@ use crate::doctor::testutil::Synth;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/gpu-host-h200x2"
+    "/../tests/fixtures/gpu-host-h200x2-snapshot"
 );
 const UUID0: &str = "GPU-acbd8c60-66a2-c5f7-967a-de51ca969cb3";
 const UUID1: &str = "GPU-1059d476-8b2b-30f0-4f63-3d3ca6c66616";
@@ -17,7 +17,7 @@ const UUID1: &str = "GPU-1059d476-8b2b-30f0-4f63-3d3ca6c66616";
 fn fixture_gpus() -> Vec<GpuIdentity> {
     assert!(
         Path::new(FIXTURE).join("proc/driver/nvidia/gpus").is_dir(),
-        "fixture missing: {FIXTURE} (the repo must be cloned with a copy of shared/ beside it)"
+        "fixture missing: {FIXTURE} (tests/fixtures/gpu-host-h200x2-snapshot is part of the repository)"
     );
     from_tree(&Tree::captured(Path::new(FIXTURE)).expect("fixture"))
 }

@@ -87,7 +87,11 @@ pub struct Fault {
     /// The device as the report printed it.
     #[serde(default)]
     pub device_raw: Option<String>,
-    #[serde(serialize_with = "ser_hex_opt", deserialize_with = "de_hex_opt", default)]
+    #[serde(
+        serialize_with = "ser_hex_opt",
+        deserialize_with = "de_hex_opt",
+        default
+    )]
     pub address: Option<u64>,
     /// Numeric cause: VT-d fault reason, AMD-Vi event type, SMMU event id,
     /// Xid number, AER status register.

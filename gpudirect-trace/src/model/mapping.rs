@@ -72,7 +72,11 @@ impl std::fmt::Display for MappingState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let by = |p: &Option<Process>| p.as_ref().map(|p| format!(" by {p}")).unwrap_or_default();
         match self {
-            MappingState::Mapped { level, age_ns, by: who } => write!(
+            MappingState::Mapped {
+                level,
+                age_ns,
+                by: who,
+            } => write!(
                 f,
                 "mapped: inside a live {} mapping of this device (made {} before the fault{}), \
                  so the access itself was not permitted (direction/permission)",

@@ -108,9 +108,16 @@ fn report_replays_whole_file_and_windows() {
         devices: Vec::new(),
     };
     let w = replay(&f, &window(2, 4)).expect("window");
-    assert_eq!(w.analysis.agg.events, 201, "200 events 10 ms apart + the fault");
+    assert_eq!(
+        w.analysis.agg.events, 201,
+        "200 events 10 ms apart + the fault"
+    );
     assert!(w.losses.is_empty() && w.counters.is_none());
-    assert_eq!(w.incidents().count(), 1, "the log's fault is at 4 s, outside");
+    assert_eq!(
+        w.incidents().count(),
+        1,
+        "the log's fault is at 4 s, outside"
+    );
     assert_eq!(
         w.kernel_hits, None,
         "no checkpoint inside 2..4 s: the in-kernel count of the window is unknown, not 0"
@@ -123,7 +130,11 @@ fn report_replays_whole_file_and_windows() {
         },
     )
     .expect("filtered");
-    assert_eq!(only.incidents().count(), 0, "the faults are on another device");
+    assert_eq!(
+        only.incidents().count(),
+        0,
+        "the faults are on another device"
+    );
     assert!(replay(&f, &window(5, 1)).is_err());
 }
 

@@ -118,7 +118,11 @@ impl ServeSink {
 }
 
 impl Sink for ServeSink {
-    fn start(&mut self, s: &mut Session, _jobs: &mpsc::UnboundedSender<Job<Self>>) -> anyhow::Result<()> {
+    fn start(
+        &mut self,
+        s: &mut Session,
+        _jobs: &mpsc::UnboundedSender<Job<Self>>,
+    ) -> anyhow::Result<()> {
         self.refresh(s);
         let listener = self
             .listener

@@ -51,7 +51,11 @@ pub struct Ending {
 pub trait Sink: Sized {
     /// Called once inside the runtime, after the session is ready and
     /// before the traced command starts (spawn tasks, commit outputs here).
-    fn start(&mut self, _s: &mut Session, _jobs: &mpsc::UnboundedSender<Job<Self>>) -> anyhow::Result<()> {
+    fn start(
+        &mut self,
+        _s: &mut Session,
+        _jobs: &mpsc::UnboundedSender<Job<Self>>,
+    ) -> anyhow::Result<()> {
         Ok(())
     }
     /// Everything the session observed, in order.

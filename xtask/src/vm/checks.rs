@@ -177,11 +177,7 @@ pub fn edu_fault_live(series: &str, v: &Value) -> Result<()> {
         );
         ensure!(f["access"] == access, "{addr}: access {}", f["access"]);
         let state = f["mapping"]["state"].as_str().unwrap_or("");
-        ensure!(
-            state == "never-mapped",
-            "{addr}: mapping {}",
-            f["mapping"]
-        );
+        ensure!(state == "never-mapped", "{addr}: mapping {}", f["mapping"]);
         eprintln!("xtask: {series}: vtd fault {addr} reason {code} ({access}): {state}");
     }
     // The VT-d fault interrupt handler (dmar_fault) is timed too.

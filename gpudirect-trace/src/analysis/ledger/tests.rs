@@ -41,20 +41,31 @@ fn an_xid_from_the_tracepoint_and_its_log_line_is_one_incident() {
         let mut l = ledger();
         let (a, b) = if tracepoint_first {
             (
-                l.fault(xid_from_tracepoint(46_459_000_000, 181), Channel::Tracepoint, none),
+                l.fault(
+                    xid_from_tracepoint(46_459_000_000, 181),
+                    Channel::Tracepoint,
+                    none,
+                ),
                 l.fault(xid_from_log(46_459_200_000), Channel::KernelLog, none),
             )
         } else {
             (
                 l.fault(xid_from_log(46_459_000_000), Channel::KernelLog, none),
-                l.fault(xid_from_tracepoint(46_459_200_000, 181), Channel::Tracepoint, none),
+                l.fault(
+                    xid_from_tracepoint(46_459_200_000, 181),
+                    Channel::Tracepoint,
+                    none,
+                ),
             )
         };
         assert_eq!((a, b), (Outcome::New(1), Outcome::Merged(1)));
         assert_eq!(l.incidents().len(), 1);
         let i = &l.incidents()[0];
         assert_eq!(i.category, Category::Xid);
-        assert_eq!(i.at.t_s, 6.459, "the earlier report's time, on the trace clock");
+        assert_eq!(
+            i.at.t_s, 6.459,
+            "the earlier report's time, on the trace clock"
+        );
         assert_eq!(
             i.process,
             Some(Process::reported(619, Some("xid".into()))),
@@ -73,11 +84,23 @@ fn reports_from_one_channel_never_merge_and_the_window_is_bounded() {
     let mut l = ledger();
     let a = l.fault(xid_from_log(41_000_000_000), Channel::KernelLog, none);
     let b = l.fault(xid_from_log(41_100_000_000), Channel::KernelLog, none);
-    assert_eq!((a, b), (Outcome::New(1), Outcome::New(2)), "two lines, two Xids");
+    assert_eq!(
+        (a, b),
+        (Outcome::New(1), Outcome::New(2)),
+        "two lines, two Xids"
+    );
     // A tracepoint report merges into the first open one only.
-    let c = l.fault(xid_from_tracepoint(41_000_100_000, 181), Channel::Tracepoint, none);
+    let c = l.fault(
+        xid_from_tracepoint(41_000_100_000, 181),
+        Channel::Tracepoint,
+        none,
+    );
     assert_eq!(c, Outcome::Merged(1));
-    let d = l.fault(xid_from_tracepoint(41_100_100_000, 181), Channel::Tracepoint, none);
+    let d = l.fault(
+        xid_from_tracepoint(41_100_100_000, 181),
+        Channel::Tracepoint,
+        none,
+    );
     assert_eq!(d, Outcome::Merged(2));
     // Too late to be the same event.
     let late = l.fault(
@@ -95,7 +118,8 @@ fn an_amd_vi_page_fault_and_its_tracepoint_merge_on_device_and_address() {
     // (the tracepoint) first, then the log line
     // (https://bugzilla.kernel.org/show_bug.cgi?id=216865).
     let mut l = ledger();
-    let mut tp = tracepoint::from_io_page_fault("", "0000:03:00.0", 0xfffff000, 0, "iommu:io_page_fault");
+    let mut tp =
+        tracepoint::from_io_page_fault("", "0000:03:00.0", 0xfffff000, 0, "iommu:io_page_fault");
     tp.timestamp_ns = Some(42_000_000_000);
     tp.process = Some(Process::current_task(7));
     let mut log = parse_line("[   42.000100] amdgpu 0000:03:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0000 address=0xfffff000 flags=0x0000]").expect("AMD-Vi line");
@@ -103,7 +127,11 @@ fn an_amd_vi_page_fault_and_its_tracepoint_merge_on_device_and_address() {
     assert_eq!(l.fault(tp, Channel::Tracepoint, none), Outcome::New(1));
     assert_eq!(l.fault(log, Channel::KernelLog, none), Outcome::Merged(1));
     let f = l.incidents()[0].fault.as_ref().expect("fault");
-    assert_eq!(f.source, Source::AmdVi, "the log's decoding is the richer one");
+    assert_eq!(
+        f.source,
+        Source::AmdVi,
+        "the log's decoding is the richer one"
+    );
     assert_eq!(l.incidents()[0].category, Category::IommuFault);
     assert_eq!(l.counts().values().sum::<u64>(), 1);
 }
@@ -114,14 +142,20 @@ fn vtd_faults_have_no_second_channel_and_rate_limit_counts_add_up() {
     let mut f = parse_line("DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x200000 [fault reason 0x05] PTE Write access is not set").expect("VT-d");
     f.timestamp_ns = Some(41_000_000_000);
     let mapping = |_: &Fault| Some(MappingState::NeverMapped { device_seen: true });
-    assert_eq!(l.fault(f.clone(), Channel::KernelLog, mapping), Outcome::New(1));
+    assert_eq!(
+        l.fault(f.clone(), Channel::KernelLog, mapping),
+        Outcome::New(1)
+    );
     assert_eq!(l.fault(f, Channel::Tracepoint, none), Outcome::New(2));
     let mut storm = parse_line("dmar_fault: 893 callbacks suppressed").expect("suppressed");
     storm.timestamp_ns = Some(41_500_000_000);
     l.fault(storm, Channel::KernelLog, none);
     assert_eq!(l.counts().values().sum::<u64>(), 2 + 893);
     assert_eq!(
-        l.incidents()[0].fault.as_ref().and_then(|f| f.mapping.clone()),
+        l.incidents()[0]
+            .fault
+            .as_ref()
+            .and_then(|f| f.mapping.clone()),
         Some(MappingState::NeverMapped { device_seen: true })
     );
 }
@@ -130,7 +164,12 @@ fn vtd_faults_have_no_second_channel_and_rate_limit_counts_add_up() {
 fn old_incidents_are_evicted_and_counted() {
     let mut l = ledger();
     for i in 0..INCIDENTS_KEPT as u64 + 5 {
-        l.iommu_change("0000:00:04.0", 40_000_000_000 + i, 1, IommuChange::DomainAttach);
+        l.iommu_change(
+            "0000:00:04.0",
+            40_000_000_000 + i,
+            1,
+            IommuChange::DomainAttach,
+        );
     }
     assert_eq!(l.incidents().len(), INCIDENTS_KEPT);
     assert_eq!(l.evicted(), 5);
