@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod ebpf;
 pub mod export;
 pub mod faults;
+pub mod flight;
 pub mod gpu;
 pub mod hosttree;
 pub mod kernel;

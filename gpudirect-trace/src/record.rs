@@ -183,7 +183,7 @@ impl Sink for RecordSink {
 
 /// Writes a loss record if the kernel dropped events since the last call,
 /// then the kernel's per-device counters; returns the programs' counts.
-pub fn checkpoint<W: Write>(
+pub fn checkpoint<W: tracefile::BlockOut>(
     session: &mut Session,
     writer: &mut TraceWriter<W>,
     lost_seen: &mut u64,

@@ -2,6 +2,7 @@
 //! aggregator and tables, for the whole recording or a time window.
 
 pub mod html;
+pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
@@ -56,6 +57,10 @@ pub struct Replay {
     pub kernel_hits: Option<u64>,
     pub file_len: u64,
     pub window: Window,
+    /// A flight-recorder snapshot's triggers after the one that opened it.
+    pub later_triggers: Vec<crate::tracefile::Trigger>,
+    /// A snapshot's trigger device at the trigger (see `snapshot`).
+    pub lead: Option<snapshot::Lead>,
 }
 
 impl Replay {
@@ -112,7 +117,27 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
         kernel_hits: None,
         file_len: std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
         window: window.clone(),
+        later_triggers: Vec::new(),
+        lead: None,
     };
+    // A snapshot: what led to its trigger, on the trigger's device.
+    let trigger_at = r.header.snapshot.as_ref().map(|s| s.trigger.at_ns);
+    if let Some(dev) = r
+        .header
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.trigger.incident.as_ref())
+        .map(|i| i.device.clone())
+    {
+        r.lead = Some(snapshot::Lead {
+            device: dev,
+            ..Default::default()
+        });
+    }
+    let mut captured = false;
+    // A snapshot's checkpoints count from the session's start: its first one
+    // is the base of the counts it covers.
+    let is_snapshot = r.header.snapshot.is_some();
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
     let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
@@ -127,6 +152,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::Checkpoint(cp) => cp.ts_ns,
             Item::End(e) => e.ts_ns,
             Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
+            Item::Trigger(t) => t.at_ns,
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
@@ -134,6 +160,16 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::Event { record, device } => {
                 if !in_window(ts) {
                     continue;
+                }
+                if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
+                    if ts > at {
+                        let incidents: Vec<&Incident> =
+                            r.analysis.ledger.incidents().iter().collect();
+                        snapshot::capture(lead, &r.analysis.agg, at, &incidents);
+                        captured = true;
+                    } else {
+                        snapshot::count_lead(lead, at, &device, record.event().kind, ts);
+                    }
                 }
                 r.last_ns = r.last_ns.max(ts);
                 r.analysis.record(&record, &device);
@@ -154,6 +190,10 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 r.losses.push(l);
             }
             Item::Checkpoint(cp) if cp.ts_ns < lo_ns => base = Some(cp),
+            Item::Checkpoint(cp) if is_snapshot && from.is_none() && base.is_none() => {
+                r.last_ns = r.last_ns.max(cp.ts_ns);
+                base = Some(cp);
+            }
             Item::Checkpoint(cp) if to.is_none() || cp.ts_ns < to_ns => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
                 last = Some(cp);
@@ -162,10 +202,15 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::LogFault(f) if f.timestamp_ns.is_none_or(in_window) => {
                 r.analysis.log_fault(f);
             }
+            Item::Trigger(t) => r.later_triggers.push(*t),
             _ => {}
         }
     }
     r.stats = reader.stats().clone();
+    if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
+        let incidents: Vec<&Incident> = r.analysis.ledger.incidents().iter().collect();
+        snapshot::capture(lead, &r.analysis.agg, at, &incidents);
+    }
     if to.is_some() {
         // A window given by --to ends there (or where the recording does).
         r.last_ns = to_ns.min(end_seen).max(r.last_ns);
@@ -175,6 +220,8 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     if let Some(last) = last {
         let whole = from.is_none() && to.is_none();
         let hits = |c: &Checkpoint| c.hits.iter().sum::<u64>();
+        // A snapshot with a single checkpoint has no window to count over.
+        let base = base.filter(|b| b.ts_ns != last.ts_ns || !is_snapshot);
         r.kernel_hits = Some(hits(&last) - base.as_ref().map_or(0, hits));
         if whole || r.header.aggregate_only {
             let rows = counter_delta(base.as_ref(), &last);
@@ -277,6 +324,8 @@ pub fn json(
         "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
             "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
         "counters": r.counters,
+        "lead": r.lead,
+        "later_triggers": r.later_triggers,
         "read": r.stats,
         "warnings": read_warnings(path, &r.stats, r.file_len),
     })
@@ -310,6 +359,24 @@ pub fn text(
             format!(", command: {}", h.command.join(" "))
         }
     );
+    if let Some(info) = &h.snapshot {
+        let incidents: Vec<&Incident> = r.incidents().collect();
+        s.push_str(&snapshot::text(
+            info,
+            r.lead.as_ref(),
+            &incidents,
+            r.clock(),
+        ));
+        for t in &r.later_triggers {
+            s.push_str(&format!(
+                "  later trigger {} ({}) at {:.6}s: {}\n",
+                t.name,
+                t.label,
+                r.seconds(t.at_ns),
+                t.suppressed.as_deref().unwrap_or("")
+            ));
+        }
+    }
     let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
     let attached = h.probes.iter().filter(|p| p.status == "attached").count();
     s.push_str(&crate::render::live_text(

@@ -64,3 +64,70 @@ pub fn module_hook(
     });
     Ok((doc, probe.status == Status::Attached && calls > 0))
 }
+
+/// `snapshot-write`: `events` synthetic map/unmap events into a flight
+/// recorder's ring, a SIGUSR1-style trigger, and the snapshot written and
+/// closed through the recorder's own code; prints what it wrote.
+pub fn snapshot_write(dir: &std::path::Path, events: u64) -> anyhow::Result<(Value, bool)> {
+    use std::sync::Arc;
+
+    use gpudirect_trace_common::{kind, Event};
+
+    use crate::{
+        decode::Record,
+        flight::{FlightOptions, Recorder, Trigger},
+        session::Observed,
+        tracefile::Header,
+    };
+    let now = crate::kernel::monotonic_ns();
+    let header = Header {
+        hostname: "selftest".into(),
+        clock: "CLOCK_MONOTONIC".into(),
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        start_ts_ns: now,
+        ..Default::default()
+    };
+    let mut r = Recorder::with_header(
+        header,
+        FlightOptions {
+            dir: dir.to_owned(),
+            max_age: None,
+            max_bytes: Some(1 << 30),
+            triggers: vec![Trigger::Signal],
+            after: Duration::ZERO,
+            max_snapshots: None,
+            min_spacing: Duration::ZERO,
+            dir_budget: None,
+        },
+    )?;
+    let device: Arc<str> = Arc::from("0000:00:04.0");
+    for i in 0..events {
+        let map = i % 2 == 0;
+        let rec = Record::Event(Event {
+            kind: if map { kind::DMA_MAP } else { kind::DMA_UNMAP },
+            dir: 2,
+            ts_ns: now + i * 1000,
+            pid: 100 + (i % 7) as u32,
+            tid: 100 + (i % 7) as u32,
+            addr: 0xffff_0000 - ((i / 2) % 4096) * 4096,
+            phys: if map { (i * 7919 % (1 << 24)) << 12 } else { 0 },
+            size: 4096,
+            ..Default::default()
+        });
+        r.observe(&Observed::Record {
+            record: &rec,
+            device: &device,
+        })?;
+    }
+    r.user_signal();
+    r.close_now()?;
+    let st = r.stats();
+    let doc = json!({
+        "check": "snapshot-write",
+        "events": events,
+        "written": st.written.values().sum::<u64>(),
+        "path": st.last_path,
+        "failures": st.failures,
+    });
+    Ok((doc, st.failures == 0 && st.last_path.is_some()))
+}

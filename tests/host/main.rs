@@ -12,6 +12,7 @@
 
 mod bench;
 mod deploy;
+mod flight;
 mod gpu_metrics;
 mod inject;
 mod record;

@@ -6,6 +6,7 @@
 mod doctor;
 mod explain;
 mod export;
+mod flight;
 mod live;
 mod probes;
 mod record;

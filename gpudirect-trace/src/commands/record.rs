@@ -4,16 +4,21 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
 
-use super::trace::{parse_duration, TraceArgs};
+use super::{
+    flight::FlightArgs,
+    trace::{parse_duration, TraceArgs},
+};
 use crate::{
+    flight::{FlightSink, Recorder},
     record::{create_output, RecordOptions, RecordSink},
     session::{RunOptions, Session},
 };
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Trace file to write (created with mode 0600).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    /// Trace file to write (created with mode 0600); with --ring, the
+    /// directory snapshots go to (created 0700 if missing).
+    #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
     pub output: PathBuf,
     /// Stop after this long (default: until Ctrl-C, SIGTERM, SIGHUP or
     /// CMD's exit).
@@ -29,6 +34,8 @@ pub struct RecordArgs {
     pub json: bool,
     #[command(flatten)]
     pub trace: TraceArgs,
+    #[command(flatten)]
+    pub flight: FlightArgs,
     /// Command to run while recording; recording ends when it exits and
     /// gpudirect-trace exits with its status. If the recording ends first,
     /// the command gets SIGTERM, then SIGKILL.
@@ -37,6 +44,20 @@ pub struct RecordArgs {
 }
 
 pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    let run = RunOptions {
+        deadline: args.duration,
+        command: args.command.clone(),
+        ..Default::default()
+    };
+    let flight = args
+        .flight
+        .options(args.output.clone(), !args.command.is_empty(), None);
+    if let Some(opts) = flight {
+        crate::flight::snapshot::prepare_dir(&opts.dir)?;
+        let session = Session::start(&args.trace.session_options())?;
+        let recorder = Recorder::new(&session, opts, &args.command)?;
+        return session.run(FlightSink::new(recorder, args.json), run);
+    }
     let file = create_output(&args.output, args.force)?;
     let session = match Session::start(&args.trace.session_options()) {
         Ok(s) => s,
@@ -52,12 +73,5 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         command: args.command.clone(),
     };
     let sink = RecordSink::create(&session, opts, file)?;
-    session.run(
-        sink,
-        RunOptions {
-            deadline: args.duration,
-            command: args.command.clone(),
-            ..Default::default()
-        },
-    )
+    session.run(sink, run)
 }

@@ -1,10 +1,13 @@
 //! `gpudirect-trace serve`.
 
-use std::{net::SocketAddr, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use clap::Args;
 
-use super::trace::TraceArgs;
+use super::{
+    flight::{parse_size, FlightArgs},
+    trace::TraceArgs,
+};
 use crate::{
     serve::{self, metrics, ServeOptions},
     session::Session,
@@ -24,6 +27,16 @@ pub struct ServeArgs {
     pub max_devices: usize,
     #[command(flatten)]
     pub trace: TraceArgs,
+    /// Run the flight recorder too: keep the last minutes in memory (--ring)
+    /// and write a snapshot into DIR (created 0700) when a trigger fires.
+    #[arg(long, value_name = "DIR", requires = "ring")]
+    pub snapshot_dir: Option<PathBuf>,
+    /// The snapshots in --snapshot-dir may take this much disk (e.g. 10GiB);
+    /// the oldest are deleted first.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "snapshot_dir")]
+    pub snapshot_max_bytes: Option<u64>,
+    #[command(flatten)]
+    pub flight: FlightArgs,
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -43,6 +56,13 @@ pub fn exec(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let opts = ServeOptions {
         max_devices: args.max_devices,
     };
+    if args.flight.ring.is_some() && args.snapshot_dir.is_none() {
+        anyhow::bail!("serve --ring needs --snapshot-dir DIR: where snapshots go");
+    }
+    let flight = args.snapshot_dir.as_ref().and_then(|dir| {
+        args.flight
+            .options(dir.clone(), false, args.snapshot_max_bytes)
+    });
     let session_opts = args.trace.session_options();
-    serve::run(args.listen, || Session::start(&session_opts), &opts)
+    serve::run(args.listen, || Session::start(&session_opts), &opts, flight)
 }

@@ -49,6 +49,26 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_devices_folded_total" => {
             "Devices reported as device=\"other\" (past --max-devices)."
         }
+        "gpudirect_snapshots_written_total" => {
+            "Flight-recorder snapshots written, by the trigger that started them."
+        }
+        "gpudirect_snapshot_triggers_suppressed_total" => {
+            "Triggers that started no snapshot: open (recorded in, and extending, the open one), spacing (within --min-spacing), max-snapshots."
+        }
+        "gpudirect_snapshot_failures_total" => {
+            "Snapshots that could not be written (disk full, ...); the ring went on."
+        }
+        "gpudirect_snapshots_deleted_total" => {
+            "Old snapshots deleted to keep the directory within --snapshot-max-bytes."
+        }
+        "gpudirect_flight_ring_bytes" => "Bytes of trace the flight recorder's ring holds.",
+        "gpudirect_flight_ring_held_milliseconds" => "Time span the flight recorder's ring holds.",
+        "gpudirect_flight_ring_dropped_events_total" => {
+            "Events the ring dropped to stay within its bounds (history older than a snapshot holds)."
+        }
+        "gpudirect_snapshot_last_timestamp_seconds" => {
+            "Unix time the last snapshot was completed."
+        }
         "gpudirect_nvml_available" => "1 if NVML (libnvidia-ml.so.1) could be used, else 0.",
         "gpudirect_nvml_device_errors" => {
             "GPUs NVML lists but could not open at the last reading (e.g. GPU lost)."

@@ -548,6 +548,8 @@ pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error
     Ok(out)
 }
 
+#[path = "metrics_flight.rs"]
+mod flight;
 #[path = "metrics_gpu.rs"]
 pub mod gpu;
 pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};

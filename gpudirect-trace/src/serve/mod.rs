@@ -27,7 +27,10 @@ use self::{
     http::{Request, Response},
     metrics::{DeviceLabels, FaultCount, Model},
 };
-use crate::session::{Ending, Job, RunOptions, Session, Sink};
+use crate::{
+    flight::{FlightOptions, Recorder},
+    session::{Ending, Job, Observed, RunOptions, Session, Sink},
+};
 
 /// The model scrapes are answered from is rebuilt this often (and after
 /// every job the driver runs, such as a test's injection).
@@ -70,6 +73,8 @@ pub struct ServeSink {
     shared: Arc<Mutex<Shared>>,
     stop_http: watch::Sender<bool>,
     http: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// `--snapshot-dir`: the flight recorder, fed what the session observes.
+    recorder: Option<Recorder>,
 }
 
 impl ServeSink {
@@ -84,7 +89,14 @@ impl ServeSink {
             })),
             stop_http: watch::channel(false).0,
             http: None,
+            recorder: None,
         }
+    }
+
+    /// Also runs a flight recorder (`serve --snapshot-dir`).
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// Rebuilds the model from the session (the kernel's counters read now).
@@ -102,7 +114,7 @@ impl ServeSink {
                 count,
             })
             .collect();
-        let model = Model::build(
+        let mut model = Model::build(
             &s.analysis.agg,
             &stats,
             &s.tracer.probes,
@@ -110,6 +122,9 @@ impl ServeSink {
             &mut self.labels,
             s.stream,
         );
+        if let Some(r) = &self.recorder {
+            model.add_flight(&r.stats());
+        }
         let mut sh = lock(&self.shared);
         sh.model = model;
         sh.refreshed = Instant::now();
@@ -140,11 +155,28 @@ impl Sink for ServeSink {
         Ok(())
     }
 
+    fn observe(&mut self, o: Observed<'_>) -> anyhow::Result<()> {
+        match self.recorder.as_mut() {
+            Some(r) => r.observe(&o),
+            None => Ok(()),
+        }
+    }
+
+    fn user_signal(&mut self, _s: &mut Session) -> anyhow::Result<()> {
+        if let Some(r) = self.recorder.as_mut() {
+            r.user_signal();
+        }
+        Ok(())
+    }
+
     fn tick_every(&self) -> Option<Duration> {
         Some(REFRESH_EVERY)
     }
 
     fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
+        if let Some(r) = self.recorder.as_mut() {
+            r.tick(s)?;
+        }
         self.refresh(s);
         if self.http.as_ref().is_some_and(|h| h.is_finished()) {
             anyhow::bail!("the metrics server stopped unexpectedly");
@@ -152,7 +184,10 @@ impl Sink for ServeSink {
         Ok(true)
     }
 
-    fn finish(mut self, _s: &mut Session, _end: &Ending) -> anyhow::Result<ExitCode> {
+    fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
+        if let Some(r) = self.recorder.as_mut() {
+            r.finish(s, end.command_status)?;
+        }
         let _ = self.stop_http.send(true);
         if let Some(h) = self.http.take() {
             h.abort();
@@ -313,6 +348,7 @@ pub fn run(
     listen: SocketAddr,
     start_session: impl FnOnce() -> anyhow::Result<Session>,
     opts: &ServeOptions,
+    flight: Option<FlightOptions>,
 ) -> anyhow::Result<ExitCode> {
     let listener = bind(listen)?;
     if !listen.ip().is_loopback() {
@@ -332,5 +368,14 @@ pub fn run(
             ""
         }
     ));
-    session.run(ServeSink::new(listener, opts), RunOptions::default())
+    if let Some(f) = &flight {
+        crate::flight::snapshot::prepare_dir(&f.dir)?;
+    }
+    let mut sink = ServeSink::new(listener, opts);
+    if let Some(f) = flight {
+        let dir = f.dir.display().to_string();
+        sink = sink.with_recorder(Recorder::new(&session, f, &[])?);
+        crate::output::note(&format!("flight recorder on: snapshots go to {dir}"));
+    }
+    session.run(sink, RunOptions::default())
 }

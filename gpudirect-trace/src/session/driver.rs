@@ -66,6 +66,10 @@ pub trait Sink: Sized {
     fn tick_every(&self) -> Option<Duration> {
         None
     }
+    /// SIGUSR1 (the flight recorder's `signal` trigger); ignored otherwise.
+    fn user_signal(&mut self, _s: &mut Session) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Periodic work (redraw, checkpoint). `Ok(false)` ends the session.
     fn tick(&mut self, _s: &mut Session) -> anyhow::Result<bool> {
         Ok(true)
@@ -90,6 +94,7 @@ pub struct RunOptions {
 /// futures borrow the session and done once they are gone.
 enum Action<S> {
     Drain { kmsg: bool },
+    UserSignal,
     Tick,
     Job(Job<S>),
     JobsClosed,
@@ -97,9 +102,9 @@ enum Action<S> {
 }
 
 impl Session {
-    /// Runs the session until a signal (SIGINT, SIGTERM, SIGHUP), the
-    /// deadline, the traced command's exit or the owner's stop, feeding
-    /// `sink`; returns its exit status. With a command, a session that ends
+    /// Runs the session until a signal (SIGINT, SIGTERM, SIGHUP; SIGUSR1
+    /// goes to the sink), the deadline, the traced command's exit or the
+    /// owner's stop, feeding `sink`; returns its exit status. With a command, a session that ends
     /// first sends it SIGTERM, then SIGKILL.
     pub fn run<S: Sink>(self, sink: S, opts: RunOptions) -> anyhow::Result<ExitCode> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -133,6 +138,7 @@ impl Session {
             let mut sigint = signal(SignalKind::interrupt())?;
             let mut sigterm = signal(SignalKind::terminate())?;
             let mut sighup = signal(SignalKind::hangup())?;
+            let mut sigusr1 = signal(SignalKind::user_defined1())?;
             let mut drain = tokio::time::interval(DRAIN_EVERY);
             drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let tick_every = sink.tick_every();
@@ -192,6 +198,7 @@ impl Session {
                     _ = sigint.recv() => Action::Stop(StopReason::Signal("SIGINT")),
                     _ = sigterm.recv() => Action::Stop(StopReason::Signal("SIGTERM")),
                     _ = sighup.recv() => Action::Stop(StopReason::Signal("SIGHUP")),
+                    _ = sigusr1.recv() => Action::UserSignal,
                     _ = until_deadline => Action::Stop(StopReason::Deadline),
                     _ = stopped => Action::Stop(StopReason::Stopped),
                 };
@@ -206,6 +213,10 @@ impl Session {
                     Action::Job(job) => {
                         feed(&mut self, &mut sink, true)?;
                         job(&mut self, &mut sink);
+                    }
+                    Action::UserSignal => {
+                        feed(&mut self, &mut sink, true)?;
+                        sink.user_signal(&mut self)?;
                     }
                     Action::JobsClosed => jobs_open = false,
                     Action::Stop(reason) => break reason,

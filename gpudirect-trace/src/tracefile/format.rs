@@ -35,6 +35,9 @@ pub mod block {
     pub const CHECKPOINT: u16 = 5;
     pub const END: u16 = 6;
     pub const FAULTS: u16 = 7;
+    /// A flight-recorder trigger that fired while its snapshot was open
+    /// (JSON `Trigger`); the snapshot's own trigger is in the header.
+    pub const TRIGGER: u16 = 8;
 }
 
 /// Bits of the block flags.
@@ -77,6 +80,45 @@ pub struct Header {
     pub probes: Vec<ProbeInfo>,
     /// PCI devices present when recording started.
     pub devices: Vec<PciDevice>,
+    /// Set in a flight-recorder snapshot: why it was written and what the
+    /// in-memory ring held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotInfo>,
+}
+
+/// A trigger of the flight recorder (`record --ring`, `serve --snapshot-dir`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trigger {
+    /// The trigger that matched: fault, xid, aer, map-error, signal, exit.
+    pub name: String,
+    /// What fired it, for file names: `xid79`, `fault`, `exit3`, ...
+    pub label: String,
+    /// CLOCK_MONOTONIC when it fired.
+    pub at_ns: u64,
+    /// The incident that fired it, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incident: Option<crate::model::Incident>,
+    /// What it did when it did not start a snapshot (`open`: recorded in the
+    /// open one, which it extended; `spacing`, `max-snapshots`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<String>,
+}
+
+/// What a snapshot is: its trigger and the ring it was cut from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub trigger: Trigger,
+    /// CLOCK_MONOTONIC of the oldest block the ring still held.
+    pub ring_from_ns: u64,
+    /// The ring's bounds: duration and bytes (None: unbounded that way).
+    pub ring_max_ns: Option<u64>,
+    pub ring_max_bytes: Option<u64>,
+    /// Events (and blocks) the ring had discarded before the trigger:
+    /// history older than the snapshot holds.
+    pub discarded_events: u64,
+    pub discarded_blocks: u64,
+    /// Recording went on this long after the trigger (`--after`).
+    pub after_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

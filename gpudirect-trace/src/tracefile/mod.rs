@@ -18,9 +18,11 @@ pub(crate) mod tests;
 
 use std::{fs, io::BufReader, path::Path};
 
-pub use format::{Checkpoint, CounterRow, End, Header, Loss, PciDevice, ProbeInfo};
+pub use format::{
+    Checkpoint, CounterRow, End, Header, Loss, PciDevice, ProbeInfo, SnapshotInfo, Trigger,
+};
 pub use reader::{Item, OpenError, ReadStats, TraceReader};
-pub use writer::TraceWriter;
+pub use writer::{BlockOut, TraceWriter};
 
 use crate::ebpf::ProbeStatus;
 
@@ -100,5 +102,6 @@ pub fn host_header(
             })
             .collect(),
         devices: pci_inventory(Path::new("/sys")),
+        snapshot: None,
     }
 }

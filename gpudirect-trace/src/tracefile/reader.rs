@@ -85,6 +85,9 @@ pub enum Item {
     /// A fault decoded from the kernel log, as the recorder took it (before
     /// the ledger): in arrival order among the events.
     LogFault(crate::model::Fault),
+    /// A flight-recorder trigger that fired while the snapshot was written
+    /// (rare: boxed, so the common items stay small).
+    Trigger(Box<super::format::Trigger>),
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -280,6 +283,7 @@ impl<R: Read> TraceReader<R> {
                     | block::CHECKPOINT
                     | block::END
                     | block::FAULTS
+                    | block::TRIGGER
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -335,6 +339,10 @@ impl<R: Read> TraceReader<R> {
             block::CHECKPOINT => {
                 let cp = format::decode_checkpoint(&raw, |i| self.device(i))?;
                 self.pending.push_back(Item::Checkpoint(cp));
+            }
+            block::TRIGGER => {
+                let t = serde_json::from_slice(&raw).map_err(|_| Malformed("trigger JSON"))?;
+                self.pending.push_back(Item::Trigger(Box::new(t)));
             }
             block::END => {
                 self.stats.clean_end = true;

@@ -19,7 +19,26 @@ pub const MAX_BATCH: u64 = 1 << 16;
 /// zstd level: 3 is zstd's default, fast enough for millions of events/s.
 pub const ZSTD_LEVEL: i32 = 3;
 
-pub struct TraceWriter<W: Write> {
+/// Where a writer's bytes go: a file (any `Write`), or the flight
+/// recorder's ring, which keeps blocks whole and needs to know what each
+/// holds. Every call hands over the preamble (`typ` 0) or one complete
+/// framed block.
+pub trait BlockOut {
+    fn put(&mut self, typ: u16, bytes: &[u8], events: u64) -> io::Result<()>;
+    fn flush_out(&mut self) -> io::Result<()>;
+}
+
+impl<W: Write> BlockOut for W {
+    fn put(&mut self, _typ: u16, bytes: &[u8], _events: u64) -> io::Result<()> {
+        self.write_all(bytes)
+    }
+
+    fn flush_out(&mut self) -> io::Result<()> {
+        self.flush()
+    }
+}
+
+pub struct TraceWriter<W: BlockOut> {
     out: W,
     compressor: zstd::bulk::Compressor<'static>,
     devices: HashMap<Arc<str>, u32>,
@@ -31,7 +50,7 @@ pub struct TraceWriter<W: Write> {
     events_written: u64,
 }
 
-impl<W: Write> TraceWriter<W> {
+impl<W: BlockOut> TraceWriter<W> {
     /// Writes the preamble and the header block.
     pub fn new(out: W, header: &Header) -> io::Result<Self> {
         let mut w = Self {
@@ -45,12 +64,21 @@ impl<W: Write> TraceWriter<W> {
             events_written: 0,
         };
         let pre = format::preamble();
-        w.out.write_all(&pre)?;
+        w.out.put(0, &pre, 0)?;
         w.bytes_written += pre.len() as u64;
         let json = serde_json::to_vec(header)?;
-        w.block(block::HEADER, &json, true)?;
-        w.out.flush()?;
+        w.block(block::HEADER, &json, true, 0)?;
+        w.out.flush_out()?;
         Ok(w)
+    }
+
+    /// Where the blocks go.
+    pub fn out(&self) -> &W {
+        &self.out
+    }
+
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
     }
 
     /// Bytes written so far (including what is still buffered in `W`).
@@ -63,7 +91,7 @@ impl<W: Write> TraceWriter<W> {
         self.events_written
     }
 
-    fn block(&mut self, typ: u16, payload: &[u8], compress: bool) -> io::Result<()> {
+    fn block(&mut self, typ: u16, payload: &[u8], compress: bool, events: u64) -> io::Result<()> {
         self.scratch.clear();
         if compress {
             let z = self.compressor.compress(payload)?;
@@ -71,7 +99,7 @@ impl<W: Write> TraceWriter<W> {
         } else {
             format::frame(&mut self.scratch, typ, 0, payload);
         }
-        self.out.write_all(&self.scratch)?;
+        self.out.put(typ, &self.scratch, events)?;
         self.bytes_written += self.scratch.len() as u64;
         Ok(())
     }
@@ -96,7 +124,7 @@ impl<W: Write> TraceWriter<W> {
         let first = (self.devices.len() - self.new_devices.len()) as u32;
         let payload = format::encode_devices(first, &self.new_devices);
         self.new_devices.clear();
-        self.block(block::DEVICES, &payload, true)
+        self.block(block::DEVICES, &payload, true, 0)
     }
 
     /// Adds one event; writes a block when the batch is full.
@@ -115,19 +143,20 @@ impl<W: Write> TraceWriter<W> {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let events = self.batch.len();
         let payload = self.batch.take_payload();
-        self.block(block::EVENTS, &payload, true)
+        self.block(block::EVENTS, &payload, true, events)
     }
 
     /// Writes the pending events as a block and flushes `W`.
     pub fn flush(&mut self) -> io::Result<()> {
         self.write_events()?;
-        self.out.flush()
+        self.out.flush_out()
     }
 
     pub fn loss(&mut self, loss: &Loss) -> io::Result<()> {
         self.write_events()?;
-        self.block(block::LOSS, &format::encode_loss(loss), false)
+        self.block(block::LOSS, &format::encode_loss(loss), false, 0)
     }
 
     pub fn checkpoint(&mut self, cp: &Checkpoint) -> io::Result<()> {
@@ -138,7 +167,7 @@ impl<W: Write> TraceWriter<W> {
         self.write_new_devices()?;
         let devices = &self.devices;
         let payload = format::encode_checkpoint(cp, |name| devices.get(name).copied().unwrap_or(0));
-        self.block(block::CHECKPOINT, &payload, true)
+        self.block(block::CHECKPOINT, &payload, true, 0)
     }
 
     /// FAULTS: faults decoded from the kernel log, typed, as decoded (the
@@ -150,7 +179,7 @@ impl<W: Write> TraceWriter<W> {
         }
         self.write_events()?;
         let json = serde_json::to_vec(faults)?;
-        self.block(block::FAULTS, &json, true)
+        self.block(block::FAULTS, &json, true, 0)
     }
 
     /// One fault from the kernel log (see `log_faults`).
@@ -161,9 +190,26 @@ impl<W: Write> TraceWriter<W> {
     /// Writes what is pending and the END block; returns the sink.
     pub fn finish(mut self, end: &End) -> io::Result<W> {
         self.write_events()?;
-        self.block(block::END, &format::encode_end(end), false)?;
-        self.out.flush()?;
+        self.block(block::END, &format::encode_end(end), false, 0)?;
+        self.out.flush_out()?;
         Ok(self.out)
+    }
+
+    /// TRIGGER: a flight-recorder trigger recorded in an open snapshot.
+    pub fn trigger(&mut self, t: &super::format::Trigger) -> io::Result<()> {
+        self.write_events()?;
+        let json = serde_json::to_vec(t)?;
+        self.block(block::TRIGGER, &json, true, 0)
+    }
+
+    /// Every device name the file has used, in index order (a snapshot
+    /// starts with them: the ring may have dropped the DEVICES blocks that
+    /// first named them).
+    pub fn device_names(&self) -> Vec<Arc<str>> {
+        let mut v: Vec<(u32, Arc<str>)> =
+            self.devices.iter().map(|(n, &i)| (i, n.clone())).collect();
+        v.sort_by_key(|(i, _)| *i);
+        v.into_iter().map(|(_, n)| n).collect()
     }
 
     /// Writes a block of a type this version does not define (tests of
@@ -172,8 +218,17 @@ impl<W: Write> TraceWriter<W> {
         self.write_events()?;
         self.scratch.clear();
         format::frame(&mut self.scratch, typ, flags, payload);
-        self.out.write_all(&self.scratch)?;
+        self.out.put(typ, &self.scratch, 0)?;
         self.bytes_written += self.scratch.len() as u64;
         Ok(())
     }
+}
+
+/// A complete framed block (for writers that assemble files from parts:
+/// a flight-recorder snapshot's header and device table).
+pub fn framed_block(typ: u16, payload: &[u8]) -> io::Result<Vec<u8>> {
+    let z = zstd::bulk::compress(payload, ZSTD_LEVEL)?;
+    let mut out = Vec::with_capacity(z.len() + format::BLOCK_OVERHEAD);
+    format::frame(&mut out, typ, flag::ZSTD, &z);
+    Ok(out)
 }

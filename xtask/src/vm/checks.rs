@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::qemu::Device;
 
-fn device<'a>(v: &'a Value, name: &str) -> Result<&'a Value> {
+pub fn device<'a>(v: &'a Value, name: &str) -> Result<&'a Value> {
     v["devices"]
         .as_array()
         .and_then(|ds| ds.iter().find(|d| d["device"].as_str() == Some(name)))
@@ -149,11 +149,11 @@ pub fn modes_agree(series: &str, stream: &Value, agg: &Value) -> Result<()> {
     Ok(())
 }
 
-fn faults(v: &Value) -> Vec<Value> {
+pub fn faults(v: &Value) -> Vec<Value> {
     v["faults"].as_array().cloned().unwrap_or_default()
 }
 
-fn find_fault<'a>(fs: &'a [Value], addr: &str) -> Result<&'a Value> {
+pub fn find_fault<'a>(fs: &'a [Value], addr: &str) -> Result<&'a Value> {
     fs.iter()
         .find(|f| f["address"].as_str() == Some(addr))
         .with_context(|| format!("no fault at {addr} among {} reported", fs.len()))
@@ -253,7 +253,7 @@ pub fn vfio_after_unmap(series: &str, lines: &[String]) -> Result<()> {
 }
 
 /// The JSON after `tag` on the last line that has it.
-fn tagged(lines: &[String], tag: &str) -> Result<Value> {
+pub fn tagged(lines: &[String], tag: &str) -> Result<Value> {
     let line = lines
         .iter()
         .rev()

@@ -4,6 +4,7 @@
 pub mod checks;
 pub mod cpio;
 pub mod demo;
+pub mod flight_checks;
 pub mod headers;
 pub mod initramfs;
 pub mod kernel;

@@ -187,6 +187,8 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
         }
         "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
+        "flight-recorder" => super::flight_checks::flight_recorder(series, lines),
+        "flight-serve" => super::flight_checks::flight_serve(series, lines),
         "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "record-report" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             match name {

@@ -1,0 +1,190 @@
+//! What a flight-recorder snapshot's report opens with: the trigger, and
+//! what led to it on the device it names: the mappings live at that moment,
+//! those unmapped in the seconds before, the map and unmap rates, earlier
+//! mapping failures and AER errors.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::{
+    aggregate::{Aggregator, LongLived},
+    model::{incident::Category, Incident},
+    output::{bytes, ns},
+    tracefile::SnapshotInfo,
+};
+
+/// How far back "the seconds before" the trigger reach.
+pub const LEAD_NS: u64 = 5_000_000_000;
+/// Mappings and unmaps listed.
+const LISTED: usize = 8;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecentUnmap {
+    pub address: String,
+    pub size: u64,
+    pub before_ns: u64,
+    pub pid: u32,
+}
+
+/// The trigger's device at the moment it fired.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Lead {
+    pub device: String,
+    pub live_mappings: u64,
+    pub live_bytes: u64,
+    /// The oldest live mappings (leak suspects, or the mapping in use).
+    pub oldest_live: Vec<LongLived>,
+    /// Unmaps in the `LEAD_NS` before, newest first.
+    pub unmapped_before: Vec<RecentUnmap>,
+    pub unmaps_before: u64,
+    /// Maps and unmaps of the device in the `LEAD_NS` before.
+    pub maps_in_lead: u64,
+    pub unmaps_in_lead: u64,
+    /// Earlier incidents of the device in the snapshot (AER errors,
+    /// mapping failures, faults), by id.
+    pub earlier: Vec<u64>,
+}
+
+/// Counts a record toward the lead when it is the trigger's device's and
+/// within `LEAD_NS` before the trigger.
+pub fn count_lead(lead: &mut Lead, at_ns: u64, device: &str, kind: u16, ts: u64) {
+    use gpudirect_trace_common::kind;
+    if device != lead.device || ts > at_ns || at_ns - ts > LEAD_NS {
+        return;
+    }
+    match kind {
+        kind::DMA_MAP | kind::DMA_MAP_SG | kind::IOMMU_MAP | kind::DMA_ALLOC => {
+            lead.maps_in_lead += 1
+        }
+        kind::DMA_UNMAP | kind::DMA_UNMAP_SG | kind::IOMMU_UNMAP | kind::DMA_FREE => {
+            lead.unmaps_in_lead += 1
+        }
+        _ => {}
+    }
+}
+
+/// The device's state in the tables at the trigger (called once the replay
+/// reaches it).
+pub fn capture(lead: &mut Lead, agg: &Aggregator, at_ns: u64, incidents: &[&Incident]) {
+    let Some(d) = agg.devices.get(lead.device.as_str()) else {
+        return;
+    };
+    let mut oldest = Vec::new();
+    for level in [&d.dma, &d.iommu, &d.coherent] {
+        lead.live_mappings += level.outstanding() as u64;
+        lead.live_bytes += level.outstanding_bytes;
+        oldest.extend(level.long_lived(at_ns, 0, LISTED));
+    }
+    oldest.sort_by(|a, b| b.age_s.total_cmp(&a.age_s));
+    oldest.truncate(LISTED);
+    lead.oldest_live = oldest;
+    let recent: Vec<_> = d
+        .recent_unmaps
+        .iter()
+        .rev()
+        .filter(|u| u.ts_ns <= at_ns && at_ns - u.ts_ns <= LEAD_NS)
+        .collect();
+    lead.unmaps_before = recent.len() as u64;
+    lead.unmapped_before = recent
+        .iter()
+        .take(LISTED)
+        .map(|u| RecentUnmap {
+            address: format!("{:#x}", u.addr),
+            size: u.size,
+            before_ns: at_ns - u.ts_ns,
+            pid: u.pid,
+        })
+        .collect();
+    lead.earlier = incidents
+        .iter()
+        .filter(|i| i.device == lead.device && i.at.mono_ns < at_ns)
+        .map(|i| i.id)
+        .collect();
+}
+
+/// The section the text report opens with.
+pub fn text(
+    info: &SnapshotInfo,
+    lead: Option<&Lead>,
+    incidents: &[&Incident],
+    clock: &crate::model::TraceClock,
+) -> String {
+    let mut s = String::new();
+    let t = &info.trigger;
+    let held = t.at_ns.saturating_sub(info.ring_from_ns);
+    let _ = writeln!(
+        s,
+        "flight-recorder snapshot: trigger {} ({}) at {:.6}s{}; the ring held the {} before it{}, \
+         and had already dropped {} older events; recording went on {} after it",
+        t.name,
+        t.label,
+        clock.rel_s(t.at_ns),
+        clock
+            .wall(t.at_ns)
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default(),
+        ns(held),
+        match (info.ring_max_ns, info.ring_max_bytes) {
+            (Some(a), Some(b)) => format!(" (bounds {} / {})", ns(a), bytes(b)),
+            (Some(a), None) => format!(" (bound {})", ns(a)),
+            (None, Some(b)) => format!(" (bound {})", bytes(b)),
+            (None, None) => String::new(),
+        },
+        info.discarded_events,
+        ns(info.after_ns)
+    );
+    if let Some(i) = &t.incident {
+        let _ = writeln!(s, "  trigger: {i}");
+        if let Some(m) = i.mapping_line() {
+            let _ = writeln!(s, "      {m}");
+        }
+    }
+    let Some(l) = lead else { return s };
+    let _ = writeln!(
+        s,
+        "what led to it on {}: {} live mapping(s) ({}) at the trigger; in the {} before it {} maps, \
+         {} unmaps ({} listed below)",
+        l.device,
+        l.live_mappings,
+        bytes(l.live_bytes),
+        ns(LEAD_NS),
+        l.maps_in_lead,
+        l.unmaps_in_lead,
+        l.unmapped_before.len()
+    );
+    for m in &l.oldest_live {
+        let _ = writeln!(
+            s,
+            "  live      {:>18} {:>9} mapped {:>8.3}s before, pid {}",
+            m.address,
+            bytes(m.size),
+            m.age_s,
+            m.pid
+        );
+    }
+    for u in &l.unmapped_before {
+        let _ = writeln!(
+            s,
+            "  unmapped  {:>18} {:>9} {} before, pid {}",
+            u.address,
+            bytes(u.size),
+            ns(u.before_ns),
+            u.pid
+        );
+    }
+    let earlier: Vec<&&Incident> = incidents
+        .iter()
+        .filter(|i| l.earlier.contains(&i.id))
+        .filter(|i| {
+            matches!(
+                i.category,
+                Category::Aer | Category::MapError | Category::IommuFault | Category::Xid
+            )
+        })
+        .collect();
+    for i in earlier.iter().rev().take(LISTED) {
+        let _ = writeln!(s, "  earlier   {i}");
+    }
+    s
+}
