@@ -5,7 +5,12 @@
 //! Header lines of the form `# gdt-vm: key=value ...` say where it applies:
 //! `kernels=5.10,6.1,6.12` (default: all), `iommu=intel|intel-scalable|none`,
 //! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `timeout=SECS`,
-//! `check=NAME` (a host-side check of the console output, see [`host_check`]).
+//! `check=NAME` (a host-side check of the console output, see [`host_check`]),
+//! `append=PARAM` (kernel parameters after the harness's own; repeatable).
+//! Items are separated by spaces; a value holding spaces is double-quoted:
+//! `append="iommu.strict=0 swiotlb=force"` is the same as
+//! `append=iommu.strict=0 append=swiotlb=force`. Commas are not separators
+//! in `append` (kernel parameters use them: `swiotlb=65536,force`).
 
 use std::{
     path::{Path, PathBuf},
@@ -63,6 +68,34 @@ pub struct Scenario {
     pub modules: Vec<String>,
     pub timeout: u64,
     pub check: Option<String>,
+    /// Kernel parameters appended for this scenario.
+    pub append: Vec<String>,
+}
+
+/// Splits a header line into items at spaces, keeping double-quoted runs
+/// together (the quotes are dropped).
+fn header_items(rest: &str) -> Result<Vec<String>> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in rest.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    items.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        bail!("unterminated quote in header {rest:?}");
+    }
+    if !cur.is_empty() {
+        items.push(cur);
+    }
+    Ok(items)
 }
 
 /// Reads the `# gdt-vm:` header lines of a scenario script.
@@ -76,12 +109,13 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
         modules: Vec::new(),
         timeout: 300,
         check: None,
+        append: Vec::new(),
     };
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("# gdt-vm:") else {
             continue;
         };
-        for kv in rest.split_whitespace() {
+        for kv in header_items(rest).with_context(|| name.to_string())? {
             let (k, v) = kv
                 .split_once('=')
                 .with_context(|| format!("{name}: bad header item {kv}"))?;
@@ -102,6 +136,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
                 "modules" => s.modules = list(),
                 "timeout" => s.timeout = v.parse().context("timeout")?,
                 "check" => s.check = Some(v.to_string()),
+                "append" => s.append.extend(v.split_whitespace().map(str::to_string)),
                 other => bail!("{name}: unknown header key {other}"),
             }
         }
@@ -230,6 +265,9 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
             }
             let mut opts = args.boot.clone();
             opts.iommu = s.iommu;
+            // The scenario's parameters, then the command line's (which can
+            // so override them when experimenting).
+            opts.append = s.append.iter().cloned().chain(opts.append).collect();
             let spec = RunSpec {
                 kernel: k.clone(),
                 devices: s.devices.clone(),
@@ -312,6 +350,20 @@ mod tests {
         assert_eq!(s.timeout, 120);
         assert_eq!(s.check.as_deref(), Some("nvme-live-json"));
         assert!(parse("x", Path::new("x.sh"), "# gdt-vm: bogus=1\n").is_err());
+    }
+
+    #[test]
+    fn append_takes_quoted_and_repeated_parameters() {
+        let text = "# gdt-vm: iommu=intel-lazy append=\"iommu.strict=0 swiotlb=65536,force\"\n\
+                    # gdt-vm: append=iommu=pt devices=nvme\n";
+        let s = parse("x", Path::new("x.sh"), text).expect("parse");
+        assert_eq!(s.iommu, Iommu::IntelLazy);
+        assert_eq!(
+            s.append,
+            ["iommu.strict=0", "swiotlb=65536,force", "iommu=pt"]
+        );
+        assert_eq!(s.devices, vec![Device::Nvme]);
+        assert!(parse("x", Path::new("x.sh"), "# gdt-vm: append=\"a b\n").is_err());
     }
 
     #[test]
