@@ -2,6 +2,7 @@
 //! an initramfs and run one command in the guest.
 
 pub mod checks;
+pub mod checks_iommu;
 pub mod cpio;
 pub mod demo;
 pub mod initramfs;

@@ -217,6 +217,17 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             };
             super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
         }
+        "flush-strict" | "flush-lazy" | "passthrough" | "swiotlb-force" | "virtio-fault" => {
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            use super::checks_iommu as c;
+            match name {
+                "flush-strict" => c::flush(series, lines, &v, false),
+                "flush-lazy" => c::flush(series, lines, &v, true),
+                "passthrough" => c::passthrough(series, lines, &v),
+                "swiotlb-force" => c::swiotlb_force(series, lines, &v),
+                _ => c::virtio_fault(series, lines, &v),
+            }
+        }
         "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "vfio-after-unmap"
         | "record-report" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
