@@ -41,6 +41,9 @@ pub struct Run {
     pub pipe: Vec<(f64, f64, u64)>,
     /// Events lost or missed by our tracers (all three together).
     pub ours_lost: u64,
+    /// Processes that did not exit within 60 s of SIGINT (killed; their
+    /// numbers are missing).
+    pub stuck: Vec<String>,
 }
 
 fn kv<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -98,6 +101,8 @@ pub fn parse(kernel: &str, lines: &[String]) -> Result<Run> {
                 .split_once("bpftrace=")
                 .map(|x| x.1.trim().to_string())
                 .unwrap_or_default();
+        } else if let Some(who) = rest.strip_prefix("stuck ") {
+            r.stuck.push(who.trim().to_string());
         } else if let Some(n) = kv(rest, "reads") {
             r.reads = n.parse().unwrap_or(0);
         } else if let Some(which) = rest
@@ -208,7 +213,7 @@ pub fn render(runs: &[Run], machine: &str, commit: &str, date: &str) -> String {
              | gpudirect-trace streaming (`{}`) | {} |\n\n\
              Goals, net of the floor: aggregate-only at most half of bpftrace's count-only: \
              **{}** (with --no-lifetimes: **{}**); streaming at most bpftrace's hist: **{}**. \
-             Events lost or missed by our three tracers: {}.\n\n",
+             Events lost or missed by our three tracers: {}.{}\n\n",
             r.kernel,
             r.event,
             r.reads,
@@ -229,6 +234,14 @@ pub fn render(runs: &[Run], machine: &str, commit: &str, date: &str) -> String {
             goal(net(r.no_lifetimes, floor), count_half),
             goal(net(r.streaming, floor), hist),
             r.ours_lost,
+            if r.stuck.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " Did not exit within 60 s of SIGINT (killed): {}.",
+                    r.stuck.join("; ")
+                )
+            },
         );
         if !r.pipe.is_empty() {
             let rows: Vec<String> = r
@@ -359,6 +372,7 @@ mod tests {
              BENCH-VM bpftrace-empty prog_type:\t5 prog_id:\t42 run_time_ns:\t400000 run_cnt:\t4000 \n\
              STREAMING {\"program_stats\":[{\"program\":\"dma_map\",\"run_count\":4000,\"ns_per_run\":1500.0}],\"lost_events\":0,\"missed_events\":0}\n\
              AGGREGATE {\"program_stats\":[{\"program\":\"dma_unmap\",\"run_count\":4000,\"ns_per_run\":9.0},{\"program\":\"dma_map\",\"run_count\":4000,\"ns_per_run\":900.0}]}\n\
+             BENCH-VM stuck no-lifetimes pid=77: killed\n\
              BENCH-VM trace_pipe off round=1 seconds=4.000\n\
              BENCH-VM trace_pipe on round=1 seconds=4.400 lines=4000",
         );
@@ -373,11 +387,13 @@ mod tests {
         assert_eq!(r.streaming, Some((4000, 1500.0)));
         assert_eq!(r.aggregate, Some((4000, 900.0)));
         assert_eq!(r.pipe, vec![(4.0, 4.4, 4000)]);
+        assert_eq!(r.stuck, ["no-lifetimes pid=77: killed"]);
         let md = render(&[r], "m", "abc", "d");
         // Net of the 100 ns floor: 800 against 450, 1400 against 1900.
         assert!(md.contains("missed by 350 ns"), "{md}");
         assert!(md.contains("met (1400 <= 1900 ns)"), "{md}");
         assert!(md.contains("100.0 us"), "{md}");
+        assert!(md.contains("(killed): no-lifetimes"), "{md}");
         assert!(md.starts_with(START) && md.ends_with(END));
         assert!(parse("6.1", &lines("noise")).is_err());
     }

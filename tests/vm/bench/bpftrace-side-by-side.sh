@@ -69,10 +69,27 @@ for pair in "hist $bh" "count $bc" "empty $be"; do
         fi
     done
 done
-kill -INT $s $a $n
-for p in $s $a $n; do wait $p || true; done
-kill -INT $bh $bc $be
-for p in $bh $bc $be; do wait $p || true; done
+# stop NAME PID: SIGINT, then up to 60 s for it to print its summary and
+# exit; a process still there is named and killed (its numbers are missing).
+stop() {
+    echo "BENCH-VM stopping $1"
+    kill -INT "$2" 2>/dev/null || true
+    _i=0
+    while kill -0 "$2" 2>/dev/null; do
+        _i=$((_i + 1))
+        if [ $_i -gt 120 ]; then
+            echo "BENCH-VM stuck $1 pid=$2: killed"
+            kill -KILL "$2"
+            break
+        fi
+        sleep 0.5
+    done
+    wait "$2" 2>/dev/null || true
+}
+stop streaming $s
+stop aggregate $a
+stop no-lifetimes $n
+for p in "hist $bh" "count $bc" "empty $be"; do stop bpftrace-$p; done
 echo "BENCH-VM bpftrace-hist-output $(tr '\n' '|' < /tmp/bt-hist.out | cut -c1-300)"
 echo "BENCH-VM bpftrace-count-output $(tr '\n' ' ' < /tmp/bt-count.out | cut -c1-200)"
 echo "STREAMING $(tail -n 1 /tmp/s.json)"

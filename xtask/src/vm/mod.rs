@@ -211,7 +211,7 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
         extra_qemu: if opts.host_root {
             [
                 "-virtfs",
-                "local,path=/,mount_tag=hostroot,security_model=none,readonly=on",
+                "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
             ]
             .map(String::from)
             .to_vec()
