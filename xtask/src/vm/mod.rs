@@ -135,6 +135,16 @@ pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
 pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qemu::Outcome> {
     host::ensure_packages(host::VM_PACKAGES)?;
     let k = kernel::fetch(&spec.kernel)?;
+    if opts.iommu == Iommu::Virtio {
+        let deps = k.moddeps()?;
+        if !deps.contains("virtio_iommu") && !deps.is_builtin("virtio_iommu") {
+            bail!(
+                "--iommu virtio: kernel {} has no virtio-iommu driver (CONFIG_VIRTIO_IOMMU is \
+                 off in Debian's 6.1 and 5.10; 6.12 has it)",
+                k.release
+            );
+        }
+    }
     let cache = host::vm_cache()?;
     let disk = cache.join("nvme-64M.img");
     qemu::ensure_disk(&disk, 64)?;
