@@ -25,7 +25,63 @@ fn run_capture(args: &[&str]) -> Result<String> {
     Ok(text)
 }
 
-fn sh(cmd: &str, args: &[&str]) -> String {
+/// `cargo xtask bench` options.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Instead of the host benchmarks: gpudirect-trace next to bpftrace
+    /// one-liners on the same events in VMs (writes its own section).
+    #[arg(long)]
+    pub vm: bool,
+    /// Kernel series for --vm (repeatable). Default: 6.1 and 6.12.
+    #[arg(long = "kernel")]
+    pub kernels: Vec<String>,
+}
+
+pub fn main(args: BenchArgs) -> Result<()> {
+    if args.vm {
+        let kernels = if args.kernels.is_empty() {
+            crate::vm::scenario::DEFAULT_KERNELS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        } else {
+            args.kernels
+        };
+        return crate::bench_vm::run(&kernels);
+    }
+    run()
+}
+
+/// "N CPUs (model)".
+pub fn machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default();
+    format!(
+        "{} CPUs ({cpu}), host kernel {}",
+        sh("nproc", &[]),
+        sh("uname", &["-r"])
+    )
+}
+
+/// Replaces the text between `start` and `end` in `path` (or appends it).
+pub fn write_section(path: &str, start: &str, end: &str, section: &str) -> Result<()> {
+    let doc = fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
+    let new = match (doc.find(start), doc.find(end)) {
+        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &doc[..a], &doc[b + end.len()..]),
+        _ => format!("{}\n\n{section}\n", doc.trim_end()),
+    };
+    fs::write(path, new).with_context(|| format!("writing {path}"))?;
+    eprintln!("xtask: wrote {path}");
+    Ok(())
+}
+
+pub fn sh(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
         .output()
@@ -94,13 +150,5 @@ pub fn run() -> Result<()> {
         sh("git", &["rev-parse", "--short", "HEAD"]),
         lines.join("\n")
     );
-    let path = "docs/benchmarks.md";
-    let doc = fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let new = match (doc.find(START), doc.find(END)) {
-        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &doc[..a], &doc[b + END.len()..]),
-        _ => format!("{}\n{section}\n", doc.trim_end()),
-    };
-    fs::write(path, new).with_context(|| format!("writing {path}"))?;
-    eprintln!("xtask: wrote {path}");
-    Ok(())
+    write_section("docs/benchmarks.md", START, END, &section)
 }

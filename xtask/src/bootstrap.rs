@@ -12,7 +12,8 @@ use anyhow::{bail, Context as _};
 pub const BPF_LINKER_VERSION: &str = "0.10.1";
 /// Debian packages: qemu and busybox for the VM harness, cpio/xz/zstd for
 /// kernel packages and initramfs images, prometheus for promtool and the
-/// server the `serve` host test scrapes with.
+/// server the `serve` host test scrapes with, bpftrace for `bench --vm` (run
+/// in the guests from the host's root over 9p).
 pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
@@ -27,6 +28,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("prometheus", "/usr/bin/promtool"),
     // `report --html` is checked in headless Chromium (report::tests).
     ("chromium", "/usr/bin/chromium"),
+    ("bpftrace", "/usr/bin/bpftrace"),
 ];
 
 pub fn run() -> anyhow::Result<()> {

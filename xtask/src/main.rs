@@ -2,6 +2,7 @@
 //! Keep this file a small dispatcher: each subcommand lives in its own module.
 
 mod bench;
+mod bench_vm;
 mod bootstrap;
 mod host;
 mod test;
@@ -39,7 +40,8 @@ enum Cmd {
     Demo(vm::demo::DemoArgs),
     /// Benchmarks on the host kernel (per-program cost, pipeline rates,
     /// decode throughput, trace file size): prints and writes docs/benchmarks.md.
-    Bench,
+    /// With --vm: next to bpftrace on the same events in VMs.
+    Bench(bench::BenchArgs),
     /// Regenerate docs/probe-compatibility.md from `gpudirect-trace probes --json` in VMs.
     ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
 }
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
         Cmd::Demo(a) => vm::demo::main(a),
-        Cmd::Bench => done(bootstrap::run().and_then(|()| bench::run())),
+        Cmd::Bench(a) => done(bootstrap::run().and_then(|()| bench::main(a))),
         Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
     };
     match result {

@@ -78,7 +78,7 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Explain DMA/IOMMU/GPU/PCIe faults found in a kernel log.
     ///
-    /// Decodes Intel VT-d (DMAR), AMD-Vi and ARM SMMU fault lines, NVIDIA Xid
+    /// Decodes Intel VT-d (DMAR), AMD-Vi, ARM SMMU and virtio-iommu fault lines, NVIDIA Xid
     /// reports and PCIe AER errors from `dmesg`, `dmesg -T`, `journalctl -k`
     /// or raw /dev/kmsg text into one fault object each: device, address,
     /// access, reason from the kernel's own tables, and what to check first.

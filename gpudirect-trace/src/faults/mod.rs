@@ -9,6 +9,7 @@
 //! - [`smmu`]: ARM SMMUv3 event queue records and SMMUv2 context faults
 //! - [`xid`]: NVIDIA driver Xid reports (`NVRM: Xid (PCI:...): N, ...`)
 //! - [`aer`]: PCIe Advanced Error Reporting (`AER: ...`, `PCIe Bus Error`)
+//! - [`virtio`]: virtio-iommu faults (`page fault from EP N at ADDR`)
 //!
 //! [`parse_line`] decodes one line without context. Several families print a
 //! fault over several lines (AER, SMMUv3 raw dwords, old AMD-Vi and VT-d
@@ -22,6 +23,7 @@ pub mod explain;
 pub mod kmsg;
 pub mod smmu;
 pub mod tracepoint;
+pub mod virtio;
 pub mod vtd;
 mod vtd_tables;
 pub mod xid;
@@ -71,6 +73,11 @@ fn parse_suppressed(body: &str) -> Option<Fault> {
             Source::AmdVi,
             "The AMD-Vi event reporting rate-limited its messages: more events than printed.",
         ),
+        "viommu_fault_handler" => (
+            Source::VirtioIommu,
+            "The virtio-iommu fault handler rate-limited its messages: more faults than \
+             printed (qemu reports one per 4-byte access of a DMA).",
+        ),
         _ => return None,
     };
     let mut f = Fault::new(
@@ -97,6 +104,7 @@ pub(crate) fn parse_body(body: &str) -> Option<Fault> {
         .or_else(|| smmu::parse(body))
         .or_else(|| aer::parse(body))
         .or_else(|| tracepoint::parse(body))
+        .or_else(|| virtio::parse(body))
 }
 
 /// Parse `0x1f`, `1f` (hex) into u64; underscores (NVIDIA `0x17_00592000`)

@@ -2,6 +2,7 @@
 //! an initramfs and run one command in the guest.
 
 pub mod checks;
+pub mod checks_iommu;
 pub mod cpio;
 pub mod demo;
 pub mod flight_checks;
@@ -47,6 +48,26 @@ pub struct BootOpts {
     /// Leave gpudirect-trace out of the guest (only busybox and gdt-dma-inject).
     #[arg(long)]
     pub no_tracer: bool,
+    /// Extra kernel parameters (repeatable; each is split at spaces), after
+    /// the harness's own: `--append "iommu.strict=0 swiotlb=force"`. One that
+    /// sets a parameter the harness sets (iommu.strict, intel_iommu) replaces it.
+    #[arg(long = "append", value_name = "ARGS")]
+    pub append: Vec<String>,
+    /// Share the host's / read-only with the guest over 9p (mount tag
+    /// `hostroot`; common.lib's mount_host_root mounts it at /host), for host tools
+    /// such as bpftrace run through a chroot.
+    #[arg(long)]
+    pub host_root: bool,
+}
+
+impl BootOpts {
+    /// The appended kernel parameters, one per item.
+    pub fn kernel_params(&self) -> Vec<String> {
+        self.append
+            .iter()
+            .flat_map(|a| a.split_whitespace().map(str::to_string))
+            .collect()
+    }
 }
 
 #[derive(Args, Debug)]
@@ -123,6 +144,16 @@ pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
 pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qemu::Outcome> {
     host::ensure_packages(host::VM_PACKAGES)?;
     let k = kernel::fetch(&spec.kernel)?;
+    if opts.iommu == Iommu::Virtio {
+        let deps = k.moddeps()?;
+        if !deps.contains("virtio_iommu") && !deps.is_builtin("virtio_iommu") {
+            bail!(
+                "--iommu virtio: kernel {} has no virtio-iommu driver (CONFIG_VIRTIO_IOMMU is \
+                 off in Debian's 6.1 and 5.10; 6.12 has it)",
+                k.release
+            );
+        }
+    }
     let cache = host::vm_cache()?;
     let disk = cache.join("nvme-64M.img");
     qemu::ensure_disk(&disk, 64)?;
@@ -130,7 +161,12 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
     std::fs::create_dir_all(&run_dir)?;
     let initrd = run_dir.join(format!("{}-{}.cpio", spec.label, k.release));
 
-    let mut modules: Vec<String> = Vec::new();
+    // The IOMMU's driver first: endpoints probed before it would stay
+    // untranslated (virtio-iommu is a module on Debian 6.12).
+    let mut modules: Vec<String> = opts.iommu.modules().iter().map(|m| m.to_string()).collect();
+    if opts.host_root {
+        modules.extend(["virtio_pci", "9pnet_virtio", "9p"].map(String::from));
+    }
     for d in &spec.devices {
         modules.extend(d.modules().iter().map(|m| m.to_string()));
     }
@@ -143,11 +179,18 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
     let mut env = vec![
         ("GDT_KERNEL".to_string(), spec.kernel.clone()),
         ("GDT_KERNEL_RELEASE".to_string(), k.release.clone()),
-        (
-            "GDT_IOMMU".to_string(),
-            format!("{:?}", opts.iommu).to_lowercase(),
-        ),
+        ("GDT_IOMMU".to_string(), opts.iommu.name()),
+        ("GDT_APPEND".to_string(), opts.kernel_params().join(" ")),
     ];
+    if opts.host_root {
+        env.push(("GDT_HOST_ROOT".to_string(), "/host".to_string()));
+    }
+    if opts.iommu == Iommu::Virtio {
+        env.push((
+            "GDT_VIRTIO_IOMMU_BDF".to_string(),
+            qemu::VIRTIO_IOMMU_BDF.to_string(),
+        ));
+    }
     for d in &spec.devices {
         env.push((d.env_name().to_string(), d.bdf().to_string()));
     }
@@ -170,8 +213,12 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
         &initrd,
     )?;
     eprintln!(
-        "xtask: booting {} ({}) iommu={:?} devices={:?}",
-        k.release, k.series, opts.iommu, spec.devices
+        "xtask: booting {} ({}) iommu={} devices={:?} append={:?}",
+        k.release,
+        k.series,
+        opts.iommu.name(),
+        spec.devices,
+        opts.kernel_params()
     );
     qemu::run(&qemu::Config {
         vmlinuz: k.vmlinuz(),
@@ -185,6 +232,17 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
         stall: Duration::from_secs(180).min(spec.timeout),
         kernel_log: opts.kernel_log,
         prefix: spec.prefix.clone(),
+        append: opts.kernel_params(),
+        extra_qemu: if opts.host_root {
+            [
+                "-virtfs",
+                "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+            ]
+            .map(String::from)
+            .to_vec()
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -15,13 +15,46 @@ use clap::ValueEnum;
 /// The IOMMU the guest sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Iommu {
-    /// Emulated Intel VT-d (legacy mode), caching mode, interrupt remapping.
+    /// Emulated Intel VT-d (legacy mode), caching mode, interrupt remapping;
+    /// strict invalidation (`iommu.strict=1`; caching mode forces it anyway).
     Intel,
+    /// Emulated Intel VT-d without caching mode, `iommu.strict=0`: the only
+    /// way to lazy (flush-queue) invalidation under qemu's VT-d. With
+    /// caching-mode=on the guest prints "IOMMU batching disallowed due to
+    /// virtualization" and forces strict (intel/iommu.c, 6.1 and 6.12).
+    /// Emulated devices work without caching mode; VFIO in the guest and
+    /// vhost need it (qemu refuses VFIO devices without it).
+    IntelLazy,
     /// Emulated Intel VT-d in scalable mode (x-scalable-mode=on).
     IntelScalable,
+    /// qemu's virtio-iommu-pci at 0000:00:02.0, described to the guest by an
+    /// ACPI VIOT table. Needs the guest's virtio_iommu driver (Debian 6.12:
+    /// a module, loaded before the endpoints' drivers; 6.1 has none).
+    Virtio,
     /// No IOMMU: DMA is direct.
     None,
 }
+
+impl Iommu {
+    /// The name used on the command line and in headers (`intel-lazy`).
+    pub fn name(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Guest modules the IOMMU's driver needs, loaded before every device's.
+    /// virtio_pci is built into 6.12 (skipped there) and a module on 6.1.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            Iommu::Virtio => &["virtio_pci", "virtio_iommu"],
+            _ => &[],
+        }
+    }
+}
+
+/// The PCI address of the virtio-iommu (it is a PCI device itself).
+pub const VIRTIO_IOMMU_BDF: &str = "0000:00:02.0";
 
 /// Extra PCI devices; each has a fixed address so bus ids are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -75,6 +108,10 @@ pub struct Config {
     pub kernel_log: bool,
     /// Prefix for streamed console lines (empty: as is).
     pub prefix: String,
+    /// Extra kernel parameters, after the harness's own (see [`kernel_args`]).
+    pub append: Vec<String>,
+    /// Extra qemu arguments (e.g. a 9p share), before the PCI devices.
+    pub extra_qemu: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -119,11 +156,22 @@ pub fn command_line(cfg: &Config) -> Vec<String> {
             push("-device");
             push("intel-iommu,intremap=on,caching-mode=on");
         }
+        Iommu::IntelLazy => {
+            push("-device");
+            push("intel-iommu,intremap=on,caching-mode=off");
+        }
         Iommu::IntelScalable => {
             push("-device");
             push("intel-iommu,intremap=on,caching-mode=on,x-scalable-mode=on");
         }
+        Iommu::Virtio => {
+            push("-device");
+            push("virtio-iommu-pci,addr=02.0");
+        }
         Iommu::None => {}
+    }
+    for x in &cfg.extra_qemu {
+        push(x);
     }
     for d in &cfg.devices {
         match d {
@@ -146,23 +194,42 @@ pub fn command_line(cfg: &Config) -> Vec<String> {
             }
         }
     }
-    let mut append = vec!["console=ttyS0", "panic=-1", "oops=panic", "rdinit=/init"];
-    match cfg.iommu {
-        Iommu::Intel | Iommu::IntelScalable => {
-            append.extend(["intel_iommu=on", "iommu.strict=1"]);
-        }
-        Iommu::None => append.push("intel_iommu=off"),
-    }
-    if !cfg.kernel_log {
-        append.push("quiet");
-    }
     push("-kernel");
     push(&cfg.vmlinuz.display().to_string());
     push("-initrd");
     push(&cfg.initrd.display().to_string());
     push("-append");
-    push(&append.join(" "));
+    push(&kernel_args(cfg).join(" "));
     a
+}
+
+/// The guest's kernel command line: the harness's parameters, then
+/// `cfg.append`. The kernel parses `iommu.strict=` as an early_param
+/// (drivers/iommu/iommu.c iommu_dma_setup: each occurrence overwrites
+/// iommu_dma_strict), so a later one wins; the harness's default is dropped
+/// anyway when the caller sets the parameter, so that the command line
+/// says one thing. The same goes for `intel_iommu=`.
+pub fn kernel_args(cfg: &Config) -> Vec<String> {
+    let mut args: Vec<String> = ["console=ttyS0", "panic=-1", "oops=panic", "rdinit=/init"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let defaults: &[&str] = match cfg.iommu {
+        Iommu::Intel | Iommu::IntelScalable => &["intel_iommu=on", "iommu.strict=1"],
+        Iommu::IntelLazy => &["intel_iommu=on", "iommu.strict=0"],
+        Iommu::Virtio | Iommu::None => &["intel_iommu=off"],
+    };
+    let key = |s: &str| s.split('=').next().unwrap_or(s).to_string();
+    for d in defaults {
+        if !cfg.append.iter().any(|x| key(x) == key(d)) {
+            args.push(d.to_string());
+        }
+    }
+    if !cfg.kernel_log {
+        args.push("quiet".into());
+    }
+    args.extend(cfg.append.iter().cloned());
+    args
 }
 
 enum Msg {
@@ -331,6 +398,8 @@ mod tests {
             stall: Duration::from_secs(1),
             kernel_log: false,
             prefix: String::new(),
+            append: Vec::new(),
+            extra_qemu: Vec::new(),
         };
         let a = command_line(&cfg);
         let pos = |s: &str| a.iter().position(|x| x.starts_with(s)).expect(s);
@@ -339,5 +408,52 @@ mod tests {
         let append = &a[a.len() - 1];
         assert!(append.contains("intel_iommu=on") && append.contains("panic=-1"));
         assert!(a.iter().any(|x| x == "-no-reboot"));
+    }
+
+    fn cfg(iommu: Iommu, append: &[&str]) -> Config {
+        Config {
+            vmlinuz: "/k".into(),
+            initrd: "/i".into(),
+            iommu,
+            devices: vec![Device::Nvme],
+            disk: "/d.img".into(),
+            memory_mib: 1024,
+            smp: 1,
+            timeout: Duration::from_secs(1),
+            stall: Duration::from_secs(1),
+            kernel_log: false,
+            prefix: String::new(),
+            append: append.iter().map(|s| s.to_string()).collect(),
+            extra_qemu: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn appended_parameters_override_the_harness_defaults() {
+        let args = kernel_args(&cfg(Iommu::Intel, &["iommu.strict=0", "swiotlb=force"]));
+        assert!(!args.iter().any(|a| a == "iommu.strict=1"), "{args:?}");
+        assert_eq!(&args[args.len() - 2..], ["iommu.strict=0", "swiotlb=force"]);
+        assert!(args.iter().any(|a| a == "intel_iommu=on"));
+        let plain = kernel_args(&cfg(Iommu::Intel, &[]));
+        assert!(plain.iter().any(|a| a == "iommu.strict=1"));
+        let pt = kernel_args(&cfg(Iommu::Intel, &["iommu=pt"]));
+        assert!(
+            pt.iter().any(|a| a == "iommu.strict=1")
+                && pt.last().map(String::as_str) == Some("iommu=pt")
+        );
+    }
+
+    #[test]
+    fn lazy_and_virtio_iommus_have_their_own_devices() {
+        let a = command_line(&cfg(Iommu::IntelLazy, &[]));
+        assert!(a
+            .iter()
+            .any(|x| x == "intel-iommu,intremap=on,caching-mode=off"));
+        assert!(a.last().is_some_and(|x| x.contains("iommu.strict=0")));
+        let v = command_line(&cfg(Iommu::Virtio, &[]));
+        let pos = |s: &str| v.iter().position(|x| x.starts_with(s)).expect(s);
+        assert!(pos("virtio-iommu-pci") < pos("nvme,"));
+        assert!(!v.iter().any(|x| x.starts_with("intel-iommu")));
+        assert_eq!(Iommu::IntelLazy.name(), "intel-lazy");
     }
 }

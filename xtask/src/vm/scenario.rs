@@ -6,7 +6,12 @@
 //! `kernels=5.10,6.1,6.12` (default: all), `iommu=intel|intel-scalable|none`,
 //! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `kmods=a,b` (test
 //! modules from tests/vm/NAME/, see kmod.rs), `timeout=SECS`,
-//! `check=NAME` (a host-side check of the console output, see [`host_check`]).
+//! `check=NAME` (a host-side check of the console output, see [`host_check`]),
+//! `append=PARAM` (kernel parameters after the harness's own; repeatable).
+//! Items are separated by spaces; a value holding spaces is double-quoted:
+//! `append="iommu.strict=0 swiotlb=force"` is the same as
+//! `append=iommu.strict=0 append=swiotlb=force`. Commas are not separators
+//! in `append` (kernel parameters use them: `swiotlb=65536,force`).
 
 use std::{
     path::{Path, PathBuf},
@@ -65,6 +70,34 @@ pub struct Scenario {
     pub kmods: Vec<String>,
     pub timeout: u64,
     pub check: Option<String>,
+    /// Kernel parameters appended for this scenario.
+    pub append: Vec<String>,
+}
+
+/// Splits a header line into items at spaces, keeping double-quoted runs
+/// together (the quotes are dropped).
+fn header_items(rest: &str) -> Result<Vec<String>> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in rest.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    items.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        bail!("unterminated quote in header {rest:?}");
+    }
+    if !cur.is_empty() {
+        items.push(cur);
+    }
+    Ok(items)
 }
 
 /// Reads the `# gdt-vm:` header lines of a scenario script.
@@ -79,12 +112,13 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
         kmods: Vec::new(),
         timeout: 300,
         check: None,
+        append: Vec::new(),
     };
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("# gdt-vm:") else {
             continue;
         };
-        for kv in rest.split_whitespace() {
+        for kv in header_items(rest).with_context(|| name.to_string())? {
             let (k, v) = kv
                 .split_once('=')
                 .with_context(|| format!("{name}: bad header item {kv}"))?;
@@ -106,6 +140,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
                 "kmods" => s.kmods = list(),
                 "timeout" => s.timeout = v.parse().context("timeout")?,
                 "check" => s.check = Some(v.to_string()),
+                "append" => s.append.extend(v.split_whitespace().map(str::to_string)),
                 other => bail!("{name}: unknown header key {other}"),
             }
         }
@@ -189,6 +224,17 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
         "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
         "flight-recorder" => super::flight_checks::flight_recorder(series, lines),
         "flight-serve" => super::flight_checks::flight_serve(series, lines),
+        "flush-strict" | "flush-lazy" | "passthrough" | "swiotlb-force" | "virtio-fault" => {
+            let v = last_live_object(lines).context("no live --json object in the output")?;
+            use super::checks_iommu as c;
+            match name {
+                "flush-strict" => c::flush(series, lines, &v, false),
+                "flush-lazy" => c::flush(series, lines, &v, true),
+                "passthrough" => c::passthrough(series, lines, &v),
+                "swiotlb-force" => c::swiotlb_force(series, lines, &v),
+                _ => c::virtio_fault(series, lines, &v),
+            }
+        }
         "nvme-latency" | "nvme-aggregate" | "edu-fault-live" | "record-report" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             match name {
@@ -235,6 +281,9 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
             }
             let mut opts = args.boot.clone();
             opts.iommu = s.iommu;
+            // The scenario's parameters, then the command line's (which can
+            // so override them when experimenting).
+            opts.append = s.append.iter().cloned().chain(opts.append).collect();
             let spec = RunSpec {
                 kernel: k.clone(),
                 devices: s.devices.clone(),
@@ -320,6 +369,20 @@ mod tests {
         assert!(parse("x", Path::new("x.sh"), "# gdt-vm: bogus=1\n").is_err());
         let k = parse("x", Path::new("x.sh"), "# gdt-vm: kmods=gdt-misuse\n").expect("kmods");
         assert_eq!(k.kmods, ["gdt-misuse"]);
+    }
+
+    #[test]
+    fn append_takes_quoted_and_repeated_parameters() {
+        let text = "# gdt-vm: iommu=intel-lazy append=\"iommu.strict=0 swiotlb=65536,force\"\n\
+                    # gdt-vm: append=iommu=pt devices=nvme\n";
+        let s = parse("x", Path::new("x.sh"), text).expect("parse");
+        assert_eq!(s.iommu, Iommu::IntelLazy);
+        assert_eq!(
+            s.append,
+            ["iommu.strict=0", "swiotlb=65536,force", "iommu=pt"]
+        );
+        assert_eq!(s.devices, vec![Device::Nvme]);
+        assert!(parse("x", Path::new("x.sh"), "# gdt-vm: append=\"a b\n").is_err());
     }
 
     #[test]
