@@ -35,7 +35,8 @@ enum Cmd {
     Vm(vm::VmArgs),
     /// Run the VM scenarios in tests/vm/scenarios on each selected kernel.
     VmTest(vm::scenario::VmTestArgs),
-    /// Show the tracer's live view in a VM while DMA happens and a fault is injected.
+    /// Bootstrap (as `test` does), then show the tracer's live view in a VM
+    /// while DMA happens and a fault is injected.
     Demo(vm::demo::DemoArgs),
     /// Benchmarks on the host kernel (per-program cost, pipeline rates,
     /// decode throughput, trace file size): prints and writes docs/benchmarks.md.
@@ -56,7 +57,9 @@ fn main() -> ExitCode {
         Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
-        Cmd::Demo(a) => vm::demo::main(a),
+        // The README's main job on a bare machine: set up what building the
+        // tracer needs first, exactly as `test` does (bootstrap is idempotent).
+        Cmd::Demo(a) => bootstrap::run().and_then(|()| vm::demo::main(a)),
         Cmd::Bench => done(bootstrap::run().and_then(|()| bench::run())),
         Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
     };
