@@ -25,7 +25,7 @@ Start with:
 Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).";
 
 #[derive(Parser, Debug)]
-#[command(name = "gpudirect-trace", version, about = ABOUT, long_about = LONG_ABOUT)]
+#[command(name = "gpudirect-trace", version, long_version = crate::version::long_version(), about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -24,3 +24,4 @@ pub mod selftest;
 pub mod serve;
 pub mod session;
 pub mod tracefile;
+pub mod version;
