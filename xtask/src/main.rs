@@ -3,6 +3,7 @@
 
 mod bench;
 mod bootstrap;
+mod dist;
 mod host;
 mod test;
 mod vm;
@@ -41,6 +42,9 @@ enum Cmd {
     /// Benchmarks on the host kernel (per-program cost, pipeline rates,
     /// decode throughput, trace file size): prints and writes docs/benchmarks.md.
     Bench,
+    /// Bootstrap, build the release binary and write the release artifacts to
+    /// target/dist/: a tarball, a .deb and an OCI image archive, with SHA256SUMS.
+    Dist(dist::DistArgs),
     /// Regenerate docs/probe-compatibility.md from `gpudirect-trace probes --json` in VMs.
     ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
 }
@@ -62,6 +66,9 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => bootstrap::run().and_then(|()| vm::demo::main(a)),
         Cmd::Bench => done(bootstrap::run().and_then(|()| bench::run())),
         Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
+        Cmd::Dist(a) => bootstrap::run()
+            .and_then(|()| bootstrap::dist_tools())
+            .and_then(|()| dist::main(a)),
     };
     match result {
         Ok(code) => code,
