@@ -18,6 +18,7 @@ mod check_deb;
 mod check_oci;
 mod deb;
 mod manpage;
+mod notices;
 mod oci;
 mod tarball;
 
@@ -54,6 +55,8 @@ pub struct Release {
     pub commit: Option<String>,
     /// The stripped binary (symbols only; the eBPF object stays embedded).
     pub binary: PathBuf,
+    /// THIRD-PARTY-LICENSES: the notices of everything linked into the binary.
+    pub notices: PathBuf,
     pub root: PathBuf,
     pub out: PathBuf,
     pub work: PathBuf,
@@ -70,6 +73,7 @@ pub struct Artifacts {
 }
 
 pub const PACKAGE: &str = "gpudirect-trace";
+pub const NOTICES: &str = "THIRD-PARTY-LICENSES";
 
 /// Where `podman load`, `docker load` and `ctr images import` put the image:
 /// `localhost/` is what podman and CRI-O give images that come from no
@@ -123,6 +127,14 @@ pub fn build(no_build: bool) -> Result<Artifacts> {
         "aarch64" => ("aarch64-linux-gnu", "arm64", "arm64"),
         other => bail!("no package architecture known for {other}"),
     };
+    let notices = work.join(NOTICES);
+    std::fs::write(
+        &notices,
+        notices::render(
+            &root,
+            &format!("{}-unknown-linux-gnu", std::env::consts::ARCH),
+        )?,
+    )?;
     let commit = git(&root, &["rev-parse", "HEAD"]);
     let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v.parse().context("SOURCE_DATE_EPOCH is not a number")?,
@@ -138,6 +150,7 @@ pub fn build(no_build: bool) -> Result<Artifacts> {
         epoch,
         commit,
         binary,
+        notices,
         root,
         out: out.clone(),
         work,

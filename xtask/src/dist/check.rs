@@ -188,6 +188,7 @@ fn tarball(a: &Artifacts, scratch: &Path) -> Result<PathBuf> {
         "README.md",
         "LICENSE-MIT",
         "LICENSE-APACHE",
+        "THIRD-PARTY-LICENSES",
     ] {
         if !top.join(f).is_file() {
             bail!("{f} missing from the tarball");

@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use super::{archive, doc_files, manpage, Release, PACKAGE};
+use super::{archive, doc_files, manpage, Release, NOTICES, PACKAGE};
 use crate::host;
 
 /// Who answers for the package (Debian requires a name and an address).
@@ -58,6 +58,11 @@ pub fn build(rel: &Release) -> Result<PathBuf> {
     files.push((
         format!("{doc}/copyright"),
         copyright(&rel.root)?.into_bytes(),
+        0o644,
+    ));
+    files.push((
+        format!("{doc}/{}.gz", super::NOTICES),
+        archive::gzip_bytes(&std::fs::read(&rel.notices)?)?,
         0o644,
     ));
     files.push((
@@ -260,6 +265,8 @@ fn copyright(root: &Path) -> Result<String> {
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
          Upstream-Name: {PACKAGE}\n\
          Source: {HOMEPAGE}\n\
+         Comment: The binary also contains the Rust crates it depends on, under\n \
+         their own licences: see /usr/share/doc/{PACKAGE}/{NOTICES}.gz.\n\
          \n\
          Files: *\n\
          Copyright: 2026 The gpudirect-trace developers\n\

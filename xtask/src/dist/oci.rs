@@ -90,6 +90,8 @@ fn layer(rel: &Release) -> Result<Vec<u8>> {
         ensure(&mut t, &p)?;
         t.file(&p, 0o644, &rel.root.join(l))?;
     }
+    let p = format!("{doc}/{}", super::NOTICES);
+    t.file(&p, 0o644, &rel.notices)?;
     let mut packages = Vec::new();
     for (inside, here) in libraries(&rel.binary)? {
         ensure(&mut t, &inside)?;

@@ -18,6 +18,7 @@ pub fn build(rel: &Release) -> Result<PathBuf> {
     for l in LICENCES {
         files.push((l.to_string(), rel.root.join(l), 0o644));
     }
+    files.push((super::NOTICES.to_string(), rel.notices.clone(), 0o644));
     for (name, src) in doc_files(&rel.root)? {
         files.push((name, src, 0o644));
     }
