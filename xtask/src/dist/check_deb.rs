@@ -56,11 +56,16 @@ fn snapshot() -> BTreeSet<String> {
     out
 }
 
+/// Whether dpkg knows the package in any state but "not-installed"
+/// (installed, or removed with its configuration kept, or half-done).
 fn installed() -> bool {
     Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", PACKAGE])
+        .args(["-W", "-f=${db:Status-Status}", PACKAGE])
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("ok installed"))
+        .map(|o| {
+            let s = String::from_utf8_lossy(&o.stdout);
+            o.status.success() && !s.trim().is_empty() && s.trim() != "not-installed"
+        })
         .unwrap_or(false)
 }
 
