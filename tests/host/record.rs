@@ -193,7 +193,18 @@ fn a_recorder_killed_with_sigkill_leaves_a_readable_file() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start record");
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill it once it is recording (its header is on disk), not after a fixed
+    // time: loading and attaching every program took more than the 1.5 s
+    // this used to wait when the other host tests ran beside it on 2 cores.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&f).map_or(true, |m| m.len() == 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "record wrote nothing in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
     let out = run_ok(&["report", fs]);
