@@ -34,6 +34,7 @@ pub mod serve;
 pub mod session;
 pub mod summary;
 pub mod tracefile;
+pub mod version;
 
 #[cfg(test)]
 mod layering_tests;

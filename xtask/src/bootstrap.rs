@@ -31,11 +31,75 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("bpftrace", "/usr/bin/bpftrace"),
 ];
 
+/// What `cargo xtask dist` and its checks need on top: binutils (strip,
+/// readelf), lintian, systemd-analyze (works without systemd running),
+/// podman and skopeo to load and run the image, runc for machines where crun
+/// refuses (hybrid cgroup hierarchies), python3-venv for the validator.
+pub const DIST_APT_PACKAGES: &[(&str, &str)] = &[
+    ("binutils", "/usr/bin/readelf"),
+    ("lintian", "/usr/bin/lintian"),
+    ("systemd", "/usr/bin/systemd-analyze"),
+    ("podman", "/usr/bin/podman"),
+    ("skopeo", "/usr/bin/skopeo"),
+    ("runc", "/usr/sbin/runc"),
+];
+
+/// kubernetes-validate from PyPI: it bundles the JSON schemas of every
+/// Kubernetes release it knows (1.25 to 1.37 in this version), so it works
+/// offline once installed (measured: `unshare -n` validates the same).
+pub const KUBERNETES_VALIDATE: &str = "1.37.0";
+/// The oldest and the newest schema versions that release bundles.
+pub const KUBERNETES_VERSIONS: &[&str] = &["1.25.0", "1.37.0"];
+
 pub fn run() -> anyhow::Result<()> {
     rust_src()?;
     bpf_linker()?;
-    apt_packages()?;
+    apt_packages(APT_PACKAGES)?;
     Ok(())
+}
+
+/// The release tools (see DIST_APT_PACKAGES), for `dist` and its checks.
+pub fn dist_tools() -> anyhow::Result<()> {
+    apt_packages(DIST_APT_PACKAGES)
+}
+
+/// A virtualenv with kubernetes-validate under .cache/tools; its executable.
+pub fn kubernetes_validate() -> anyhow::Result<std::path::PathBuf> {
+    let venv = crate::host::repo_root()
+        .join(".cache/tools")
+        .join(format!("kubernetes-validate-{KUBERNETES_VALIDATE}"));
+    let tool = venv.join("bin/kubernetes-validate");
+    let tool_s = tool.to_string_lossy().into_owned();
+    if output(&tool_s, &["--version"]).is_some_and(|v| v.trim() == KUBERNETES_VALIDATE) {
+        eprintln!("xtask: kubernetes-validate {KUBERNETES_VALIDATE}: present");
+        return Ok(tool);
+    }
+    eprintln!(
+        "xtask: installing kubernetes-validate {KUBERNETES_VALIDATE} (pip, in {})",
+        venv.display()
+    );
+    let _ = std::fs::remove_dir_all(&venv);
+    let venv_ok = |py: &str| {
+        Command::new(py)
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !venv_ok("python3") {
+        // Debian's python3 has venv without ensurepip until python3-venv.
+        let _ = std::fs::remove_dir_all(&venv);
+        apt_packages(&[("python3-venv", "/usr/share/doc/python3-venv")])?;
+        if !venv_ok("/usr/bin/python3") {
+            bail!("python3 -m venv {} failed", venv.display());
+        }
+    }
+    status(
+        Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "--disable-pip-version-check"])
+            .arg(format!("kubernetes-validate=={KUBERNETES_VALIDATE}")),
+    )?;
+    Ok(tool)
 }
 
 fn output(cmd: &str, args: &[&str]) -> Option<String> {
@@ -100,8 +164,8 @@ pub fn cargo_fuzz() -> anyhow::Result<()> {
     status(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
 }
 
-fn apt_packages() -> anyhow::Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
+fn apt_packages(list: &[(&str, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = list
         .iter()
         .filter(|(_, probe)| !std::path::Path::new(probe).exists())
         .map(|(pkg, _)| *pkg)

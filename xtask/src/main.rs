@@ -4,6 +4,7 @@
 mod bench;
 mod bench_vm;
 mod bootstrap;
+mod dist;
 mod host;
 mod test;
 mod vm;
@@ -36,12 +37,16 @@ enum Cmd {
     Vm(vm::VmArgs),
     /// Run the VM scenarios in tests/vm/scenarios on each selected kernel.
     VmTest(vm::scenario::VmTestArgs),
-    /// Show the tracer's live view in a VM while DMA happens and a fault is injected.
+    /// Bootstrap (as `test` does), then show the tracer's live view in a VM
+    /// while DMA happens and a fault is injected.
     Demo(vm::demo::DemoArgs),
     /// Benchmarks on the host kernel (per-program cost, pipeline rates,
     /// decode throughput, trace file size): prints and writes docs/benchmarks.md.
     /// With --vm: next to bpftrace on the same events in VMs.
     Bench(bench::BenchArgs),
+    /// Bootstrap, build the release binary and write the release artifacts to
+    /// target/dist/: a tarball, a .deb and an OCI image archive, with SHA256SUMS.
+    Dist(dist::DistArgs),
     /// Regenerate docs/probe-compatibility.md from `gpudirect-trace probes --json` in VMs.
     ProbeMatrix(vm::probe_matrix::ProbeMatrixArgs),
 }
@@ -58,9 +63,14 @@ fn main() -> ExitCode {
         Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
-        Cmd::Demo(a) => vm::demo::main(a),
+        // The README's main job on a bare machine: set up what building the
+        // tracer needs first, exactly as `test` does (bootstrap is idempotent).
+        Cmd::Demo(a) => bootstrap::run().and_then(|()| vm::demo::main(a)),
         Cmd::Bench(a) => done(bootstrap::run().and_then(|()| bench::main(a))),
         Cmd::ProbeMatrix(a) => vm::probe_matrix::main(a),
+        Cmd::Dist(a) => bootstrap::run()
+            .and_then(|()| bootstrap::dist_tools())
+            .and_then(|()| dist::main(a)),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,11 @@ pub struct TestArgs {
     /// Skip the VM scenarios (`cargo xtask vm-test` on 6.1 and 6.12).
     #[arg(long)]
     pub no_vm: bool,
+    /// Skip building and checking the release artifacts (`cargo xtask dist`:
+    /// the .deb installed and purged, the image run in podman, the manifests
+    /// validated).
+    #[arg(long)]
+    pub no_dist: bool,
     /// Skip the short fuzz run of the trace-file reader.
     #[arg(long)]
     pub no_fuzz: bool,
@@ -71,6 +76,11 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     .context("clippy (warnings are errors)")?;
     status(Command::new("cargo").args(["test", "--workspace"]))
         .context("unit and host integration tests")?;
+    if !args.no_dist {
+        crate::bootstrap::dist_tools()?;
+        let artifacts = crate::dist::build(false).context("cargo xtask dist")?;
+        crate::dist::check::run(&artifacts)?;
+    }
     if !args.no_fuzz {
         fuzz(args.fuzz_seconds)?;
     }

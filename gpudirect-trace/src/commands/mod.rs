@@ -45,7 +45,7 @@ Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).
 Exit status: 0 success, 1 error, 2 usage error, 3 --strict and a probe failed.";
 
 #[derive(Parser, Debug)]
-#[command(name = "gpudirect-trace", version, about = ABOUT, long_about = LONG_ABOUT)]
+#[command(name = "gpudirect-trace", version, long_version = crate::version::long_version(), about = ABOUT, long_about = LONG_ABOUT)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
