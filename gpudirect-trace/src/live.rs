@@ -56,6 +56,14 @@ impl Sink for LiveSink {
     }
 
     fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
+        let seen: Vec<String> = s
+            .analysis
+            .agg
+            .devices
+            .keys()
+            .map(|d| d.to_string())
+            .collect();
+        output::warn_unmatched(&self.opts.devices, &seen);
         if end.reason != crate::session::StopReason::SinkDone {
             match self.emit(s, true) {
                 Err(e) if e.is::<StdoutClosed>() => {}
@@ -68,6 +76,7 @@ impl Sink for LiveSink {
 
 /// Prints one interval (or the final summary) of `s`.
 pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyhow::Result<()> {
+    s.resolve_names(&mut |_| Ok(()))?;
     let stats = s.refresh_counters();
     let devices = s.analysis.agg.snapshot(interval, &o.devices);
     let long_lived = s.analysis.agg.long_lived(
@@ -103,6 +112,10 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
             final_summary: last,
         },
     );
+    let a = &s.analysis;
+    let gpus = render::gpus_text(&a.agg.gpus, a.nvml_first.as_ref(), a.nvml_latest.as_ref());
+    text.push_str(&gpus);
+    text.push_str(&render::processes_text(&devices));
     text.push_str(&render::latency_text(&devices));
     text.push_str(&render::long_lived_text(&long_lived));
     let all = s.analysis.ledger.incidents();

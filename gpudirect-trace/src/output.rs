@@ -40,6 +40,22 @@ pub fn warn(msg: &str) {
     note(&format!("warning: {msg}"));
 }
 
+/// One note per `--device` value that matched no device of the trace.
+pub fn warn_unmatched(filters: &[String], seen: &[String]) {
+    for f in filters {
+        if !seen.iter().any(|d| d == f) {
+            let list = if seen.is_empty() {
+                "none".to_owned()
+            } else {
+                seen.join(", ")
+            };
+            warn(&format!(
+                "--device {f} matched no device of this trace (devices seen: {list})"
+            ));
+        }
+    }
+}
+
 /// 1234 -> "1.2us".
 pub fn ns(v: u64) -> String {
     match v {

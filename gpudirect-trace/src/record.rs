@@ -78,6 +78,7 @@ impl RecordSink {
             !session.stream,
             &opts.command,
         );
+        header.gpus = session.gpus.identities.clone();
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
         let path = opts.output.display().to_string();
@@ -98,6 +99,8 @@ impl Sink for RecordSink {
         let r = match o {
             Observed::Record { record, device } => self.writer.push(record, device),
             Observed::LogFault(f) => self.writer.log_fault(f),
+            Observed::Nvml(s) => self.writer.nvml(s),
+            Observed::Names(n) => self.writer.names(n),
             Observed::Incident { .. } => Ok(()),
         };
         r.with_context(|| format!("writing {}", self.path))
@@ -108,6 +111,7 @@ impl Sink for RecordSink {
     }
 
     fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
+        s.resolve_names(&mut |o| self.observe(o))?;
         checkpoint(s, &mut self.writer, &mut self.lost_seen)
             .and_then(|_| self.writer.flush())
             .with_context(|| format!("writing {}", self.path))?;

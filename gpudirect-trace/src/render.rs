@@ -117,6 +117,9 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
         if let Some(m) = i.mapping_line() {
             let _ = writeln!(s, "      {m}");
         }
+        if let Some(c) = i.context_line() {
+            let _ = writeln!(s, "      {c}");
+        }
     }
     if more > 0 && !s.is_empty() {
         let _ = writeln!(s, "  ({more} earlier ones: --json lists them)");
@@ -186,4 +189,70 @@ fn truncate(s: &str, n: usize) -> &str {
         Some((i, _)) => &s[..i],
         None => s,
     }
+}
+
+/// One line per NVIDIA GPU: who it is (index, name, UUID, bus id) and,
+/// where NVML read it, BAR1, the PCIe link and its replays since `first`.
+pub fn gpus_text(
+    gpus: &[crate::gpu::GpuIdentity],
+    first: Option<&crate::gpu::Sample>,
+    latest: Option<&crate::gpu::Sample>,
+) -> String {
+    let mut s = String::new();
+    for g in gpus {
+        let _ = write!(s, "{g}");
+        if let Some(f) = latest.and_then(|l| l.gpu(&g.bus_id)) {
+            if let Some(b) = f.bar1.ok() {
+                let _ = write!(s, ": BAR1 {} of {} used", bytes(b.used), bytes(b.total));
+            }
+            let p = &f.pcie;
+            if let (Some(gc), Some(wc)) = (p.gen_current.ok(), p.width_current.ok()) {
+                let _ = write!(s, ", PCIe Gen{gc} x{wc}");
+                if let (Some(gm), Some(wm)) = (p.gen_max.ok(), p.width_max.ok()) {
+                    let _ = write!(s, " (max Gen{gm} x{wm})");
+                }
+            }
+            if let Some(r) = p.replays.ok() {
+                let since = first
+                    .and_then(|f| f.gpu(&g.bus_id))
+                    .and_then(|f| f.pcie.replays.ok().copied())
+                    .map(|r0| format!(" (+{} since the start)", r.saturating_sub(r0)))
+                    .unwrap_or_default();
+                let _ = write!(s, ", {r} PCIe replays{since}");
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Per device: the processes that map the most (outstanding bytes first).
+pub fn processes_text(devices: &[DeviceSnapshot]) -> String {
+    let mut s = String::new();
+    for d in devices.iter().filter(|d| !d.processes.is_empty()) {
+        let _ = writeln!(
+            s,
+            "\nprocesses mapping {} ({} level, by outstanding bytes):\n  {:>8} {:<16} {:<13} {:>10} {:>10} {:>9} {:>9}",
+            d.device, d.level, "PID", "COMM", "CONTAINER", "OUT_B", "OUTST", "MAPS", "MAPPED"
+        );
+        for p in &d.processes {
+            let pid = if p.pid == crate::aggregate::procs::OTHER_PID {
+                "other".to_owned()
+            } else {
+                p.pid.to_string()
+            };
+            let _ = writeln!(
+                s,
+                "  {:>8} {:<16} {:<13} {:>10} {:>10} {:>9} {:>9}",
+                pid,
+                truncate(p.comm.as_deref().unwrap_or("-"), 16),
+                truncate(p.container.as_deref().unwrap_or("-"), 13),
+                bytes(p.outstanding_bytes),
+                p.outstanding_mappings,
+                p.maps,
+                bytes(p.bytes_mapped)
+            );
+        }
+    }
+    s
 }

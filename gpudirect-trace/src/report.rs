@@ -104,8 +104,10 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     if to.is_some() && to_ns <= from_ns {
         anyhow::bail!("--to must be later than --from");
     }
+    let mut analysis = Analysis::new(clock_of(&header));
+    analysis.agg.gpus = header.gpus.clone();
     let mut r = Replay {
-        analysis: Analysis::new(clock_of(&header)),
+        analysis,
         header,
         losses: Vec::new(),
         stats: ReadStats::default(),
@@ -153,6 +155,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::End(e) => e.ts_ns,
             Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
             Item::Trigger(t) => t.at_ns,
+            Item::Names(_) | Item::Nvml(_) => 0,
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
@@ -203,6 +206,12 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 r.analysis.log_fault(f);
             }
             Item::Trigger(t) => r.later_triggers.push(*t),
+            Item::Names(names) => {
+                for n in names {
+                    r.analysis.agg.names.insert(n.pid, n);
+                }
+            }
+            Item::Nvml(s) => r.analysis.nvml(*s),
             _ => {}
         }
     }
@@ -324,6 +333,8 @@ pub fn json(
         "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
             "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
         "counters": r.counters,
+        "gpus": r.analysis.agg.gpus,
+        "nvml": {"first": r.analysis.nvml_first, "latest": r.analysis.nvml_latest},
         "lead": r.lead,
         "later_triggers": r.later_triggers,
         "read": r.stats,
@@ -395,6 +406,13 @@ pub fn text(
             final_summary: true,
         },
     ));
+    let a = &r.analysis;
+    s.push_str(&crate::render::gpus_text(
+        &a.agg.gpus,
+        a.nvml_first.as_ref(),
+        a.nvml_latest.as_ref(),
+    ));
+    s.push_str(&crate::render::processes_text(devices));
     s.push_str(&crate::render::latency_text(devices));
     let incidents: Vec<&Incident> = r.incidents().collect();
     let skip = incidents.len().saturating_sub(64);

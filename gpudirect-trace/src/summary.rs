@@ -57,6 +57,12 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "long_lived": v.long_lived.iter().map(|(dev, lvl, m)| json!({
             "device": dev, "level": lvl, "address": m.address,
             "size": m.size, "age_s": m.age_s, "pid": m.pid})).collect::<Vec<_>>(),
+        "gpus": s.analysis.agg.gpus,
+        "nvml": {
+            "status": s.gpus.status,
+            "first": s.analysis.nvml_first,
+            "latest": s.analysis.nvml_latest,
+        },
         "kmsg_lost_records": s.kmsg_lost(),
         "kmsg_error": s.kmsg_error,
         "program_stats": s.tracer.program_stats(),

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::MAX_TRACKED;
+use super::{procs::Procs, MAX_TRACKED};
 
 /// A mapping seen mapped and not yet unmapped.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +36,8 @@ pub struct Level {
     pub untracked: u64,
     /// Unmaps of addresses mapped before the trace started.
     pub unmatched_unmaps: u64,
+    /// Mappings and outstanding bytes by the pid that made them.
+    pub procs: Procs,
 }
 
 impl Default for Level {
@@ -54,6 +56,7 @@ impl Default for Level {
             outstanding_bytes: 0,
             untracked: 0,
             unmatched_unmaps: 0,
+            procs: Procs::default(),
         }
     }
 }
@@ -90,12 +93,15 @@ impl Level {
         }
         if self.outstanding.len() >= MAX_TRACKED {
             self.untracked += 1;
+            self.procs.map(pid, size, ts_ns, false);
             return;
         }
+        self.procs.map(pid, size, ts_ns, true);
         let m = Mapping { size, ts_ns, pid };
         if let Some(old) = self.outstanding.insert(addr, m) {
             // Re-mapped without an unmap we saw: keep bytes consistent.
             self.outstanding_bytes -= old.size;
+            self.procs.unmapped(old.pid, old.size, ts_ns);
         }
         self.outstanding_bytes += size;
     }
@@ -110,6 +116,7 @@ impl Level {
         match self.outstanding.remove(&addr) {
             Some(m) => {
                 self.outstanding_bytes -= m.size;
+                self.procs.unmapped(m.pid, m.size, ts_ns);
                 let life = ts_ns.saturating_sub(m.ts_ns);
                 record(&mut self.lifetimes, life);
                 self.max_lifetime = self.max_lifetime.max(life);
@@ -130,6 +137,7 @@ impl Level {
         for a in starts {
             if let Some(m) = self.outstanding.remove(&a) {
                 self.outstanding_bytes -= m.size;
+                self.procs.unmapped(m.pid, m.size, ts_ns);
                 oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
             }
         }
@@ -148,10 +156,15 @@ impl Level {
     pub fn replace_outstanding(&mut self, maps: impl Iterator<Item = (u64, u64, u64, u32)>) {
         self.outstanding.clear();
         self.outstanding_bytes = 0;
+        let mut by_pid: std::collections::HashMap<u32, (u64, u64)> = Default::default();
         for (addr, size, ts_ns, pid) in maps {
             self.outstanding_bytes += size;
             self.outstanding.insert(addr, Mapping { size, ts_ns, pid });
+            let e = by_pid.entry(pid).or_default();
+            e.0 += 1;
+            e.1 += size;
         }
+        self.procs.set_outstanding(&by_pid);
     }
 
     pub fn outstanding(&self) -> usize {

@@ -13,6 +13,7 @@
 mod kernel_tables;
 mod latency;
 mod level;
+pub mod procs;
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -22,7 +23,10 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
-use crate::model::{MapLevel, MappingState, Process};
+use crate::{
+    gpu::GpuIdentity,
+    model::{MapLevel, MappingState, Process},
+};
 
 pub use self::{
     latency::{sum_log2, LatencySnapshot, OpLatency},
@@ -129,6 +133,40 @@ pub struct DeviceSnapshot {
     pub latency_ns: BTreeMap<&'static str, LatencySnapshot>,
     pub dma: LevelSnapshot,
     pub iommu: LevelSnapshot,
+    /// The GPU this device is (index, UUID, name), for NVIDIA GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuIdentity>,
+    /// Who maps the most at the reported level: the top `TOP_PROCESSES` by
+    /// outstanding bytes, then by bytes mapped. Outstanding bytes belong to
+    /// the pid that made the mapping.
+    pub processes: Vec<ProcessRow>,
+}
+
+/// Rows of `DeviceSnapshot::processes`.
+pub const TOP_PROCESSES: usize = 10;
+
+/// One process's mappings on one device.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ProcessRow {
+    /// The thread-group id; `procs::OTHER_PID` for the pids past the cap.
+    pub pid: u32,
+    pub comm: Option<String>,
+    /// Container id (short) or name, where the task runs in one.
+    pub container: Option<String>,
+    pub maps: u64,
+    pub unmaps: u64,
+    pub bytes_mapped: u64,
+    pub outstanding_mappings: u64,
+    pub outstanding_bytes: u64,
+}
+
+/// What is known of a pid: its name and container (looked up while it ran,
+/// kept in trace files so a replay names it the same).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ProcName {
+    pub pid: u32,
+    pub comm: Option<String>,
+    pub container: Option<String>,
 }
 
 fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
@@ -154,6 +192,10 @@ pub struct Aggregator {
     pub devices: BTreeMap<Arc<str>, DeviceStats>,
     pub events: u64,
     pub decode_errors: u64,
+    /// Names of the pids seen, by pid.
+    pub names: std::collections::HashMap<u32, ProcName>,
+    /// The host's NVIDIA GPUs.
+    pub gpus: Vec<GpuIdentity>,
 }
 
 impl Aggregator {
@@ -370,8 +412,42 @@ impl Aggregator {
                 before_ns: ts_ns.map_or(0, |t| t.saturating_sub(u.ts_ns)),
                 by: (u.pid != 0).then(|| Process::current_task(u.pid)),
             },
-            None => MappingState::NeverMapped { device_seen: true },
+            None => MappingState::NeverMapped {
+                device_seen: d.dma.maps + d.iommu.maps + d.coherent.maps > 0,
+            },
         }
+    }
+
+    /// Pids seen whose names are not known yet.
+    pub fn unnamed_pids(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = self
+            .devices
+            .values()
+            .flat_map(|d| [&d.dma, &d.iommu, &d.coherent])
+            .flat_map(|l| l.procs.iter().map(|(pid, _)| pid))
+            .filter(|p| *p != procs::OTHER_PID && !self.names.contains_key(p))
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// `pid`'s DMA activity on `device` (its reported level) in the
+    /// `window_s` seconds up to `ts_ns`.
+    pub fn activity(
+        &self,
+        device: &str,
+        pid: u32,
+        ts_ns: u64,
+        window_s: u64,
+    ) -> Option<procs::Activity> {
+        let d = self.devices.get(device)?;
+        let level = if d.dma.maps > 0 || d.dma.unmaps > 0 {
+            &d.dma
+        } else {
+            &d.iommu
+        };
+        level.procs.activity(pid, ts_ns, window_s)
     }
 
     /// Mappings outstanding for longer than `threshold_ns` at `now_ns`
@@ -420,11 +496,36 @@ impl Aggregator {
                 }
             }
             let iommu = d.iommu.snapshot();
-            let (level, primary) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
-                ("dma", &dma)
+            let (level, primary, procs) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
+                ("dma", &dma, &d.dma.procs)
             } else {
-                ("iommu", &iommu)
+                ("iommu", &iommu, &d.iommu.procs)
             };
+            let mut processes: Vec<ProcessRow> = procs
+                .iter()
+                .map(|(pid, p)| {
+                    let n = self.names.get(&pid);
+                    ProcessRow {
+                        pid,
+                        comm: n.and_then(|n| n.comm.clone()),
+                        container: n.and_then(|n| n.container.clone()),
+                        maps: p.maps,
+                        unmaps: p.unmaps,
+                        bytes_mapped: p.bytes_mapped,
+                        outstanding_mappings: p.outstanding,
+                        outstanding_bytes: p.outstanding_bytes,
+                    }
+                })
+                .collect();
+            processes.sort_by(|a, b| {
+                (b.outstanding_bytes, b.bytes_mapped, a.pid).cmp(&(
+                    a.outstanding_bytes,
+                    a.bytes_mapped,
+                    b.pid,
+                ))
+            });
+            processes.truncate(TOP_PROCESSES);
+            let gpu = self.gpus.iter().find(|g| *g.bus_id == **name).cloned();
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
@@ -456,6 +557,8 @@ impl Aggregator {
                 latency_ns: latency_snapshot(d),
                 dma,
                 iommu,
+                gpu,
+                processes,
             });
         }
         out

@@ -133,7 +133,7 @@ impl Ledger {
         self.incidents.get(i).filter(|x| x.id == id)
     }
 
-    fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
+    pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
         let first = self.incidents.front()?.id;
         let i = usize::try_from(id.checked_sub(first)?).ok()?;
         self.incidents.get_mut(i).filter(|x| x.id == id)
@@ -221,6 +221,7 @@ impl Ledger {
             fault: Some(f),
             change: None,
             map_error: None,
+            context: None,
         };
         refresh(&mut inc);
         let id = self.push(inc);
@@ -257,6 +258,7 @@ impl Ledger {
             fault: None,
             change: None,
             map_error: Some(e),
+            context: None,
         };
         self.push(inc)
     }
@@ -274,6 +276,7 @@ impl Ledger {
             fault: None,
             change: Some(c),
             map_error: None,
+            context: None,
         };
         self.push(inc)
     }

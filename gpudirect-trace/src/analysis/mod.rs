@@ -17,8 +17,9 @@ use crate::{
     aggregate::Aggregator,
     decode::{c_string, dir_name, Record},
     faults::tracepoint,
+    gpu::Sample,
     model::{
-        incident::{IommuChange, MapError},
+        incident::{Context, IommuChange, MapError},
         Channel, Fault, MappingState, Process, Source, TraceClock,
     },
 };
@@ -26,14 +27,54 @@ use crate::{
 pub struct Analysis {
     pub agg: Aggregator,
     pub ledger: Ledger,
+    /// NVML's first and latest readings (live: taken by the session;
+    /// replay: from the file's NVML blocks, in the same order).
+    pub nvml_first: Option<Sample>,
+    pub nvml_latest: Option<Sample>,
 }
+
+/// Seconds of a process's DMA activity an Xid's context shows.
+pub const CONTEXT_WINDOW_S: u64 = 5;
 
 impl Analysis {
     pub fn new(clock: TraceClock) -> Self {
         Self {
             agg: Aggregator::new(),
             ledger: Ledger::new(clock),
+            nvml_first: None,
+            nvml_latest: None,
         }
+    }
+
+    /// An NVML reading (identities, BAR1, replays, ...).
+    pub fn nvml(&mut self, s: Sample) {
+        if self.nvml_first.is_none() {
+            self.nvml_first = Some(s.clone());
+        }
+        self.nvml_latest = Some(s);
+    }
+
+    /// What surrounded an Xid on `device` by `pid` at `ts_ns`.
+    fn context(&self, device: &str, pid: Option<u32>, ts_ns: u64) -> Option<Context> {
+        let activity = pid.and_then(|p| self.agg.activity(device, p, ts_ns, CONTEXT_WINDOW_S));
+        let latest = self.nvml_latest.as_ref().and_then(|s| s.gpu(device));
+        let bar1 = latest.and_then(|g| g.bar1.ok().copied());
+        let replays = |s: &Option<Sample>| {
+            s.as_ref()
+                .and_then(|s| s.gpu(device))
+                .and_then(|g| g.pcie.replays.ok().copied())
+        };
+        let since = match (replays(&self.nvml_first), replays(&self.nvml_latest)) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let c = Context {
+            activity,
+            bar1_used: bar1.map(|b| b.used),
+            bar1_total: bar1.map(|b| b.total),
+            pcie_replays_since_start: since,
+        };
+        (c != Context::default()).then_some(c)
     }
 
     pub fn clock(&self) -> &TraceClock {
@@ -115,6 +156,27 @@ impl Analysis {
                 let device: Arc<str> = Arc::from(f.device.as_deref().unwrap_or("-"));
                 let (xid, n) = (f.xid, f.count.max(1));
                 self.agg.count_fault(&device, xid, n);
+            }
+        }
+        // An Xid's context: its process's DMA on the GPU, the GPU's state.
+        // Taken again when the log line's process merges in.
+        let xid = self
+            .ledger
+            .get(out.id())
+            .and_then(|i| i.fault.as_ref().map(|f| (i, f)))
+            .filter(|(_, f)| f.source == Source::NvidiaXid)
+            .map(|(i, f)| {
+                let pid = f
+                    .process
+                    .as_ref()
+                    .filter(|p| p.from == crate::model::ProcessOrigin::Reported && p.pid != 0)
+                    .map(|p| p.pid);
+                (i.device.clone(), pid, i.at.mono_ns)
+            });
+        if let Some((device, pid, ts)) = xid {
+            let c = self.context(&device, pid, ts);
+            if let Some(i) = self.ledger.get_mut(out.id()) {
+                i.context = c;
             }
         }
         out

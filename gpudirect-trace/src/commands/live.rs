@@ -18,8 +18,9 @@ pub struct LiveArgs {
     /// Stop after this long (default: until Ctrl-C, SIGTERM or SIGHUP).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Show only this device (PCI bus id such as 0000:00:06.0, or a device
-    /// name); repeat for several.
+    /// Show only this device: a PCI bus id (0000:00:06.0), a GPU index (0,
+    /// GPU0) or UUID (GPU-4f39..., a unique prefix), or a device name
+    /// (nvme0); repeat for several.
     #[arg(long = "device", value_name = "BDF")]
     pub devices: Vec<String>,
     /// One JSON object per interval on stdout (the last one, with
@@ -36,10 +37,12 @@ pub struct LiveArgs {
 }
 
 pub fn exec(args: &LiveArgs) -> anyhow::Result<ExitCode> {
+    let gpus = crate::gpu::identity::from_tree(&crate::hosttree::Tree::live());
+    let devices = super::trace::resolve_devices(&args.devices, &gpus)?;
     let session = Session::start(&args.trace.session_options())?;
     let sink = LiveSink::new(LiveOptions {
         interval: args.interval,
-        devices: args.devices.clone(),
+        devices,
         json: args.json,
         tty: !args.json && std::io::stdout().is_terminal(),
         long_lived: args.long_lived,

@@ -15,7 +15,8 @@ use crate::{
 pub struct ReportArgs {
     /// Trace file written by `gpudirect-trace record`.
     pub file: PathBuf,
-    /// Show only this device (PCI bus id or device name); repeat for several.
+    /// Show only this device: a PCI bus id, a GPU index (0, GPU0) or UUID
+    /// (GPU-4f39...), or a device name; repeat for several.
     #[arg(long = "device", value_name = "BDF")]
     pub devices: Vec<String>,
     /// One JSON object on stdout instead of tables.
@@ -33,18 +34,28 @@ pub struct ReportArgs {
 }
 
 pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let gpus = crate::tracefile::open(&args.file)?.header().gpus.clone();
+    let devices = super::trace::resolve_devices(&args.devices, &gpus)?;
     let window = Window {
         from: args.from,
         to: args.to,
-        devices: args.devices.clone(),
+        devices: devices.clone(),
     };
     let mut r = report::replay(&args.file, &window)?;
+    let seen: Vec<String> = r
+        .analysis
+        .agg
+        .devices
+        .keys()
+        .map(|d| d.to_string())
+        .collect();
+    output::warn_unmatched(&devices, &seen);
     let path = args.file.display().to_string();
     for w in report::read_warnings(&path, &r.stats, r.file_len) {
         output::warn(&w);
     }
     let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
-    let devices = r.analysis.agg.snapshot(window_s, &args.devices);
+    let devices = r.analysis.agg.snapshot(window_s, &devices);
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices);
         std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;

@@ -52,3 +52,24 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn parse_offset(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 1.5s, 2m)"))
 }
+
+/// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
+/// UUID (`GPU-4f39...`, a unique prefix) becomes that GPU's bus id, any
+/// printed bus id is normalised, anything else (`nvme0`) stays a device name.
+pub fn resolve_devices(
+    specs: &[String],
+    gpus: &[crate::gpu::GpuIdentity],
+) -> anyhow::Result<Vec<String>> {
+    specs
+        .iter()
+        .map(|spec| {
+            let s = spec.trim();
+            let gpu_like =
+                s.bytes().all(|b| b.is_ascii_digit()) || s.to_ascii_lowercase().starts_with("gpu");
+            if gpu_like {
+                return crate::gpu::resolve_device(s, gpus);
+            }
+            Ok(crate::faults::normalize_bdf(s).unwrap_or_else(|| s.to_owned()))
+        })
+        .collect()
+}

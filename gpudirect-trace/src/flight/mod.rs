@@ -104,6 +104,7 @@ impl Recorder {
         );
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
+        header.gpus = session.gpus.identities.clone();
         Self::with_header(header, opts)
     }
 
@@ -140,6 +141,8 @@ impl Recorder {
         match o {
             Observed::Record { record, device } => self.writer.push(record, device)?,
             Observed::LogFault(f) => self.writer.log_fault(f)?,
+            Observed::Nvml(s) => self.writer.nvml(s)?,
+            Observed::Names(n) => self.writer.names(n)?,
             Observed::Incident {
                 incident,
                 merged: false,
@@ -177,6 +180,7 @@ impl Recorder {
     /// Checkpoint, flush into the ring, feed the open snapshot, close it
     /// when its time is up.
     pub fn tick(&mut self, s: &mut Session) -> anyhow::Result<SelfStats> {
+        s.resolve_names(&mut |o| self.observe(&o))?;
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
         self.writer.flush()?;
         self.tee();

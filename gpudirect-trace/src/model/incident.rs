@@ -64,6 +64,59 @@ pub struct MapError {
     pub direction: String,
 }
 
+/// A process's DMA activity on a device in a window before a moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activity {
+    pub window_s: u64,
+    pub maps: u64,
+    pub unmaps: u64,
+    pub bytes_mapped: u64,
+    /// Outstanding at that moment (not only the window's).
+    pub outstanding_mappings: u64,
+    pub outstanding_bytes: u64,
+}
+
+/// What surrounded an incident: its process's recent DMA on the device, and
+/// the GPU's state (NVML) at the time.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Context {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bar1_used: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bar1_total: Option<u64>,
+    /// PCIe replays since the trace started (they climb before an Xid 79).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_replays_since_start: Option<u64>,
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::output::bytes;
+        let mut parts = Vec::new();
+        if let Some(a) = &self.activity {
+            parts.push(format!(
+                "its DMA on this device in the {} s before: {} maps, {} unmaps, {} mapped, \
+                 {} outstanding in {} mappings",
+                a.window_s,
+                a.maps,
+                a.unmaps,
+                bytes(a.bytes_mapped),
+                bytes(a.outstanding_bytes),
+                a.outstanding_mappings
+            ));
+        }
+        if let (Some(u), Some(t)) = (self.bar1_used, self.bar1_total) {
+            parts.push(format!("BAR1 {} of {} used", bytes(u), bytes(t)));
+        }
+        if let Some(r) = self.pcie_replays_since_start {
+            parts.push(format!("PCIe replays +{r} since the start"));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Incident {
     /// Position in the trace (1, 2, ...): the same in live and in replay.
@@ -87,6 +140,9 @@ pub struct Incident {
     pub change: Option<IommuChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub map_error: Option<MapError>,
+    /// What surrounded it (Xids: the process's DMA and the GPU's state).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Context>,
 }
 
 impl std::fmt::Display for Incident {
@@ -110,6 +166,15 @@ impl std::fmt::Display for Incident {
 }
 
 impl Incident {
+    /// The context line shown under an incident, where there is one.
+    pub fn context_line(&self) -> Option<String> {
+        self.context
+            .as_ref()
+            .map(|c| c.to_string())
+            .filter(|s| !s.is_empty())
+            .map(|s| format!("context: {s}"))
+    }
+
     /// The mapping line shown under a fault, where the history says something.
     pub fn mapping_line(&self) -> Option<String> {
         self.fault

@@ -101,6 +101,7 @@ impl ServeSink {
 
     /// Rebuilds the model from the session (the kernel's counters read now).
     pub fn refresh(&mut self, s: &mut Session) {
+        let _ = s.resolve_names(&mut |_| Ok(()));
         let stats = s.refresh_counters();
         let faults: Vec<FaultCount> = s
             .analysis
@@ -124,6 +125,11 @@ impl ServeSink {
         );
         if let Some(r) = &self.recorder {
             model.add_flight(&r.stats());
+        }
+        if !s.gpus.identities.is_empty() || s.gpus.nvml_available() {
+            let empty = crate::gpu::Sample::default();
+            let sample = s.analysis.nvml_latest.as_ref().unwrap_or(&empty);
+            model.add_gpus(&s.gpus.status, sample, &mut self.labels);
         }
         let mut sh = lock(&self.shared);
         sh.model = model;

@@ -94,6 +94,7 @@ pub struct RunOptions {
 /// futures borrow the session and done once they are gone.
 enum Action<S> {
     Drain { kmsg: bool },
+    Nvml,
     UserSignal,
     Tick,
     Job(Job<S>),
@@ -139,6 +140,11 @@ impl Session {
             let mut sigterm = signal(SignalKind::terminate())?;
             let mut sighup = signal(SignalKind::hangup())?;
             let mut sigusr1 = signal(SignalKind::user_defined1())?;
+            let mut nvml = tokio::time::interval(super::NVML_EVERY);
+            nvml.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let nvml_on = self.gpus.nvml_available();
+            // The first reading (taken at start) goes to the sink first.
+            self.sample_nvml(&mut |o| sink.observe(o))?;
             let mut drain = tokio::time::interval(DRAIN_EVERY);
             drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let tick_every = sink.tick_every();
@@ -185,6 +191,7 @@ impl Session {
                         Action::Drain { kmsg: false }
                     }
                     _ = drain.tick() => Action::Drain { kmsg: true },
+                    _ = nvml.tick(), if nvml_on => Action::Nvml,
                     _ = tick.tick(), if tick_every.is_some() => Action::Tick,
                     job = jobs.recv(), if jobs_open => match job {
                         Some(job) => Action::Job(job),
@@ -204,6 +211,10 @@ impl Session {
                 };
                 match action {
                     Action::Drain { kmsg } => feed(&mut self, &mut sink, kmsg)?,
+                    Action::Nvml => {
+                        feed(&mut self, &mut sink, true)?;
+                        self.sample_nvml(&mut |o| sink.observe(o))?;
+                    }
                     Action::Tick => {
                         feed(&mut self, &mut sink, true)?;
                         if !sink.tick(&mut self)? {
@@ -227,6 +238,7 @@ impl Session {
             }
             feed(&mut self, &mut sink, true)?;
             self.flush_kmsg(&mut |o| sink.observe(o))?;
+            self.resolve_names(&mut |o| sink.observe(o))?;
             let end = Ending {
                 reason,
                 command_status,

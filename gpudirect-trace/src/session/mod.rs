@@ -16,10 +16,12 @@ pub use self::{
     options::{SessionOptions, StrictFailure, STRICT_EXIT},
 };
 use crate::{
+    aggregate::ProcName,
     analysis::{Analysis, Outcome},
     decode::{decode, Record},
     ebpf::{drain_ring, SelfStats, Status, Tracer, TracerOptions},
     faults::KmsgFollower,
+    gpu::{process::ProcCache, FactsSource as _, GpuIdentity, NvmlSource, NvmlStatus, Sample},
     model::{Fault, Incident, TraceClock},
     output,
 };
@@ -40,6 +42,66 @@ pub enum Observed<'a> {
         incident: &'a Incident,
         merged: bool,
     },
+    /// An NVML reading of the GPUs (every `NVML_EVERY`, where NVML is).
+    Nvml(&'a Sample),
+    /// Names of pids seen (resolved at each refresh, for trace files).
+    Names(&'a [ProcName]),
+}
+
+/// NVML is read this often (each reading is a few calls per GPU).
+pub const NVML_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The host's GPUs as the session knows them.
+pub struct GpuState {
+    pub identities: Vec<GpuIdentity>,
+    pub status: NvmlStatus,
+    source: Option<NvmlSource>,
+}
+
+impl GpuState {
+    /// No GPU lookup (sessions driven by hand in tests).
+    pub fn none() -> Self {
+        Self {
+            identities: Vec::new(),
+            status: NvmlStatus::Unavailable {
+                why: "not looked for".into(),
+            },
+            source: None,
+        }
+    }
+
+    /// The driver's GPUs (/proc/driver/nvidia, sysfs), with NVML's numbering
+    /// and facts where NVML loads.
+    pub fn discover() -> (Self, Option<Sample>) {
+        let ids = crate::gpu::identity::from_tree(&crate::hosttree::Tree::live());
+        let mut src = NvmlSource::open();
+        let status = src.status();
+        if !status.is_available() {
+            return (
+                Self {
+                    identities: ids,
+                    status,
+                    source: None,
+                },
+                None,
+            );
+        }
+        let first = src.sample();
+        let nvml_ids: Vec<GpuIdentity> = first.gpus.iter().map(|g| g.identity.clone()).collect();
+        let identities = crate::gpu::identity::merge(ids, &nvml_ids);
+        (
+            Self {
+                identities,
+                status,
+                source: Some(src),
+            },
+            Some(first),
+        )
+    }
+
+    pub fn nvml_available(&self) -> bool {
+        self.source.is_some()
+    }
 }
 
 /// Where the ring buffer is: still in the tracer (sessions driven by hand,
@@ -59,6 +121,10 @@ pub struct Session {
     /// Why the kernel log is not followed, if it is not.
     pub kmsg_error: Option<String>,
     ring: Ring,
+    pub gpus: GpuState,
+    procs: ProcCache,
+    /// NVML's first reading, handed to the sink with the first drain.
+    pending_nvml: Option<Sample>,
 }
 
 impl Session {
@@ -102,6 +168,17 @@ impl Session {
             output::warn(f);
         }
         let mut session = Self::from_tracer(tracer, opts.stream);
+        let (gpus, first) = GpuState::discover();
+        session.analysis.agg.gpus = gpus.identities.clone();
+        if let NvmlStatus::Unavailable { why } = &gpus.status {
+            if !gpus.identities.is_empty() {
+                output::note(&format!(
+                    "NVML not available ({why}): GPUs shown without its facts"
+                ));
+            }
+        }
+        session.gpus = gpus;
+        session.pending_nvml = first;
         if opts.follow_kmsg {
             // VT-d faults, Xid lines and AER errors reach us through the
             // kernel log: follow it from now on.
@@ -131,7 +208,61 @@ impl Session {
             kmsg: None,
             kmsg_error: None,
             ring: Ring::InTracer,
+            gpus: GpuState::none(),
+            procs: ProcCache::live(),
+            pending_nvml: None,
         }
+    }
+
+    /// Reads NVML (where it loaded) into the analysis, handing the reading
+    /// to `f` first (the recorder keeps it).
+    pub fn sample_nvml(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let sample = match self.pending_nvml.take() {
+            Some(s) => s,
+            None => match self.gpus.source.as_mut() {
+                Some(src) => src.sample(),
+                None => return Ok(()),
+            },
+        };
+        f(Observed::Nvml(&sample))?;
+        self.analysis.nvml(sample);
+        Ok(())
+    }
+
+    /// Looks up the pids seen whose names are not known yet (comm,
+    /// container, from /proc while they run), keeps them for the tables and
+    /// hands them to `f` (the recorder keeps them).
+    pub fn resolve_names(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let pids = self.analysis.agg.unnamed_pids();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<ProcName> = pids
+            .into_iter()
+            .map(|pid| {
+                let info = self.procs.get(pid);
+                ProcName {
+                    pid,
+                    comm: if pid == 0 {
+                        Some("[idle/irq]".into())
+                    } else {
+                        info.comm.clone()
+                    },
+                    container: info.container.as_ref().map(|c| c.short_id().to_owned()),
+                }
+            })
+            .collect();
+        f(Observed::Names(&names))?;
+        for n in names {
+            self.analysis.agg.names.insert(n.pid, n);
+        }
+        Ok(())
     }
 
     pub fn clock(&self) -> TraceClock {

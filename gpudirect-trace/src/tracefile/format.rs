@@ -38,6 +38,10 @@ pub mod block {
     /// A flight-recorder trigger that fired while its snapshot was open
     /// (JSON `Trigger`); the snapshot's own trigger is in the header.
     pub const TRIGGER: u16 = 8;
+    /// Names of pids seen (JSON `[ProcName]`), as the recorder looked them up.
+    pub const NAMES: u16 = 9;
+    /// An NVML reading of the GPUs (JSON `gpu::Sample`).
+    pub const NVML: u16 = 10;
 }
 
 /// Bits of the block flags.
@@ -80,6 +84,9 @@ pub struct Header {
     pub probes: Vec<ProbeInfo>,
     /// PCI devices present when recording started.
     pub devices: Vec<PciDevice>,
+    /// The host's NVIDIA GPUs (index, UUID, name, bus id).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<crate::gpu::GpuIdentity>,
     /// Set in a flight-recorder snapshot: why it was written and what the
     /// in-memory ring held.
     #[serde(default, skip_serializing_if = "Option::is_none")]

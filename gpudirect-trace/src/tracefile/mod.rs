@@ -102,6 +102,7 @@ pub fn host_header(
             })
             .collect(),
         devices: pci_inventory(Path::new("/sys")),
+        gpus: Vec::new(),
         snapshot: None,
     }
 }

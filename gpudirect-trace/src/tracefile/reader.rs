@@ -88,6 +88,10 @@ pub enum Item {
     /// A flight-recorder trigger that fired while the snapshot was written
     /// (rare: boxed, so the common items stay small).
     Trigger(Box<super::format::Trigger>),
+    /// Names of pids seen.
+    Names(Vec<crate::aggregate::ProcName>),
+    /// An NVML reading of the GPUs.
+    Nvml(Box<crate::gpu::Sample>),
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -284,6 +288,8 @@ impl<R: Read> TraceReader<R> {
                     | block::END
                     | block::FAULTS
                     | block::TRIGGER
+                    | block::NAMES
+                    | block::NVML
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -343,6 +349,14 @@ impl<R: Read> TraceReader<R> {
             block::TRIGGER => {
                 let t = serde_json::from_slice(&raw).map_err(|_| Malformed("trigger JSON"))?;
                 self.pending.push_back(Item::Trigger(Box::new(t)));
+            }
+            block::NAMES => {
+                let n = serde_json::from_slice(&raw).map_err(|_| Malformed("names JSON"))?;
+                self.pending.push_back(Item::Names(n));
+            }
+            block::NVML => {
+                let s = serde_json::from_slice(&raw).map_err(|_| Malformed("NVML JSON"))?;
+                self.pending.push_back(Item::Nvml(Box::new(s)));
             }
             block::END => {
                 self.stats.clean_end = true;

@@ -195,6 +195,23 @@ impl<W: BlockOut> TraceWriter<W> {
         Ok(self.out)
     }
 
+    /// NAMES: names of pids seen.
+    pub fn names(&mut self, names: &[crate::aggregate::ProcName]) -> io::Result<()> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        self.write_events()?;
+        let json = serde_json::to_vec(names)?;
+        self.block(block::NAMES, &json, true, 0)
+    }
+
+    /// NVML: one reading of the GPUs.
+    pub fn nvml(&mut self, s: &crate::gpu::Sample) -> io::Result<()> {
+        self.write_events()?;
+        let json = serde_json::to_vec(s)?;
+        self.block(block::NVML, &json, true, 0)
+    }
+
     /// TRIGGER: a flight-recorder trigger recorded in an open snapshot.
     pub fn trigger(&mut self, t: &super::format::Trigger) -> io::Result<()> {
         self.write_events()?;

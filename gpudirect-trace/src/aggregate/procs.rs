@@ -1,0 +1,167 @@
+//! Who maps how much, per device and level: mappings and bytes by the pid
+//! that made them, outstanding mappings by the pid that made them (an unmap
+//! from an interrupt ends its owner's mapping, whoever was interrupted), and
+//! each pid's activity in the last seconds (what an Xid's context shows).
+//!
+//! Bounded: at most `MAX_PIDS` pids per level keep their own row; the rest
+//! fold into one row (pid `OTHER_PID`), counted.
+
+use std::collections::HashMap;
+
+pub const MAX_PIDS: usize = 4096;
+/// The row pids past `MAX_PIDS` fold into.
+pub const OTHER_PID: u32 = u32::MAX;
+/// Seconds of activity kept per pid.
+const RECENT_SECS: usize = 8;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Second {
+    sec: u64,
+    maps: u64,
+    unmaps: u64,
+    bytes: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PidStats {
+    pub maps: u64,
+    pub bytes_mapped: u64,
+    /// Unmaps of this pid's mappings (by whoever unmapped them).
+    pub unmaps: u64,
+    pub outstanding: u64,
+    pub outstanding_bytes: u64,
+    recent: [Second; RECENT_SECS],
+}
+
+impl PidStats {
+    fn bucket(&mut self, ts_ns: u64) -> &mut Second {
+        let sec = ts_ns / 1_000_000_000;
+        let b = &mut self.recent[(sec % RECENT_SECS as u64) as usize];
+        if b.sec != sec {
+            *b = Second {
+                sec,
+                ..Default::default()
+            };
+        }
+        b
+    }
+}
+
+pub use crate::model::incident::Activity;
+
+#[derive(Clone, Debug, Default)]
+pub struct Procs {
+    by_pid: HashMap<u32, PidStats>,
+    /// Pids folded into `OTHER_PID` (first sightings past the cap).
+    pub folded: u64,
+}
+
+impl Procs {
+    fn row(&mut self, pid: u32) -> &mut PidStats {
+        if !self.by_pid.contains_key(&pid) && self.by_pid.len() >= MAX_PIDS {
+            self.folded += 1;
+            return self.by_pid.entry(OTHER_PID).or_default();
+        }
+        self.by_pid.entry(pid).or_default()
+    }
+
+    pub fn map(&mut self, pid: u32, size: u64, ts_ns: u64, tracked: bool) {
+        let r = self.row(pid);
+        r.maps += 1;
+        r.bytes_mapped += size;
+        if tracked {
+            r.outstanding += 1;
+            r.outstanding_bytes += size;
+        }
+        let b = r.bucket(ts_ns);
+        b.maps += 1;
+        b.bytes += size;
+    }
+
+    /// The mapping `owner` made (of `size` bytes) ended.
+    pub fn unmapped(&mut self, owner: u32, size: u64, ts_ns: u64) {
+        let r = self.row(owner);
+        r.unmaps += 1;
+        r.outstanding = r.outstanding.saturating_sub(1);
+        r.outstanding_bytes = r.outstanding_bytes.saturating_sub(size);
+        r.bucket(ts_ns).unmaps += 1;
+    }
+
+    /// Aggregate-only: the kernel's table is the truth about what is
+    /// outstanding, per owner.
+    pub fn set_outstanding(&mut self, rows: &HashMap<u32, (u64, u64)>) {
+        for r in self.by_pid.values_mut() {
+            r.outstanding = 0;
+            r.outstanding_bytes = 0;
+        }
+        for (&pid, &(n, bytes)) in rows {
+            let r = self.row(pid);
+            r.outstanding = n;
+            r.outstanding_bytes = bytes;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &PidStats)> {
+        self.by_pid.iter().map(|(&p, s)| (p, s))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_pid.is_empty()
+    }
+
+    /// `pid`'s activity in the `window_s` seconds up to `ts_ns`.
+    pub fn activity(&self, pid: u32, ts_ns: u64, window_s: u64) -> Option<Activity> {
+        let r = self.by_pid.get(&pid)?;
+        let now = ts_ns / 1_000_000_000;
+        let window_s = window_s.min(RECENT_SECS as u64);
+        let mut a = Activity {
+            window_s,
+            outstanding_mappings: r.outstanding,
+            outstanding_bytes: r.outstanding_bytes,
+            ..Default::default()
+        };
+        for b in r
+            .recent
+            .iter()
+            .filter(|b| b.sec <= now && now - b.sec < window_s)
+        {
+            a.maps += b.maps;
+            a.unmaps += b.unmaps;
+            a.bytes_mapped += b.bytes;
+        }
+        Some(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unmap_ends_its_owner_s_mapping_and_activity_has_a_window() {
+        let mut p = Procs::default();
+        p.map(100, 4096, 1_000_000_000, true);
+        p.map(100, 8192, 2_500_000_000, true);
+        p.map(200, 4096, 2_600_000_000, true);
+        // Unmapped from an interrupt on top of pid 300: still pid 100's.
+        p.unmapped(100, 4096, 3_000_000_000);
+        let a = p.activity(100, 3_100_000_000, 2).expect("pid 100");
+        assert_eq!(
+            (a.maps, a.unmaps, a.bytes_mapped),
+            (1, 1, 8192),
+            "seconds 2 and 3"
+        );
+        assert_eq!((a.outstanding_mappings, a.outstanding_bytes), (1, 8192));
+        assert!(p.activity(300, 3_100_000_000, 2).is_none());
+    }
+
+    #[test]
+    fn pids_past_the_cap_fold_into_one_row() {
+        let mut p = Procs::default();
+        for pid in 0..(MAX_PIDS as u32 + 10) {
+            p.map(pid, 1, 0, false);
+        }
+        assert_eq!(p.folded, 10);
+        assert_eq!(p.iter().count(), MAX_PIDS + 1);
+    }
+}
