@@ -431,3 +431,35 @@ fn format_1_0_file_still_reads() {
         .expect("GPU");
     assert_eq!((gpu.xids, gpu.faults), (1, 0));
 }
+
+/// One clock in every view: the report's text, JSON and HTML show each
+/// incident at its seconds since the recording's start, never at the
+/// kernel's boot clock (the 1.0 fixture starts 1 s after boot, so the two
+/// differ by exactly 1 s), and JSON's `t_s` agrees with its monotonic ns.
+#[test]
+fn every_view_shows_one_clock() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/format-1.0/dma-after-unmap.gdt");
+    let mut r = replay(&f, &Window::default()).expect("replay");
+    let devices = r.analysis.agg.snapshot(3.0, &[]);
+    let text = super::text("f", &r, &devices, 3.0);
+    let json = super::json("f", &r, &devices);
+    let page = html::page("f", &r, &devices);
+    let start = r.header.start_ts_ns;
+    let incidents = json["incidents"].as_array().expect("incidents");
+    assert_eq!(incidents.len(), 3);
+    for i in incidents {
+        let t = i["t_s"].as_f64().expect("t_s");
+        let mono = i["mono_ns"].as_u64().expect("mono_ns");
+        assert_eq!(t, (mono - start) as f64 / 1e9, "{i}");
+        let trace_clock = format!("{t:.6}s");
+        let boot_clock = format!("{:.6}s", mono as f64 / 1e9);
+        for (view, s) in [("text", &text), ("html", &page)] {
+            assert!(s.contains(&trace_clock), "{view} lacks {trace_clock}");
+            assert!(!s.contains(&boot_clock), "{view} shows the boot clock {boot_clock}");
+        }
+        if let Some(ft) = i["fault"]["t_s"].as_f64() {
+            assert_eq!(ft, t, "the fault's own time is the incident's");
+        }
+    }
+}
