@@ -87,3 +87,31 @@ fn gpu_families_from_recorded_nvml_pass_promtool() {
         "{om}"
     );
 }
+
+/// The flight recorder's families pass promtool too (HELP texts, types,
+/// label sets), with every reason of suppression present.
+#[test]
+fn flight_families_pass_promtool() {
+    use gpudirect_trace::flight::FlightStats;
+    let mut f = FlightStats::default();
+    f.written.insert("fault".into(), 2);
+    f.written.insert("xid".into(), 1);
+    for reason in ["open", "spacing", "max-snapshots"] {
+        f.suppressed.insert(("fault".into(), reason.into()), 1);
+    }
+    f.failures = 1;
+    f.ring_bytes = 1 << 20;
+    f.ring_seconds = 59.5;
+    f.ring_dropped_events = 42;
+    f.last_snapshot_unix_ns = Some(1_796_094_902_000_000_000);
+    let mut m = Model::default();
+    m.add_flight(&f);
+    for openmetrics in [false, true] {
+        let text = render(m.clone(), openmetrics).expect("encodes");
+        let (ok, said) = promtool(&text);
+        assert!(ok, "promtool: {said}\n{text}");
+        assert!(text.contains("gpudirect_snapshots_written_total{trigger=\"fault\"} 2"), "{text}");
+        assert!(text.contains("reason=\"spacing\""), "{text}");
+        assert!(text.contains("gpudirect_flight_ring_held_seconds 59"), "{text}");
+    }
+}

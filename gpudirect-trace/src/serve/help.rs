@@ -62,7 +62,7 @@ pub fn help(exported: &str) -> &'static str {
             "Old snapshots deleted to keep the directory within --snapshot-max-bytes."
         }
         "gpudirect_flight_ring_bytes" => "Bytes of trace the flight recorder's ring holds.",
-        "gpudirect_flight_ring_held_milliseconds" => "Time span the flight recorder's ring holds.",
+        "gpudirect_flight_ring_held_seconds" => "Time span the flight recorder's ring holds (whole seconds).",
         "gpudirect_flight_ring_dropped_events_total" => {
             "Events the ring dropped to stay within its bounds (history older than a snapshot holds)."
         }
