@@ -110,8 +110,14 @@ fn flight_families_pass_promtool() {
         let text = render(m.clone(), openmetrics).expect("encodes");
         let (ok, said) = promtool(&text);
         assert!(ok, "promtool: {said}\n{text}");
-        assert!(text.contains("gpudirect_snapshots_written_total{trigger=\"fault\"} 2"), "{text}");
+        assert!(
+            text.contains("gpudirect_snapshots_written_total{trigger=\"fault\"} 2"),
+            "{text}"
+        );
         assert!(text.contains("reason=\"spacing\""), "{text}");
-        assert!(text.contains("gpudirect_flight_ring_held_seconds 59"), "{text}");
+        assert!(
+            text.contains("gpudirect_flight_ring_held_seconds 59"),
+            "{text}"
+        );
     }
 }

@@ -456,7 +456,10 @@ fn every_view_shows_one_clock() {
         let boot_clock = format!("{:.6}s", mono as f64 / 1e9);
         for (view, s) in [("text", &text), ("html", &page)] {
             assert!(s.contains(&trace_clock), "{view} lacks {trace_clock}");
-            assert!(!s.contains(&boot_clock), "{view} shows the boot clock {boot_clock}");
+            assert!(
+                !s.contains(&boot_clock),
+                "{view} shows the boot clock {boot_clock}"
+            );
         }
         if let Some(ft) = i["fault"]["t_s"].as_f64() {
             assert_eq!(ft, t, "the fault's own time is the incident's");

@@ -43,14 +43,14 @@ impl Model {
             vec![],
             f.ring_bytes,
         );
-        // Whole milliseconds: the model's samples are integers.
-        let held_ms = (f.ring_seconds * 1e3) as u64;
+        // Whole seconds: the model's samples are integers.
+        let held = f.ring_seconds as u64;
         self.add(
-            "gpudirect_flight_ring_held_milliseconds",
+            "gpudirect_flight_ring_held_seconds",
             Gauge,
             None,
             vec![],
-            held_ms,
+            held,
         );
         self.add(
             "gpudirect_flight_ring_dropped_events",
