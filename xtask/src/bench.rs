@@ -119,10 +119,22 @@ pub fn run() -> Result<()> {
         "--nocapture",
         "tracefile::tests::bench",
     ])?;
+    let flight = run_capture(&[
+        "test",
+        "--release",
+        "-p",
+        "gpudirect-trace",
+        "--lib",
+        "--",
+        "--ignored",
+        "--nocapture",
+        "flight::bench",
+    ])?;
     // With --nocapture the harness's "test NAME ... " may precede a line.
     let lines: Vec<&str> = host
         .lines()
         .chain(file.lines())
+        .chain(flight.lines())
         .filter_map(|l| match l.find("BENCH ") {
             Some(i) => Some(&l[i..]),
             None => l.find("map/unmap stream:").map(|i| &l[i..]),

@@ -13,6 +13,8 @@
 //! are recorded in it; triggers within `--min-spacing` of the last snapshot,
 //! or past `--max-snapshots`, are suppressed: counted, never silent.
 
+#[cfg(test)]
+mod bench;
 mod ring;
 pub mod snapshot;
 pub mod trigger;
@@ -72,6 +74,8 @@ pub struct FlightStats {
     pub ring_bytes: u64,
     pub ring_seconds: f64,
     pub ring_dropped_events: u64,
+    /// The last snapshot's fdatasync, seconds (the disk's share of it).
+    pub last_sync_seconds: f64,
 }
 
 struct Open {
@@ -111,8 +115,18 @@ impl Recorder {
     /// A recorder whose snapshots carry `header` (the session's, or a
     /// synthetic one for the self-test that writes big snapshots).
     pub fn with_header(header: Header, opts: FlightOptions) -> anyhow::Result<Self> {
+        Self::with_clock(header, opts, kernel::monotonic_ns)
+    }
+
+    /// `with_header` with the ring aging blocks on `now` (benchmarks that
+    /// feed minutes of synthetic time in seconds).
+    pub fn with_clock(header: Header, opts: FlightOptions, now: fn() -> u64) -> anyhow::Result<Self> {
         snapshot::prepare_dir(&opts.dir)?;
-        let ring = Ring::new(opts.max_bytes, opts.max_age.map(|d| d.as_nanos() as u64));
+        let ring = Ring::with_clock(
+            opts.max_bytes,
+            opts.max_age.map(|d| d.as_nanos() as u64),
+            now,
+        );
         Ok(Self {
             writer: TraceWriter::new(ring, &header)?,
             header,
@@ -360,7 +374,8 @@ impl Recorder {
             format::frame(&mut framed, block::END, 0, &format::encode_end(&end));
             o.file.write(&framed)?;
             let bytes = o.file.bytes;
-            let path = o.file.commit()?;
+            let (path, sync) = o.file.commit()?;
+            self.stats.last_sync_seconds = sync;
             output::note(&format!(
                 "flight recorder: wrote {} ({})",
                 path.display(),

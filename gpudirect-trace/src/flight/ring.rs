@@ -36,10 +36,6 @@ pub struct Ring {
 }
 
 impl Ring {
-    pub fn new(max_bytes: Option<u64>, max_age_ns: Option<u64>) -> Self {
-        Self::with_clock(max_bytes, max_age_ns, crate::kernel::monotonic_ns)
-    }
-
     pub fn with_clock(max_bytes: Option<u64>, max_age_ns: Option<u64>, now: fn() -> u64) -> Self {
         Self {
             blocks: VecDeque::new(),

@@ -106,6 +106,8 @@ pub struct SnapshotFile {
     tmp: PathBuf,
     out: Option<BufWriter<File>>,
     pub bytes: u64,
+    /// How long making it durable took (the disk's share of a snapshot).
+    pub sync_seconds: f64,
 }
 
 impl SnapshotFile {
@@ -123,6 +125,7 @@ impl SnapshotFile {
             tmp,
             out: Some(BufWriter::with_capacity(1 << 20, f)),
             bytes: 0,
+            sync_seconds: 0.0,
         })
     }
 
@@ -137,13 +140,16 @@ impl SnapshotFile {
 
     /// Makes the file durable and gives it its final name (another name if
     /// that one appeared meanwhile: two snapshots in one second).
-    pub fn commit(mut self) -> io::Result<PathBuf> {
+    pub fn commit(mut self) -> io::Result<(PathBuf, f64)> {
         let out = self
             .out
             .take()
             .ok_or_else(|| io::Error::other("snapshot already closed"))?;
         let f = out.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
+        let t = std::time::Instant::now();
+        // fdatasync: the data and the size, not the times.
+        f.sync_data()?;
+        self.sync_seconds = t.elapsed().as_secs_f64();
         let stem = self.name.trim_end_matches(".gdt").to_owned();
         let mut fin = self.dir.join(&self.name);
         let mut n = 2;
@@ -155,7 +161,7 @@ impl SnapshotFile {
         if let Ok(d) = File::open(&self.dir) {
             let _ = d.sync_all();
         }
-        Ok(fin)
+        Ok((fin, self.sync_seconds))
     }
 }
 
@@ -227,7 +233,7 @@ mod tests {
         let mut s = SnapshotFile::create(dir.path(), "gdt-x.gdt".into()).expect("create");
         s.write(b"abc").expect("write");
         assert!(!dir.path().join("gdt-x.gdt").exists());
-        let fin = s.commit().expect("commit");
+        let (fin, _) = s.commit().expect("commit");
         assert_eq!(fin, dir.path().join("gdt-x.gdt"));
         let mode = std::os::unix::fs::PermissionsExt::mode(
             &fs::metadata(&fin).expect("meta").permissions(),
@@ -235,7 +241,7 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         // A second one of the same name gets another; a dropped one leaves nothing.
         let s2 = SnapshotFile::create(dir.path(), "gdt-x.gdt".into()).expect("create");
-        assert_eq!(s2.commit().expect("commit"), dir.path().join("gdt-x-2.gdt"));
+        assert_eq!(s2.commit().expect("commit").0, dir.path().join("gdt-x-2.gdt"));
         let mut s3 = SnapshotFile::create(dir.path(), "gdt-y.gdt".into()).expect("create");
         s3.write(b"partial").expect("write");
         drop(s3);
