@@ -117,6 +117,7 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
     text.push_str(&gpus);
     text.push_str(&render::processes_text(&devices));
     text.push_str(&render::latency_text(&devices));
+    text.push_str(&render::translation_text(&devices));
     text.push_str(&render::long_lived_text(&long_lived));
     let all = s.analysis.ledger.incidents();
     let shown = if last { 32 } else { 8 };

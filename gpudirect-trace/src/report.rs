@@ -106,6 +106,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     }
     let mut analysis = Analysis::new(clock_of(&header));
     analysis.agg.gpus = header.gpus.clone();
+    analysis.agg.policies = crate::tracefile::policies(&header.devices);
     let mut r = Replay {
         analysis,
         header,
@@ -414,6 +415,7 @@ pub fn text(
     ));
     s.push_str(&crate::render::processes_text(devices));
     s.push_str(&crate::render::latency_text(devices));
+    s.push_str(&crate::render::translation_text(devices));
     let incidents: Vec<&Incident> = r.incidents().collect();
     let skip = incidents.len().saturating_sub(64);
     s.push_str(&crate::render::incidents_text(

@@ -12,6 +12,8 @@ use super::level::record;
 pub struct OpLatency {
     pub hist: Histogram<u64>,
     pub max: u64,
+    /// Exact total of the durations.
+    pub sum: u64,
 }
 
 impl Default for OpLatency {
@@ -19,6 +21,7 @@ impl Default for OpLatency {
         Self {
             hist: Histogram::new(3).expect("3 significant digits is a valid histogram"),
             max: 0,
+            sum: 0,
         }
     }
 }
@@ -27,6 +30,7 @@ impl OpLatency {
     pub fn record(&mut self, ns: u64) {
         record(&mut self.hist, ns);
         self.max = self.max.max(ns);
+        self.sum = self.sum.saturating_add(ns);
     }
 }
 
@@ -38,6 +42,8 @@ pub struct LatencySnapshot {
     pub p99: u64,
     pub p999: u64,
     pub max: u64,
+    /// Total time spent (exact in both sources).
+    pub total_ns: u64,
     /// "stream" (exact within 0.1%) or "kernel-log2" (aggregate-only).
     pub source: &'static str,
 }
@@ -52,6 +58,7 @@ impl LatencySnapshot {
             p99: q(0.99),
             p999: q(0.999),
             max: l.max,
+            total_ns: l.sum,
             source: "stream",
         }
     }
@@ -85,6 +92,7 @@ impl LatencySnapshot {
             p99: q(0.99),
             p999: q(0.999),
             max: h.max_ns,
+            total_ns: h.sum_ns,
             source: "kernel-log2",
         }
     }

@@ -10,6 +10,7 @@
 //! fields report the DMA-API view when the kernel traces it (6.8+), else the
 //! IOMMU view, and say which in `level`.
 
+pub mod budget;
 mod kernel_tables;
 mod latency;
 mod level;
@@ -68,6 +69,9 @@ pub struct DeviceStats {
     pub kernel_latency: BTreeMap<u32, LatHist>,
     /// The latest unmaps of any level, for "DMA after unmap" diagnosis.
     pub recent_unmaps: VecDeque<Unmapped>,
+    /// Times of the device's first and last streamed events.
+    pub first_ts: u64,
+    pub last_ts: u64,
 }
 
 /// An unmap kept for fault correlation.
@@ -136,6 +140,14 @@ pub struct DeviceSnapshot {
     /// The GPU this device is (index, UUID, name), for NVIDIA GPUs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuIdentity>,
+    /// The IOMMU's flush policy for this device: its group's default domain
+    /// type (sysfs iommu_group/type): identity (passthrough), DMA (strict),
+    /// DMA-FQ (lazy, flush queue), unmanaged (VFIO, iommufd), blocked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iommu_policy: Option<String>,
+    /// What translation costs this device (where the calls are timed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub translation: Option<budget::Budget>,
     /// Who maps the most at the reported level: the top `TOP_PROCESSES` by
     /// outstanding bytes, then by bytes mapped. Outstanding bytes belong to
     /// the pid that made the mapping.
@@ -196,6 +208,8 @@ pub struct Aggregator {
     pub names: std::collections::HashMap<u32, ProcName>,
     /// The host's NVIDIA GPUs.
     pub gpus: Vec<GpuIdentity>,
+    /// IOMMU group types by device (sysfs, at the start).
+    pub policies: std::collections::HashMap<String, String>,
 }
 
 impl Aggregator {
@@ -216,6 +230,10 @@ impl Aggregator {
         let ev = *record.event();
         let d = self.device(device);
         d.events += 1;
+        if d.first_ts == 0 {
+            d.first_ts = ev.ts_ns;
+        }
+        d.last_ts = d.last_ts.max(ev.ts_ns);
         match record {
             Record::Sg(sg) => {
                 if ev.kind == kind::DMA_MAP_SG {
@@ -526,6 +544,9 @@ impl Aggregator {
             });
             processes.truncate(TOP_PROCESSES);
             let gpu = self.gpus.iter().find(|g| *g.bus_id == **name).cloned();
+            let latency_ns = latency_snapshot(d);
+            let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
+            let translation = budget::budget(&latency_ns, window_s, primary.bytes_mapped);
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
@@ -554,10 +575,12 @@ impl Aggregator {
                 iommu_group: d.iommu_group,
                 iommu_via_dma_api: d.iommu_via_dma_api,
                 iommu_via_domain: d.iommu_via_domain,
-                latency_ns: latency_snapshot(d),
+                latency_ns,
                 dma,
                 iommu,
                 gpu,
+                iommu_policy: self.policies.get(&**name).cloned(),
+                translation,
                 processes,
             });
         }

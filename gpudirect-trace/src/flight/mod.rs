@@ -120,7 +120,11 @@ impl Recorder {
 
     /// `with_header` with the ring aging blocks on `now` (benchmarks that
     /// feed minutes of synthetic time in seconds).
-    pub fn with_clock(header: Header, opts: FlightOptions, now: fn() -> u64) -> anyhow::Result<Self> {
+    pub fn with_clock(
+        header: Header,
+        opts: FlightOptions,
+        now: fn() -> u64,
+    ) -> anyhow::Result<Self> {
         snapshot::prepare_dir(&opts.dir)?;
         let ring = Ring::with_clock(
             opts.max_bytes,

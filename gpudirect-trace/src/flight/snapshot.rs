@@ -241,7 +241,10 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         // A second one of the same name gets another; a dropped one leaves nothing.
         let s2 = SnapshotFile::create(dir.path(), "gdt-x.gdt".into()).expect("create");
-        assert_eq!(s2.commit().expect("commit").0, dir.path().join("gdt-x-2.gdt"));
+        assert_eq!(
+            s2.commit().expect("commit").0,
+            dir.path().join("gdt-x-2.gdt")
+        );
         let mut s3 = SnapshotFile::create(dir.path(), "gdt-y.gdt".into()).expect("create");
         s3.write(b"partial").expect("write");
         drop(s3);

@@ -170,6 +170,9 @@ impl Session {
         let mut session = Self::from_tracer(tracer, opts.stream);
         let (gpus, first) = GpuState::discover();
         session.analysis.agg.gpus = gpus.identities.clone();
+        session.analysis.agg.policies = crate::tracefile::policies(
+            &crate::tracefile::pci_inventory(std::path::Path::new("/sys")),
+        );
         if let NvmlStatus::Unavailable { why } = &gpus.status {
             if !gpus.identities.is_empty() {
                 output::note(&format!(

@@ -148,6 +148,9 @@ pub struct PciDevice {
     pub driver: Option<String>,
     pub iommu_group: Option<u32>,
     pub numa_node: Option<i32>,
+    /// The IOMMU group's default domain type (identity, DMA, DMA-FQ, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommu_type: Option<String>,
 }
 
 /// Events the kernel side dropped (ring buffer full) between two points.

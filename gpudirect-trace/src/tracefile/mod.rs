@@ -61,12 +61,21 @@ pub fn pci_inventory(sysfs: &Path) -> Vec<PciDevice> {
                 class: read_trim(p.join("class")).unwrap_or_default(),
                 driver: link_name(&p.join("driver")),
                 iommu_group: link_name(&p.join("iommu_group")).and_then(|g| g.parse().ok()),
+                iommu_type: read_trim(p.join("iommu_group/type")),
                 numa_node: read_trim(p.join("numa_node")).and_then(|n| n.parse().ok()),
             }
         })
         .collect();
     out.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
     out
+}
+
+/// The IOMMU policy of every PCI device of an inventory, by bus id.
+pub fn policies(devices: &[PciDevice]) -> std::collections::HashMap<String, String> {
+    devices
+        .iter()
+        .filter_map(|d| d.iommu_type.clone().map(|t| (d.bus_id.clone(), t)))
+        .collect()
 }
 
 /// The header of a recording starting now on this host.

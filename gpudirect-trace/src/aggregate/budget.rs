@@ -1,0 +1,113 @@
+//! What translation costs a device: CPU time in the DMA API's map, unmap
+//! and sync calls, and, nested inside them, in the IOMMU's page-table
+//! updates and invalidations, per second of the trace and per GB mapped;
+//! and what identity (passthrough) mapping would save of it.
+//!
+//! The estimate of the saving is the IOMMU part: the time the timing hooks
+//! measured in iommu_map/iommu_unmap/iotlb_sync (and the queued
+//! invalidation where it is hooked) nested in this device's DMA-API calls.
+//! Under identity mapping the DMA API maps by address arithmetic (dma-direct)
+//! and none of that runs; the DMA API's own bookkeeping stays. It is an
+//! estimate: it leaves out the IOTLB misses the device's own transfers pay,
+//! which no CPU-side hook sees (PCIe bandwidth, the field guide's 5-15%).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::LatencySnapshot;
+
+/// DMA-API operations a device's driver calls.
+const DMA_API_OPS: &[&str] = &[
+    "dma_map",
+    "dma_unmap",
+    "dma_map_sg",
+    "dma_unmap_sg",
+    "dma_map_resource",
+    "dma_unmap_resource",
+    "dma_map_sgtable",
+    "dma_sync",
+    "dma_alloc",
+    "dma_free",
+];
+/// IOMMU work nested inside them.
+const IOMMU_OPS: &[&str] = &["iommu_map", "iommu_unmap", "iotlb_sync", "qi_submit"];
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Budget {
+    /// The time span the budget is over (the device's first to last event).
+    pub window_s: f64,
+    /// Milliseconds of CPU per second of the window in DMA-API calls.
+    pub dma_api_ms_per_s: f64,
+    /// Of which in the IOMMU (page tables, IOTLB flushes, invalidations).
+    pub iommu_ms_per_s: f64,
+    /// Milliseconds of DMA-API CPU per GB mapped.
+    pub dma_api_ms_per_gb: Option<f64>,
+    /// What identity (passthrough) mapping would save, per second: the IOMMU
+    /// part (see the module's note on what the estimate leaves out).
+    pub identity_saves_ms_per_s: f64,
+    /// Where the numbers come from.
+    pub how: &'static str,
+}
+
+pub fn budget(
+    latency: &BTreeMap<&'static str, LatencySnapshot>,
+    window_s: f64,
+    bytes_mapped: u64,
+) -> Option<Budget> {
+    let total = |ops: &[&str]| -> u64 {
+        ops.iter()
+            .filter_map(|o| latency.get(o))
+            .map(|l| l.total_ns)
+            .sum()
+    };
+    let dma = total(DMA_API_OPS);
+    let iommu = total(IOMMU_OPS);
+    if dma == 0 && iommu == 0 {
+        return None;
+    }
+    let per_s = |ns: u64| {
+        if window_s > 0.0 {
+            ns as f64 / 1e6 / window_s
+        } else {
+            0.0
+        }
+    };
+    let round = |x: f64| (x * 1e3).round() / 1e3;
+    Some(Budget {
+        window_s: round(window_s),
+        dma_api_ms_per_s: round(per_s(dma)),
+        iommu_ms_per_s: round(per_s(iommu)),
+        dma_api_ms_per_gb: (bytes_mapped > 0)
+            .then(|| round(dma as f64 / 1e6 / (bytes_mapped as f64 / 1e9))),
+        identity_saves_ms_per_s: round(per_s(iommu)),
+        how: "sum of the timed DMA-API calls and of the IOMMU calls nested in them, over the \
+              device's first to last event; identity mapping would save the IOMMU part \
+              (not the device's IOTLB misses, which no CPU hook sees)",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_sums_the_timed_calls_per_second_and_per_gb() {
+        let mut l = BTreeMap::new();
+        let t = |ns| LatencySnapshot {
+            count: 1,
+            total_ns: ns,
+            ..Default::default()
+        };
+        l.insert("dma_map_sg", t(30_000_000));
+        l.insert("dma_unmap_sg", t(10_000_000));
+        l.insert("iommu_map", t(15_000_000));
+        l.insert("iotlb_sync", t(5_000_000));
+        let b = budget(&l, 2.0, 4_000_000_000).expect("timed");
+        assert_eq!(b.dma_api_ms_per_s, 20.0);
+        assert_eq!(b.iommu_ms_per_s, 10.0);
+        assert_eq!(b.identity_saves_ms_per_s, 10.0);
+        assert_eq!(b.dma_api_ms_per_gb, Some(10.0));
+        assert!(budget(&BTreeMap::new(), 1.0, 0).is_none());
+    }
+}
