@@ -19,6 +19,10 @@ mod summary;
 pub(crate) mod svg;
 
 #[cfg(test)]
+mod browser_tests;
+#[cfg(test)]
+mod cdp;
+#[cfg(test)]
 pub(crate) mod synthetic;
 #[cfg(test)]
 mod tests;
