@@ -6,9 +6,10 @@
 //! after an unmap, an Xid, an io_page_fault) and on a synthetic recording
 //! with everything the page shows.
 //!
-//! `GDT_SCREENSHOT_DIR=dir` keeps the screenshots (docs/report-h200.png is
-//! the H200 one: `GDT_SCREENSHOT_DIR=docs cargo test -p gpudirect-trace
-//! --lib report::html::browser_tests::h200`).
+//! `GDT_SCREENSHOT_DIR=dir` keeps the pages and their screenshots there;
+//! README's docs/report-h200.png is `report-h200.png` of
+//! `GDT_SCREENSHOT_DIR=/tmp/shots cargo test -p gpudirect-trace --lib
+//! report::html::browser_tests::h200`.
 
 use std::{
     path::{Path, PathBuf},
