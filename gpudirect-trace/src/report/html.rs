@@ -86,10 +86,16 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The device, linked to its panel, with its GPU index where it is one.
     pub fn device_link(&self, device: &str) -> String {
+        let gpu = self
+            .gpus
+            .get(device)
+            .map(|g| format!(" <span class=\"gpu\">{g}</span>"))
+            .unwrap_or_default();
         match self.anchors.get(device) {
-            Some(a) => format!("<a href=\"#{a}\">{}</a>", esc(device)),
-            None => esc(device),
+            Some(a) => format!("<a href=\"#{a}\">{}</a>{gpu}", esc(device)),
+            None => format!("{}{gpu}", esc(device)),
         }
     }
 

@@ -23,7 +23,9 @@ pub fn marks<'a>(ctx: &Ctx, list: impl Iterator<Item = &'a Incident>) -> Vec<Mar
         title: one_line(i),
         target: Some(format!("inc-{}", i.id)),
     })
-    .filter(|m| m.t >= ctx.axis.t0 - 1.0)
+    // A log fault without a printk time sits at the clock's zero: it is in
+    // the table, not on the axis.
+    .filter(|m| m.t >= ctx.axis.t0 - 1.0 && m.t <= ctx.axis.t1 + 1.0)
     .collect()
 }
 
@@ -106,7 +108,7 @@ pub fn section(ctx: &Ctx) -> String {
             .unwrap_or_default();
         let mut reason = esc(&i.text);
         if let Some(f) = f {
-            if let Some(x) = f.xid {
+            if let Some(x) = f.xid.filter(|_| !i.text.starts_with("Xid")) {
                 let _ = write!(reason, " <span class=\"tag\">Xid {x}</span>");
             }
             for flag in &f.flags {

@@ -251,14 +251,9 @@ fn device_table(ctx: &Ctx) -> String {
          <th>map errors</th><th>faults</th><th>Xids</th></tr></thead><tbody>",
     );
     for d in ctx.devices {
-        let gpu = ctx
-            .gpus
-            .get(&d.device)
-            .map(|g| format!(" <span class=\"gpu\">{g}</span>"))
-            .unwrap_or_default();
         let _ = write!(
             s,
-            "<tr><td>{}{gpu}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             ctx.device_link(&d.device),
             d.level,

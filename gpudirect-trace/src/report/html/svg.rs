@@ -110,6 +110,9 @@ impl Axis {
     }
 }
 
+/// Marks per strip row drawn one by one with their text and link.
+pub const LINKED_MARKS: usize = 400;
+
 /// Per bucket, the lowest and highest value (gaps: `None`).
 pub type Band = (Vec<Option<f64>>, Vec<Option<f64>>);
 
@@ -248,16 +251,14 @@ pub fn time_chart(axis: &Axis, c: &TimeChart) -> String {
                 .join(",")
         })
         .collect();
-    let colors: Vec<&str> = c.lines.iter().map(|l| l.color).collect();
     let mut s = format!(
-        "<figure class=\"tc\" id=\"{}\" data-b0=\"{}\" data-bw=\"{}\" data-u=\"{}\" data-n=\"{}\" data-c=\"{}\" data-v=\"{}\">\
+        "<figure class=\"tc\" id=\"{}\" data-b0=\"{}\" data-bw=\"{}\" data-u=\"{}\" data-n=\"{}\" data-v=\"{}\">\
          <svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\">",
         esc(&c.id),
         num(c.b0),
         num(c.bw),
         c.unit.code(),
         names.join("|"),
-        colors.join("|"),
         data.join(";"),
     );
     // Y axis: a few labelled lines.
@@ -399,12 +400,15 @@ pub fn mark_strip(axis: &Axis, id: &str, marks: &[Mark], rows: &[(&str, &str)]) 
          <rect class=\"bg\" width=\"{PW}\" height=\"{ph}\"/>"
     );
     for (k, (class, _)) in rows.iter().enumerate() {
-        let row = marks.iter().filter(|m| m.class == *class);
+        let row: Vec<&Mark> = marks.iter().filter(|m| m.class == *class).collect();
+        // Linked, titled marks cost ~250 bytes each: a storm of thousands
+        // is drawn as one path (each incident is still in the table).
+        let linked = row.len() <= LINKED_MARKS;
         let _ = write!(
             s,
             "<g transform=\"translate(0,{})\">{}</g>",
             14.0 * k as f64,
-            mark_paths(axis, row, 12.0, true)
+            mark_paths(axis, row, 12.0, linked)
         );
     }
     s.push_str(

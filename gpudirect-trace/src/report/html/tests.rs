@@ -204,3 +204,44 @@ fn aggregate_only_recordings_draw_from_the_kernel_counters() {
     assert_eq!(v.split(',').rfind(|x| !x.is_empty()), Some("10000"));
     assert_eq!(json["incidents"].as_array().map(Vec::len), Some(1));
 }
+
+/// An incident storm: the ledger keeps the newest 4096 incidents, the page
+/// lists each of them once and says how many were not kept. Rows cost
+/// about 550 bytes each (2.3 MB here); marks beyond `LINKED_MARKS` a row
+/// are drawn as one path, so the charts add little.
+#[test]
+fn an_incident_storm_is_listed_once_each_and_the_rest_counted() {
+    use gpudirect_trace_common::{kind, Event};
+
+    use crate::{
+        decode::Record,
+        tracefile::{tests::header, End, TraceWriter},
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("storm.gdt");
+    let h = header();
+    let t0 = h.start_ts_ns;
+    let mut w = TraceWriter::new(std::fs::File::create(&f).expect("create"), &h).expect("header");
+    for i in 0..5000u64 {
+        let e = Event {
+            kind: kind::IO_PAGE_FAULT,
+            ts_ns: t0 + i * 1_000_000,
+            addr: 0x10_0000 + i * 0x1000,
+            aux: 1,
+            ..Default::default()
+        };
+        w.push(&Record::Event(e), synthetic::NIC).expect("fault");
+    }
+    w.finish(&End {
+        ts_ns: t0 + 5_000_000_000,
+        ..Default::default()
+    })
+    .expect("finish");
+    let (html, json) = render(&f, &Window::default());
+    assert_self_contained(&html);
+    assert_eq!(json["incidents"].as_array().map(Vec::len), Some(4096));
+    assert_eq!(html.matches("<tr id=\"inc-").count(), 4096);
+    assert!(html.contains("904 earlier incidents were not kept"));
+    eprintln!("storm page: {} bytes", html.len());
+    assert!(html.len() < 3_000_000, "{} bytes", html.len());
+}
