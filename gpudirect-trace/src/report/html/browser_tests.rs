@@ -433,3 +433,25 @@ fn synthetic_recording_reads_without_scripts() {
         "fault marks drawn without a script"
     );
 }
+
+/// Aggregate-only: the rates and the outstanding trend come from the
+/// checkpoints' kernel counters, and the page says so.
+#[test]
+fn aggregate_only_recording_renders_from_the_kernel_counters() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("agg.gdt");
+    synthetic::aggregate_only(&f);
+    let mut l = load(&f, true);
+    let img = common(&mut l, "report-aggregate-only");
+    let b = &mut l.b;
+    assert!(
+        rate_line_pixels(b, &img, 0) > 30,
+        "maps/s from the counters"
+    );
+    let title = b.eval("document.querySelector('#dev-0 h4').textContent");
+    assert_eq!(
+        title,
+        "Map and unmap rate (kernel counters between checkpoints)"
+    );
+}

@@ -172,9 +172,10 @@ pub fn section(ctx: &Ctx) -> String {
     s.push_str("</tbody></table>");
     let _ = write!(
         s,
-        "<p class=\"note\">{} incidents: each event once (a fault reported by both the kernel log and a \
+        "<p class=\"note\">{} incident{}: each event once (a fault reported by both the kernel log and a \
          tracepoint is one row, \"kernel log + tracepoint\").",
-        ctx.incidents.len()
+        ctx.incidents.len(),
+        if ctx.incidents.len() == 1 { "" } else { "s" }
     );
     let evicted = ctx.r.analysis.ledger.evicted();
     if evicted > 0 {
