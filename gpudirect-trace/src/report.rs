@@ -2,16 +2,12 @@
 //! aggregator and tables, for the whole recording or a time window.
 
 pub mod html;
+pub mod series;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    path::Path,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use gpudirect_trace_common::{Counter, CounterKey};
@@ -21,9 +17,6 @@ use crate::{
     model::{Incident, TraceClock},
     tracefile::{self, Checkpoint, Header, Item, Loss, ReadStats},
 };
-
-/// Width of the event-rate buckets kept for plots.
-pub const BUCKET_NS: u64 = 100_000_000;
 
 /// Which part of a recording to report.
 #[derive(Clone, Debug, Default)]
@@ -48,8 +41,8 @@ pub struct Replay {
     pub to_ns: u64,
     /// Last event or record time seen inside the window.
     pub last_ns: u64,
-    /// Events per device per `BUCKET_NS` since `from_ns`.
-    pub rate: BTreeMap<Arc<str>, Vec<u64>>,
+    /// The page's time series of the wanted devices (bounded: `series`).
+    pub series: series::Series,
     /// Kernel counter source used for the tables, if any.
     pub counters: Option<&'static str>,
     /// Tracepoint hits counted in-kernel in the window, where checkpoints
@@ -115,7 +108,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
         from_ns,
         to_ns,
         last_ns: from_ns,
-        rate: BTreeMap::new(),
+        series: series::Series::new(from_ns),
         counters: None,
         kernel_hits: None,
         file_len: std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
@@ -180,14 +173,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 if !r.wanted(&device) {
                     continue;
                 }
-                let b = (ts.saturating_sub(from_ns) / BUCKET_NS) as usize;
-                let v = r.rate.entry(device).or_default();
-                if b < 1 << 24 {
-                    if v.len() <= b {
-                        v.resize(b + 1, 0);
-                    }
-                    v[b] += 1;
-                }
+                r.series.event(&record, &device, &r.analysis.agg);
             }
             Item::Loss(l) if in_window(l.ts_ns) => {
                 r.last_ns = r.last_ns.max(l.ts_ns);
@@ -200,6 +186,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             }
             Item::Checkpoint(cp) if to.is_none() || cp.ts_ns < to_ns => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
+                r.series.checkpoint(&cp);
                 last = Some(cp);
             }
             Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),

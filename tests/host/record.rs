@@ -141,6 +141,20 @@ fn record_writes_a_private_readable_file_with_the_attached_probes() {
     let out = run_ok(&["report", fs, "--json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report --json");
     assert_eq!(doc["read"]["clean_end"], true);
+    // The page of a real recording: private like the recording, with the
+    // probe table of this host.
+    let page = dir.path().join("rec.html");
+    run_ok(&["report", fs, "--html", page.to_str().expect("utf-8 path")]);
+    let mode = std::fs::metadata(&page).expect("page").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let html = std::fs::read_to_string(&page).expect("page");
+    for want in [
+        "<section id=\"summary\"",
+        "<section id=\"losses\"",
+        "<td>iommu:map</td>",
+    ] {
+        assert!(html.contains(want), "the page lacks {want}");
+    }
 
     // A second recording to the same file is refused without --force.
     let out = bin()

@@ -26,7 +26,7 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "/usr/share/keyrings/debian-archive-keyring.gpg",
     ),
     ("prometheus", "/usr/bin/promtool"),
-    // `report --html` is checked in headless Chromium (report::tests).
+    // `report --html` is checked in headless Chromium (report::html::browser_tests).
     ("chromium", "/usr/bin/chromium"),
     ("bpftrace", "/usr/bin/bpftrace"),
 ];

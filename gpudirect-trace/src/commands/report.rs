@@ -58,7 +58,8 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let devices = r.analysis.agg.snapshot(window_s, &devices);
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices);
-        std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
+        write_private(out, page.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
         output::note(&format!("wrote {}", out.display()));
     }
     let result = if args.json {
@@ -71,4 +72,20 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         Err(e) => Err(e),
         Ok(()) => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Like recordings, 0600 (also when replacing a file): the page holds
+/// addresses, process ids and the kernel's log lines.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::{
+        io::Write as _, os::unix::fs::OpenOptionsExt as _, os::unix::fs::PermissionsExt as _,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
 }

@@ -1,24 +1,54 @@
-//! `report --html`: one self-contained page (inline CSS and SVG drawn here;
-//! no scripts, no network) with the device table and plots: mapped-size
-//! distributions per device and operation, events over time, and faults,
-//! Xids and losses on the timeline.
+//! `report --html`: the page people attach to a bug report. One
+//! self-contained file: inline CSS, inline SVG drawn here and a small inline
+//! script (hover values, one zoom for every time axis, sorting and
+//! filtering the incidents); nothing is fetched. Everything is in the HTML
+//! itself, so the page reads the same where a ticket viewer blocks scripts.
+//!
+//! Sections: summary and verdict (`summary`), incidents (`incidents`),
+//! per-device panels (`device`), per-process view (`process`), losses,
+//! self-metrics and probes (`losses`). The time series come from the
+//! replay (`report::series`), drawn at a resolution chosen here so that the
+//! page stays small (`coarsening`). Every string from the trace goes
+//! through `esc`.
 
-use std::fmt::Write as _;
+mod device;
+mod incidents;
+mod losses;
+mod process;
+mod summary;
+pub(crate) mod svg;
 
-use hdrhistogram::Histogram;
+#[cfg(test)]
+mod browser_tests;
+#[cfg(test)]
+mod cdp;
+#[cfg(test)]
+pub(crate) mod synthetic;
+#[cfg(test)]
+mod tests;
 
-use super::{Replay, BUCKET_NS};
-use crate::{aggregate::DeviceSnapshot, model::incident::Category, output::bytes};
+use std::{collections::BTreeMap, fmt::Write as _};
 
-const W: f64 = 760.0;
-const H: f64 = 200.0;
-const LEFT: f64 = 60.0;
-const BOTTOM: f64 = 30.0;
-const COLORS: [&str; 6] = [
-    "#3465a4", "#cc0000", "#4e9a06", "#c4a000", "#75507b", "#ce5c00",
-];
+use self::svg::Axis;
+use super::{series::MAX_BUCKETS, Replay};
+use crate::{aggregate::DeviceSnapshot, model::Incident};
 
-/// Text safe inside HTML and SVG elements and attributes.
+const CSS: &str = include_str!("html/page.css");
+const SCRIPT: &str = include_str!("html/page.js");
+
+/// Bytes the time charts may take together (paths and hover data); the
+/// page picks the number of points per series from it (`coarsening`).
+pub const SERIES_BUDGET: usize = 1_200_000;
+/// What one point of one line costs, about: "L123.4 56.7" in the path and
+/// "12345," in the hover data.
+const POINT_BYTES: usize = 20;
+/// Fewest points a series is drawn with, however many series there are.
+const MIN_POINTS: usize = 32;
+
+/// Text safe inside HTML and SVG elements and attributes: markup
+/// characters become entities; control characters (but newline and tab)
+/// and bidirectional overrides become visible `<U+XXXX>` text, so a
+/// crafted log line can neither break the page nor disguise itself.
 pub fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
@@ -28,277 +58,158 @@ pub fn esc(s: &str) -> String {
             '>' => o.push_str("&gt;"),
             '"' => o.push_str("&quot;"),
             '\'' => o.push_str("&#39;"),
+            '\n' | '\t' => o.push(c),
+            c if c.is_control()
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                let _ = write!(o, "&lt;U+{:04X}&gt;", c as u32);
+            }
             c => o.push(c),
         }
     }
     o
 }
 
-/// A bar chart: one bar per value, labels under some of them.
-fn bars(id: &str, labels: &[String], values: &[u64], color: &str, unit: &str) -> String {
-    let max = values.iter().copied().max().unwrap_or(0).max(1);
-    let n = values.len().max(1) as f64;
-    let bw = (W - LEFT - 10.0) / n;
-    let plot_h = H - BOTTOM - 10.0;
-    let mut s = format!(
-        "<svg id=\"{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\">",
-        esc(id)
-    );
-    let _ = write!(
-        s,
-        "<line x1=\"{LEFT}\" y1=\"{y}\" x2=\"{x2}\" y2=\"{y}\" stroke=\"#555\"/>\
-         <line x1=\"{LEFT}\" y1=\"10\" x2=\"{LEFT}\" y2=\"{y}\" stroke=\"#555\"/>\
-         <text x=\"{tx}\" y=\"18\" text-anchor=\"end\" class=\"ax\">{max}</text>\
-         <text x=\"{tx}\" y=\"{y}\" text-anchor=\"end\" class=\"ax\">0</text>",
-        y = H - BOTTOM,
-        x2 = W - 10.0,
-        tx = LEFT - 4.0,
-    );
-    let every = (values.len() / 12).max(1);
-    for (i, &v) in values.iter().enumerate() {
-        let h = plot_h * v as f64 / max as f64;
-        let x = LEFT + i as f64 * bw;
-        let label = labels.get(i).map(String::as_str).unwrap_or("");
-        let _ = write!(
-            s,
-            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" fill=\"{color}\"><title>{}: {v} {unit}</title></rect>",
-            H - BOTTOM - h,
-            (bw - 1.0).max(0.5),
-            esc(label)
-        );
-        if i % every == 0 {
-            let _ = write!(
-                s,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" class=\"ax\">{}</text>",
-                x + bw / 2.0,
-                H - BOTTOM + 14.0,
-                esc(label)
-            );
-        }
-    }
-    s.push_str("</svg>");
-    s
+/// What every section needs.
+pub(crate) struct Ctx<'a> {
+    pub path: &'a str,
+    pub r: &'a Replay,
+    pub devices: &'a [DeviceSnapshot],
+    pub incidents: Vec<&'a Incident>,
+    pub axis: Axis,
+    /// Buckets of `r.series` merged into one point.
+    pub factor: usize,
+    /// Anchor of each device's panel.
+    pub anchors: BTreeMap<String, String>,
+    /// `GPU0`, `GPU1`, ... by bus order among the NVIDIA GPUs of the header.
+    pub gpus: BTreeMap<String, String>,
 }
 
-/// Counts per power-of-two size bucket (4KiB, 8KiB, ...).
-fn size_buckets(h: &Histogram<u64>) -> (Vec<String>, Vec<u64>) {
-    let mut counts = [0u64; 64];
-    for v in h.iter_recorded() {
-        let b = 63 - v.value_iterated_to().max(1).leading_zeros() as usize;
-        counts[b] += v.count_at_value();
+impl Ctx<'_> {
+    /// The device, linked to its panel, with its GPU index where it is one.
+    pub fn device_link(&self, device: &str) -> String {
+        let gpu = self
+            .gpus
+            .get(device)
+            .map(|g| format!(" <span class=\"gpu\">{g}</span>"))
+            .unwrap_or_default();
+        match self.anchors.get(device) {
+            Some(a) => format!("<a href=\"#{a}\">{}</a>{gpu}", esc(device)),
+            None => format!("{}{gpu}", esc(device)),
+        }
     }
-    let lo = counts.iter().position(|&c| c > 0).unwrap_or(0);
-    let hi = counts.iter().rposition(|&c| c > 0).unwrap_or(0);
-    let labels = (lo..=hi).map(|b| bytes(1 << b)).collect();
-    (labels, counts[lo..=hi].to_vec())
+
+    /// Seconds on the trace clock.
+    pub fn t(&self, ts_ns: u64) -> f64 {
+        self.r.seconds(ts_ns)
+    }
+}
+
+/// Each GPU as its users know it: the recording's GPU identities (index,
+/// name, UUID) where the header has them; for older files, bus order among
+/// the GPUs the NVIDIA driver manages (what NVML numbers without NVML).
+fn gpu_labels(r: &Replay) -> BTreeMap<String, String> {
+    if !r.header.gpus.is_empty() {
+        return r
+            .header
+            .gpus
+            .iter()
+            .map(|g| (g.bus_id.clone(), g.short()))
+            .collect();
+    }
+    let mut gpus: Vec<&str> = r
+        .header
+        .devices
+        .iter()
+        .filter(|d| {
+            d.vendor.eq_ignore_ascii_case("0x10de")
+                && d.class.starts_with("0x03")
+                && d.driver.as_deref() == Some("nvidia")
+        })
+        .map(|d| d.bus_id.as_str())
+        .collect();
+    gpus.sort_unstable();
+    gpus.into_iter()
+        .enumerate()
+        .map(|(i, b)| (b.to_owned(), format!("GPU{i}")))
+        .collect()
+}
+
+/// How many buckets make one drawn point: the smallest power of two that
+/// keeps every line of the page within `SERIES_BUDGET`.
+pub fn coarsening(len: usize, lines: usize) -> usize {
+    let points = (SERIES_BUDGET / (POINT_BYTES * lines.max(1))).max(MIN_POINTS);
+    let mut f = 1;
+    while len.div_ceil(f) > points.min(MAX_BUCKETS) {
+        f *= 2;
+    }
+    f
 }
 
 pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot]) -> String {
-    let h = &r.header;
-    let mut s = String::new();
+    let incidents: Vec<&Incident> = r.incidents().collect();
+    let anchors = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.device.clone(), format!("dev-{i}")))
+        .collect();
+    let t0 = r.seconds(r.from_ns);
+    let axis = Axis {
+        t0,
+        t1: r.seconds(r.last_ns).max(t0 + 1e-3),
+    };
+    let lines = device::lines(r, devices) + losses::LINES;
+    let ctx = Ctx {
+        path,
+        r,
+        devices,
+        incidents,
+        axis,
+        factor: coarsening(r.series.len, lines),
+        anchors,
+        gpus: gpu_labels(r),
+    };
+    let mut s = String::with_capacity(256 << 10);
     let _ = write!(
         s,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>gpudirect-trace report: {}</title><style>\
-         body{{font-family:sans-serif;margin:1.5em;color:#222}}\
-         table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}\
-         th{{background:#eee}}td:first-child{{text-align:left}}.ax{{font-size:10px;fill:#444}}\
-         .warn{{color:#a40000}}svg.chart{{display:block;margin:0.3em 0 1.2em}}\
-         </style></head><body>",
-        esc(path)
+         <meta name=\"viewport\" content=\"width=device-width\">\
+         <title>gpudirect-trace report: {}</title><style>{CSS}</style></head>\
+         <body data-t0=\"{}\" data-t1=\"{}\" data-pw=\"{}\">",
+        esc(&r.header.hostname),
+        svg::num(axis.t0),
+        svg::num(axis.t1),
+        svg::PW
     );
-    let _ = write!(
+    s.push_str(
+        "<nav><b>gpudirect-trace report</b> <a href=\"#summary\">Summary</a>\
+         <a href=\"#incidents\">Incidents</a><a href=\"#devices\">Devices</a>\
+         <a href=\"#processes\">Processes</a><a href=\"#losses\">Losses and probes</a>\
+         <span id=\"zoom\" hidden><span id=\"zoom-range\"></span> <button type=\"button\" id=\"zoom-reset\">reset zoom</button></span></nav><main>",
+    );
+    s.push_str(&summary::section(&ctx));
+    s.push_str(&incidents::section(&ctx));
+    s.push_str(&device::section(&ctx));
+    s.push_str(&process::section(&ctx));
+    s.push_str(&losses::section(&ctx));
+    let _ = writeln!(
         s,
-        "<h1>gpudirect-trace report</h1><p>File <code>{}</code>; host <b>{}</b>, kernel {}, \
-         gpudirect-trace {}; window {:.3} s to {:.3} s of the recording; {} events, {} lost.</p>",
-        esc(path),
-        esc(&h.hostname),
-        esc(&h.kernel_release),
-        esc(&h.tool_version),
-        r.seconds(r.from_ns),
-        r.seconds(r.last_ns),
-        r.analysis.agg.events,
-        r.losses.iter().map(|l| l.lost).sum::<u64>()
-    );
-    for w in super::read_warnings(path, &r.stats, r.file_len) {
-        let _ = write!(s, "<p class=\"warn\">warning: {}</p>", esc(&w));
-    }
-    s.push_str(
-        "<h2>Devices</h2><table id=\"devices\"><tr><th>device</th><th>level</th><th>maps</th>\
-         <th>unmaps</th><th>mapped</th><th>to device</th><th>from device</th><th>size p50</th>\
-         <th>size p99</th><th>outstanding</th><th>bounces</th><th>faults</th><th>Xids</th></tr>",
-    );
-    for d in devices {
-        let _ = write!(
-            s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&d.device),
-            d.level,
-            d.maps,
-            d.unmaps,
-            bytes(d.bytes_mapped),
-            bytes(d.bytes_to_device),
-            bytes(d.bytes_from_device),
-            bytes(d.map_size.p50),
-            bytes(d.map_size.p99),
-            d.outstanding_mappings,
-            d.swiotlb_bounces,
-            d.faults,
-            d.xids
-        );
-    }
-    s.push_str("</table>");
-    s.push_str(&incidents_table(r));
-    s.push_str("<h2>Mapped-size distributions</h2>");
-    let mut any = false;
-    for (i, (name, d)) in r.analysis.agg.devices.iter().enumerate() {
-        if !r.wanted(name) {
-            continue;
+        "</main><footer><p>Time is seconds since the recording started (the trace clock; \
+         CLOCK_MONOTONIC of {}). Time charts draw {} buckets of {} each{}: sums per bucket for \
+         counts, minimum/maximum/last for levels, quarter-octave histograms for latencies. \
+         With scripts, hover a chart for exact values and drag across any time chart to zoom \
+         all of them (double-click to reset).</p></footer><script>{SCRIPT}</script></body></html>",
+        esc(&r.header.hostname),
+        r.series.len.div_ceil(ctx.factor),
+        crate::output::ns(r.series.width_ns * ctx.factor as u64),
+        if ctx.factor > 1 {
+            format!(
+                " (recorded at {}, merged to fit the page)",
+                crate::output::ns(r.series.width_ns)
+            )
+        } else {
+            String::new()
         }
-        for (op, level) in [
-            ("dma_map", &d.dma),
-            ("iommu_map", &d.iommu),
-            ("dma_alloc", &d.coherent),
-        ] {
-            if level.sizes.is_empty() {
-                continue;
-            }
-            any = true;
-            let (labels, counts) = size_buckets(&level.sizes);
-            let _ = write!(
-                s,
-                "<h3>{} — {op} ({} mappings, by power-of-two size)</h3>",
-                esc(name),
-                level.sizes.len()
-            );
-            let color = COLORS[i % COLORS.len()];
-            s.push_str(&bars(
-                &format!("sizes-{name}-{op}"),
-                &labels,
-                &counts,
-                color,
-                "mappings",
-            ));
-        }
-    }
-    if !any {
-        s.push_str("<p>No mappings with sizes in this window.</p>");
-    }
-    s.push_str("<h2>Events over time</h2>");
-    let span = r.last_ns.saturating_sub(r.from_ns).max(1);
-    let nb = (span.div_ceil(BUCKET_NS) as usize).max(1);
-    let group = nb.div_ceil(150).max(1);
-    for (i, (name, v)) in r.rate.iter().enumerate() {
-        let binned: Vec<u64> = v.chunks(group).map(|c| c.iter().sum()).collect();
-        let labels: Vec<String> = (0..binned.len())
-            .map(|b| {
-                let t = r.from_ns + (b * group) as u64 * BUCKET_NS;
-                format!("{:.1}s", r.seconds(t))
-            })
-            .collect();
-        let _ = write!(
-            s,
-            "<h3>{} (events per {:.1} s)</h3>",
-            esc(name),
-            (group as u64 * BUCKET_NS) as f64 / 1e9
-        );
-        s.push_str(&bars(
-            &format!("rate-{name}"),
-            &labels,
-            &binned,
-            COLORS[i % COLORS.len()],
-            "events",
-        ));
-    }
-    if r.rate.is_empty() {
-        s.push_str("<p>No streamed events in this window.</p>");
-    }
-    s.push_str("<h2>Faults, Xids and losses on the timeline</h2>");
-    s.push_str(&timeline(r, span));
-    s.push_str("</body></html>\n");
-    s
-}
-
-/// Every incident once: time, kind, device, process, address, what it was
-/// and what the mapping history says.
-fn incidents_table(r: &Replay) -> String {
-    let mut s = String::from(
-        "<h2>Incidents</h2><table id=\"incidents\"><tr><th>#</th><th>time</th><th>kind</th>\
-         <th>device</th><th>process</th><th>address</th><th>what</th><th>mapping</th></tr>",
     );
-    let mut any = false;
-    for i in r.incidents() {
-        any = true;
-        let mapping = i
-            .fault
-            .as_ref()
-            .and_then(|f| f.mapping.as_ref())
-            .map(ToString::to_string)
-            .unwrap_or_default();
-        let _ = write!(
-            s,
-            "<tr class=\"incident {}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            i.category.as_str(),
-            i.id,
-            esc(&i.at.to_string()),
-            i.category.as_str(),
-            esc(&i.device),
-            esc(&i.process.as_ref().map(ToString::to_string).unwrap_or_default()),
-            i.address.map(|a| format!("{a:#x}")).unwrap_or_default(),
-            esc(&i.text),
-            esc(&mapping)
-        );
-    }
-    s.push_str("</table>");
-    if !any {
-        s.push_str("<p>No faults, Xids, errors or IOMMU changes in this window.</p>");
-    }
-    s
-}
-
-fn timeline(r: &Replay, span: u64) -> String {
-    let th = 90.0;
-    let mut s = format!(
-        "<svg id=\"timeline\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{th}\" viewBox=\"0 0 {W} {th}\">\
-         <line x1=\"{LEFT}\" y1=\"60\" x2=\"{}\" y2=\"60\" stroke=\"#555\"/>\
-         <text x=\"{LEFT}\" y=\"78\" class=\"ax\">{:.1}s</text><text x=\"{}\" y=\"78\" text-anchor=\"end\" class=\"ax\">{:.1}s</text>",
-        W - 10.0,
-        r.seconds(r.from_ns),
-        W - 10.0,
-        r.seconds(r.from_ns + span)
-    );
-    let x = |ts: u64| LEFT + (W - LEFT - 10.0) * ts.saturating_sub(r.from_ns) as f64 / span as f64;
-    for n in r.incidents() {
-        let (y, color) = match n.category {
-            Category::IommuFault => (20.0, "#cc0000"),
-            Category::Xid => (35.0, "#ce5c00"),
-            Category::Aer => (35.0, "#c4a000"),
-            _ => (48.0, "#75507b"),
-        };
-        let _ = write!(
-            s,
-            "<circle class=\"mark {}\" cx=\"{:.1}\" cy=\"{y}\" r=\"4\" fill=\"{color}\"><title>{}</title></circle>",
-            n.category.as_str(),
-            x(n.at.mono_ns),
-            esc(&n.to_string())
-        );
-    }
-    for l in &r.losses {
-        let _ = write!(
-            s,
-            "<rect class=\"mark loss\" x=\"{:.1}\" y=\"52\" width=\"3\" height=\"16\" fill=\"#888\"><title>{:.3}s: {} events lost</title></rect>",
-            x(l.ts_ns) - 1.5,
-            r.seconds(l.ts_ns),
-            l.lost
-        );
-    }
-    s.push_str(
-        "<text x=\"4\" y=\"24\" class=\"ax\">faults</text><text x=\"4\" y=\"39\" class=\"ax\">Xids</text>\
-         <text x=\"4\" y=\"52\" class=\"ax\">other</text><text x=\"4\" y=\"66\" class=\"ax\">losses</text></svg>",
-    );
-    if r.incidents().next().is_none() && r.losses.is_empty() {
-        s.push_str("<p>No faults, Xids, errors or losses in this window.</p>");
-    }
     s
 }

@@ -138,34 +138,8 @@ fn report_replays_whole_file_and_windows() {
     assert!(replay(&f, &window(5, 1)).is_err());
 }
 
-#[test]
-fn html_page_is_self_contained_with_the_plots() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
-    let mut r = replay(&f, &Window::default()).expect("replay");
-    let devices = r.analysis.agg.snapshot(10.0, &[]);
-    let page = html::page("t.gdt", &r, &devices);
-    for want in [
-        "<svg id=\"sizes-0000:00:04.0-dma_map\"",
-        "<svg id=\"rate-0000:41:00.0\"",
-        "<svg id=\"timeline\"",
-        "class=\"mark iommu-fault\"",
-        "class=\"mark loss\"",
-        "<table id=\"devices\">",
-        "<table id=\"incidents\">",
-        "PTE Write access is not set",
-    ] {
-        assert!(page.contains(want), "missing {want}");
-    }
-    for banned in ["<script", "src=", "href=", "@import", "url("] {
-        assert!(
-            !page.contains(banned),
-            "page refers outside itself: {banned}"
-        );
-    }
-    assert_eq!(html::esc("<a&\"'>"), "&lt;a&amp;&quot;&#39;&gt;");
-}
+// The HTML page's own tests (with and without a browser) are in
+// report/html/tests.rs and report/html/browser_tests.rs.
 
 fn export(f: &Path, format: Format, redact: bool) -> String {
     let out = f.with_extension(format!("{format:?}{redact}"));
@@ -282,81 +256,6 @@ fn hdr_export_is_a_v2_interval_log_per_device_and_operation() {
         export::hdr_tag("(iommu, unattributed)", "iommu_map"),
         "(iommu__unattributed)/iommu_map"
     );
-}
-
-/// The page renders in a real browser with no network: headless Chromium
-/// parses it and its DOM holds the charts. A missing browser fails the test
-/// (`cargo xtask bootstrap` installs Debian's chromium).
-#[test]
-fn html_page_renders_in_headless_chromium() {
-    let Some(chromium) = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .flat_map(|d| [d.join("chromium"), d.join("chromium-browser")])
-            .find(|c| c.is_file())
-    }) else {
-        eprintln!("SKIPPED html_page_renders_in_headless_chromium: chromium is not installed");
-        return;
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
-    let mut r = replay(&f, &Window::default()).expect("replay");
-    let devices = r.analysis.agg.snapshot(10.0, &[]);
-    let page = dir.path().join("report.html");
-    std::fs::write(&page, html::page("t.gdt", &r, &devices)).expect("write page");
-    let mut child = std::process::Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--no-first-run",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start chromium");
-    let mut dom = String::new();
-    let reader = {
-        let mut out = child.stdout.take().expect("stdout");
-        std::thread::spawn(move || {
-            use std::io::Read as _;
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            s
-        })
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    dom.push_str(&reader.join().expect("reader thread"));
-    for want in [
-        "<h1>gpudirect-trace report</h1>",
-        "id=\"timeline\"",
-        "id=\"sizes-0000:00:04.0-dma_map\"",
-        "<rect",
-        "0000:41:00.0",
-    ] {
-        assert!(
-            dom.contains(want),
-            "chromium's DOM lacks {want}: {}",
-            &dom[..dom.len().min(500)]
-        );
-    }
 }
 
 /// A real recording from the 2x H200 GPU host (tests/fixtures/
