@@ -4,7 +4,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
     io::{self, BufWriter, Write},
-    os::unix::fs::OpenOptionsExt as _,
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -23,6 +22,7 @@ use serde_json::{json, Map, Value};
 use crate::{
     aggregate::record as hist_record,
     decode::{c_string, dir_name, kind_name, Record},
+    outfile::{self, OutputFlags},
     tracefile::{self, Header, Item, Loss},
 };
 
@@ -53,26 +53,23 @@ pub struct ExportArgs {
     /// addresses and bus ids stay.
     #[arg(long)]
     pub redact: bool,
+    #[command(flatten)]
+    pub out: OutputFlags,
 }
 
 pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     let mut reader = tracefile::open(&args.file)?;
     let path = args.file.display().to_string();
-    let out: Box<dyn Write> = match &args.output {
-        Some(p) => {
-            // Like recordings: unredacted exports hold physical addresses.
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(p)
-                .with_context(|| format!("cannot create {}", p.display()))?;
-            Box::new(f)
-        }
+    // Like recordings: unredacted exports hold physical addresses (0600).
+    let mut file = match &args.output {
+        Some(p) => Some(outfile::create(p, args.out.into())?),
+        None => None,
+    };
+    let sink: Box<dyn Write + '_> = match file.as_mut() {
+        Some(f) => Box::new(f),
         None => Box::new(io::stdout().lock()),
     };
-    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
     let header = reader.header().clone();
     let mut items = std::iter::from_fn(|| reader.next_item().transpose());
     let result = match args.format {
@@ -81,9 +78,14 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         Format::Hdr => hdr(&header, &mut items, &mut out),
     }
     .and_then(|()| out.flush());
+    drop(out);
     match result {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        // A failed export leaves no partial file (and an old one in place).
         other => other.with_context(|| format!("exporting {path}"))?,
+    }
+    if let Some(f) = file {
+        f.commit()?;
     }
     let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     for w in crate::report::read_warnings(&path, reader.stats(), len) {

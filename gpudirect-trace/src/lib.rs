@@ -15,6 +15,7 @@ pub mod export;
 pub mod faults;
 pub mod kernel;
 pub mod live;
+pub mod outfile;
 pub mod output;
 pub mod probes;
 pub mod record;

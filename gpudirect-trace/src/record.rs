@@ -3,12 +3,9 @@
 //! the command given after `--`.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs,
     io::{BufWriter, IsTerminal as _, Write},
-    os::unix::{
-        fs::{OpenOptionsExt as _, PermissionsExt as _},
-        process::ExitStatusExt as _,
-    },
+    os::unix::process::ExitStatusExt as _,
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
@@ -21,6 +18,7 @@ use tokio::{signal::unix::SignalKind, time::MissedTickBehavior};
 use crate::{
     cli::{parse_duration, TraceArgs},
     kernel,
+    outfile::{self, OutputFlags},
     output::bytes,
     session::Session,
     tracefile::{self, Checkpoint, CounterRow, End, Loss, TraceWriter},
@@ -34,9 +32,8 @@ pub struct RecordArgs {
     /// Stop after this long (default: until Ctrl-C, SIGTERM or CMD's exit).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Overwrite FILE if it exists.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub out: OutputFlags,
     #[command(flatten)]
     pub trace: TraceArgs,
     /// Command to run while recording; recording ends when it exits and
@@ -57,38 +54,21 @@ pub fn run(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(run_async(args))
 }
 
-/// Creates the output file: refuses to replace one unless `force`; 0600.
-pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
-    let mut opts = OpenOptions::new();
-    opts.write(true).mode(0o600);
-    if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
-    }
-    let f = opts.open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            anyhow::anyhow!("{} exists; pass --force to overwrite it", path.display())
-        } else {
-            anyhow::anyhow!("cannot create {}: {e}", path.display())
-        }
-    })?;
-    // An overwritten file keeps its old mode; traces may hold addresses.
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
-    Ok(f)
+/// Creates the output file (crate::outfile): a new 0600 file, or with
+/// `--force` a temporary one that replaces the old file only when
+/// [`outfile::Output::commit`] is called, once the recording has started.
+pub fn create_output(path: &Path, flags: OutputFlags) -> anyhow::Result<outfile::Output> {
+    outfile::create(path, flags.into())
 }
 
 async fn run_async(args: &RecordArgs) -> anyhow::Result<ExitCode> {
-    let file = create_output(&args.output, args.force)?;
+    let output = create_output(&args.output, args.out)?;
     // The recording starts before the first probe attaches.
     let start_ts_ns = kernel::monotonic_ns();
-    let mut session = match Session::start(&args.trace) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = fs::remove_file(&args.output);
-            return Err(e);
-        }
-    };
+    // A failed start drops `output`: the old file (with --force), a device
+    // node or a link's target stay untouched; only our new file goes.
+    let mut session = Session::start(&args.trace)?;
+    let file = output.commit()?;
     let mut header = tracefile::host_header(
         &session.tracer.kernel.release,
         &session.tracer.probes,

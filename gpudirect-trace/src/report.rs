@@ -44,6 +44,8 @@ pub struct ReportArgs {
     /// Also write a self-contained HTML page with plots (no network needed).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::outfile::OutputFlags,
 }
 
 /// A time offset: like `--duration`, but zero is allowed.
@@ -334,7 +336,10 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let devices = r.agg.snapshot(window_s, &args.devices);
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices, &args.devices);
-        std::fs::write(out, page).with_context(|| format!("writing {}", out.display()))?;
+        let mut f = crate::outfile::create(out, args.out.into())?;
+        std::io::Write::write_all(&mut f, page.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
+        f.commit()?;
         eprintln!("gpudirect-trace: wrote {}", out.display());
     }
     let lost: u64 = r.losses.iter().map(|l| l.lost).sum();

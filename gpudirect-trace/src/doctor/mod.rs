@@ -54,6 +54,8 @@ pub struct DoctorArgs {
     /// for a bug report, instead of checking.
     #[arg(long, value_name = "OUT.tar.gz")]
     pub capture: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: crate::outfile::OutputFlags,
 }
 
 /// Examine a tree and produce the report.
@@ -100,7 +102,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         None => Tree::live(),
     };
     if let Some(out) = &args.capture {
-        let n = capture::write(&tree, out)?;
+        let n = capture::write(&tree, out, args.out.into())?;
         eprintln!(
             "gpudirect-trace doctor: wrote {n} files to {}",
             out.display()

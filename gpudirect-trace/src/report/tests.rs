@@ -154,6 +154,7 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
         format,
         output: Some(out.clone()),
         redact,
+        out: Default::default(),
     })
     .expect("export");
     std::fs::read_to_string(out).expect("output")
