@@ -21,6 +21,7 @@ pub mod probes;
 pub mod record;
 pub mod render;
 pub mod report;
+pub mod sanitize;
 pub mod selftest;
 pub mod serve;
 pub mod session;

@@ -8,9 +8,17 @@ use crate::{
     cli::ProbesArgs,
     ebpf::{ProbeStatus, Status, Tracer, TracerOptions},
     output,
+    sanitize::text as clean,
 };
 
 pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
+    match print(args) {
+        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
+        other => other,
+    }
+}
+
+fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
         ring_bytes: 4096,
@@ -30,10 +38,10 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     } else {
         output::line(&render(&tracer.probes, &k.release, k.btf.is_some()))?;
         if let Some(e) = &k.tracefs_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
         if let Some(e) = &k.btf_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
     }
     let failed = tracer.probes.iter().any(|p| p.status == Status::Failed);
@@ -47,7 +55,8 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
     let width = probes.iter().map(|p| p.name.len()).max().unwrap_or(10);
     let mut out = format!(
-        "kernel {release}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        "kernel {}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        clean(release),
         if btf { "yes" } else { "no" },
         "PROBE",
         "KIND",
@@ -59,7 +68,8 @@ pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
             p.name,
             p.kind,
             p.status.as_str(),
-            p.reason
+            // Kernel and loader messages: one line, no control characters.
+            clean(&p.reason)
         ));
     }
     let attached = probes

@@ -110,10 +110,16 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let report = diagnose(&tree)?;
-    if args.json {
-        println!("{}", report.to_json()?);
+    let printed = if args.json {
+        crate::output::line(&report.to_json()?)
     } else {
-        print!("{}", report.to_text(args.verbose));
+        // Values read from /sys, /proc and a captured tree (which anyone
+        // may have crafted): no control character reaches the terminal.
+        crate::output::write(&crate::sanitize::multiline(&report.to_text(args.verbose)))
+    };
+    match printed {
+        Err(e) if e.is::<crate::output::StdoutClosed>() => return Ok(ExitCode::SUCCESS),
+        other => other?,
     }
     let problem = report
         .findings
