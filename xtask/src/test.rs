@@ -12,7 +12,7 @@ pub struct TestArgs {
     /// Skip the VM scenarios (`cargo xtask vm-test` on 6.1 and 6.12).
     #[arg(long)]
     pub no_vm: bool,
-    /// Skip the short fuzz run of the trace-file reader.
+    /// Skip the short fuzz run of the trace-file reader and the readers' memory bound.
     #[arg(long)]
     pub no_fuzz: bool,
     /// Seconds of fuzzing per target.
@@ -26,7 +26,8 @@ pub struct TestArgs {
 /// gpudirect-trace/fuzz/artifacts.
 fn fuzz(seconds: u32) -> anyhow::Result<()> {
     crate::bootstrap::cargo_fuzz()?;
-    for target in ["reader", "columns"] {
+    // memory: the readers' 256 MiB bound on any input (counting allocator).
+    for target in ["reader", "columns", "memory"] {
         let scratch =
             std::env::temp_dir().join(format!("gdt-fuzz-{target}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
