@@ -89,7 +89,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     }
     let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     for w in crate::report::read_warnings(&path, reader.stats(), len) {
-        eprintln!("gpudirect-trace: warning: {w}");
+        crate::output::warn(&w);
     }
     Ok(ExitCode::SUCCESS)
 }

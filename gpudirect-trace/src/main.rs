@@ -11,7 +11,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("gpudirect-trace: error: {err:#}");
+            // Not eprintln!: it panics (exit 101) when stderr is a closed pipe.
+            gpudirect_trace::output::eprintln(&format!("gpudirect-trace: error: {err:#}"));
             ExitCode::FAILURE
         }
     }

@@ -1,5 +1,8 @@
-//! Writing to stdout without panicking when the reader goes away
-//! (`gpudirect-trace live | head`): a closed pipe ends the command cleanly.
+//! Writing to stdout and stderr without panicking when the reader goes away
+//! (`gpudirect-trace live | head`, `record ... 2>&1 | head -1`): a closed
+//! stdout ends the command cleanly; a closed stderr loses the message but
+//! never the command (`eprintln!` panics with exit 101 there, which hid the
+//! exit status of `record -- CMD`).
 
 use std::io::{self, Write as _};
 
@@ -26,6 +29,29 @@ pub fn write(text: &str) -> anyhow::Result<()> {
 
 pub fn line(text: &str) -> anyhow::Result<()> {
     write(&format!("{text}\n"))
+}
+
+/// Writes `text` to stderr as it is; any error (EPIPE: nobody reads stderr
+/// any more) is ignored.
+pub fn eprint(text: &str) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
+/// `text` and a newline to stderr, errors ignored.
+pub fn eprintln(text: &str) {
+    eprint(&format!("{text}\n"));
+}
+
+/// `gpudirect-trace: warning: TEXT` on stderr, errors ignored.
+pub fn warn(text: &str) {
+    eprintln(&format!("gpudirect-trace: warning: {text}"));
+}
+
+/// `gpudirect-trace: TEXT` on stderr (progress, what was written), errors
+/// ignored.
+pub fn note(text: &str) {
+    eprintln(&format!("gpudirect-trace: {text}"));
 }
 
 /// 1536 -> "1.5KiB".

@@ -330,7 +330,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let mut r = replay(&args.file, args.from, args.to, &args.devices)?;
     let path = args.file.display().to_string();
     for w in read_warnings(&path, &r.stats, r.file_len) {
-        eprintln!("gpudirect-trace: warning: {w}");
+        output::warn(&w);
     }
     let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
     let devices = r.agg.snapshot(window_s, &args.devices);
@@ -340,7 +340,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         std::io::Write::write_all(&mut f, page.as_bytes())
             .with_context(|| format!("writing {}", out.display()))?;
         f.commit()?;
-        eprintln!("gpudirect-trace: wrote {}", out.display());
+        output::note(&format!("wrote {}", out.display()));
     }
     let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
     let result = if args.json {

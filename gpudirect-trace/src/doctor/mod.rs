@@ -103,10 +103,10 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(out) = &args.capture {
         let n = capture::write(&tree, out, args.out.into())?;
-        eprintln!(
+        crate::output::eprintln(&format!(
             "gpudirect-trace doctor: wrote {n} files to {}",
             out.display()
-        );
+        ));
         return Ok(ExitCode::SUCCESS);
     }
     let report = diagnose(&tree)?;
