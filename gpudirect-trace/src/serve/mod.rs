@@ -159,6 +159,12 @@ pub fn start(
 ) -> anyhow::Result<Server> {
     let addr = listener.local_addr()?;
     listener.set_nonblocking(true)?;
+    // A longer accept queue than std's 128: with hundreds of clients
+    // reconnecting, SYNs beyond it are dropped and a scrape waits for the
+    // 1 s SYN retransmission (measured on loopback). Linux lets listen()
+    // on a listening socket change it; the kernel caps it at somaxconn.
+    // SAFETY: listen on a descriptor this listener owns.
+    unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1024) };
     let shared = Arc::new(Mutex::new(Shared {
         session,
         labels: DeviceLabels::new(opts.max_devices),
@@ -303,26 +309,26 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     // Bind before loading the programs: a taken port fails in milliseconds.
     let listener = bind(args.listen)?;
     if !args.listen.ip().is_loopback() {
-        eprintln!(
-            "gpudirect-trace: note: serving on {} (not loopback): reachable from other hosts, \
-             without TLS or authentication",
+        crate::output::note(&format!(
+            "note: serving on {} (not loopback): reachable from other hosts, without TLS or \
+             authentication",
             args.listen
-        );
+        ));
     }
     let session = Session::start(&args.trace)?;
     let opts = ServeOptions {
         max_devices: args.max_devices,
     };
     let mut server = start(session, listener, &opts)?;
-    eprintln!(
-        "gpudirect-trace: serving http://{}/metrics and /healthz{}",
+    crate::output::note(&format!(
+        "serving http://{}/metrics and /healthz{}",
         server.local_addr(),
         if args.trace.aggregate_only {
             " (aggregate-only: no size histograms or outstanding mappings)"
         } else {
             ""
         }
-    );
+    ));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
