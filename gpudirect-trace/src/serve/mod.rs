@@ -159,12 +159,6 @@ pub fn start(
 ) -> anyhow::Result<Server> {
     let addr = listener.local_addr()?;
     listener.set_nonblocking(true)?;
-    // A longer accept queue than std's 128: with hundreds of clients
-    // reconnecting, SYNs beyond it are dropped and a scrape waits for the
-    // 1 s SYN retransmission (measured on loopback). Linux lets listen()
-    // on a listening socket change it; the kernel caps it at somaxconn.
-    // SAFETY: listen on a descriptor this listener owns.
-    unsafe { libc::listen(std::os::fd::AsRawFd::as_raw_fd(&listener), 1024) };
     let shared = Arc::new(Mutex::new(Shared {
         session,
         labels: DeviceLabels::new(opts.max_devices),
