@@ -273,7 +273,8 @@ impl<R: Read> TraceReader<R> {
                         return Ok(None);
                     }
                     self.pos += 1;
-                    if self.pos == self.buf.len() {
+                    self.pos += format::implausible_prefix(&self.buf[self.pos..]);
+                    if self.buf.len() - self.pos < format::BLOCK_HEAD {
                         self.fill(format::BLOCK_HEAD)?;
                     }
                 }
