@@ -55,6 +55,10 @@ pub fn parse_offset(s: &str) -> Result<Duration, String> {
 
 /// Width of the event-rate buckets kept for plots.
 pub const BUCKET_NS: u64 = 100_000_000;
+/// Rate buckets kept in all devices together (32 MiB): one event stamped
+/// far after the start used to size a device's vector up to 2^24 buckets
+/// (128 MiB), per device, from a few bytes of a crafted file.
+pub const MAX_RATE_CELLS: usize = 4 << 20;
 
 /// Everything a report shows, from one pass over the file.
 pub struct Replay {
@@ -81,6 +85,13 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Events lost in the window (saturating: LOSS blocks may be crafted).
+    pub fn losses_total(&self) -> u64 {
+        self.losses
+            .iter()
+            .fold(0u64, |a, l| a.saturating_add(l.lost))
+    }
+
     pub fn seconds(&self, ts: u64) -> f64 {
         ts.saturating_sub(self.header.start_ts_ns) as f64 / 1e9
     }
@@ -147,6 +158,7 @@ pub fn replay(
     let mut last: Option<Checkpoint> = None;
     let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
     let mut end_seen = 0u64;
+    let mut rate_cells = 0usize;
     while let Some(item) = reader
         .next_item()
         .with_context(|| format!("reading {}", file.display()))?
@@ -176,7 +188,9 @@ pub fn replay(
                 }
                 let b = (ts.saturating_sub(from_ns) / BUCKET_NS) as usize;
                 let v = r.rate.entry(device).or_default();
-                if b < 1 << 24 {
+                let grow = (b + 1).saturating_sub(v.len());
+                if rate_cells + grow <= MAX_RATE_CELLS {
+                    rate_cells += grow;
                     if v.len() <= b {
                         v.resize(b + 1, 0);
                     }
@@ -211,8 +225,10 @@ pub fn replay(
         if whole || r.header.aggregate_only {
             let rows = counter_delta(base.as_ref(), &last);
             r.agg.apply_kernel_counters(&rows);
-            r.kernel_hits = last.hits.iter().sum::<u64>()
-                - base.as_ref().map_or(0, |b| b.hits.iter().sum::<u64>());
+            // Saturating: a crafted file's counters must not panic or wrap.
+            let sum = |h: &[u64]| h.iter().fold(0u64, |a, &x| a.saturating_add(x));
+            r.kernel_hits =
+                sum(&last.hits).saturating_sub(base.as_ref().map_or(0, |b| sum(&b.hits)));
             r.counters = Some(if whole {
                 "kernel counters (loss-free) of the whole recording"
             } else {
@@ -342,7 +358,7 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         f.commit()?;
         output::note(&format!("wrote {}", out.display()));
     }
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     let result = if args.json {
         output::line(&serde_json::to_string(&json!({
             "file": path,

@@ -83,7 +83,9 @@ impl Level {
         pid: u32,
     ) {
         self.maps += 1;
-        self.bytes_mapped += size;
+        // Saturating: sizes come from trace files too (crafted ones
+        // overflowed: a panic in debug builds, wrapped totals in release).
+        self.bytes_mapped = self.bytes_mapped.saturating_add(size);
         for s in entry_sizes {
             record(&mut self.sizes, s);
             self.max_size = self.max_size.max(s);
@@ -95,9 +97,9 @@ impl Level {
         let m = Mapping { size, ts_ns, pid };
         if let Some(old) = self.outstanding.insert(addr, m) {
             // Re-mapped without an unmap we saw: keep bytes consistent.
-            self.outstanding_bytes -= old.size;
+            self.outstanding_bytes = self.outstanding_bytes.saturating_sub(old.size);
         }
-        self.outstanding_bytes += size;
+        self.outstanding_bytes = self.outstanding_bytes.saturating_add(size);
     }
 
     /// Unmaps the mapping whose handle is `addr` (the DMA API's contract:
@@ -106,10 +108,10 @@ impl Level {
     /// would swallow other mappings that start inside it.
     pub fn unmap_handle(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.unmaps += 1;
-        self.bytes_unmapped += size;
+        self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
         match self.outstanding.remove(&addr) {
             Some(m) => {
-                self.outstanding_bytes -= m.size;
+                self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
                 let life = ts_ns.saturating_sub(m.ts_ns);
                 record(&mut self.lifetimes, life);
                 self.max_lifetime = self.max_lifetime.max(life);
@@ -123,13 +125,13 @@ impl Level {
     /// oldest one's.
     pub fn unmap(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.unmaps += 1;
-        self.bytes_unmapped += size;
+        self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
         let end = addr.saturating_add(size.max(1));
         let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
         let mut oldest: Option<u64> = None;
         for a in starts {
             if let Some(m) = self.outstanding.remove(&a) {
-                self.outstanding_bytes -= m.size;
+                self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
                 oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
             }
         }
@@ -149,7 +151,7 @@ impl Level {
         self.outstanding.clear();
         self.outstanding_bytes = 0;
         for (addr, size, ts_ns, pid) in maps {
-            self.outstanding_bytes += size;
+            self.outstanding_bytes = self.outstanding_bytes.saturating_add(size);
             self.outstanding.insert(addr, Mapping { size, ts_ns, pid });
         }
     }

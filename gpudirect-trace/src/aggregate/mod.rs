@@ -202,7 +202,7 @@ impl Aggregator {
             Record::Sg(sg) => {
                 if ev.kind == kind::DMA_MAP_SG {
                     d.sg_maps += 1;
-                    d.sg_entries += u64::from(sg.nents);
+                    d.sg_entries = d.sg_entries.saturating_add(u64::from(sg.nents));
                     let lens = &sg.lens[..(sg.n_lens as usize).min(sg.lens.len())];
                     d.dma.map_entries(
                         ev.addr,
@@ -212,7 +212,7 @@ impl Aggregator {
                         ev.pid,
                     );
                     if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
-                        *b += ev.size;
+                        *b = b.saturating_add(ev.size);
                     }
                 } else {
                     d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
@@ -235,7 +235,7 @@ impl Aggregator {
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
-                    *b += ev.size;
+                    *b = b.saturating_add(ev.size);
                 }
             }
             kind::DMA_UNMAP => {
@@ -263,7 +263,7 @@ impl Aggregator {
             kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
-                d.swiotlb_bytes += ev.size;
+                d.swiotlb_bytes = d.swiotlb_bytes.saturating_add(ev.size);
             }
             kind::DMA_MAP_SG_ERR => {
                 d.map_errors += 1;
@@ -316,44 +316,45 @@ impl Aggregator {
         }
         for (name, list) in per_dev {
             let d = self.device(&name);
-            let mut dma = (0, 0, 0, 0);
+            // Saturating sums: the counters may come from a crafted file.
+            let mut dma = (0u64, 0u64, 0u64, 0u64);
             let mut by_dir = [0u64; 4];
-            let mut iommu = (0, 0, 0, 0);
-            let mut coherent = (0, 0, 0, 0);
-            let mut sg_maps = 0;
-            let mut hits = 0;
+            let mut iommu = (0u64, 0u64, 0u64, 0u64);
+            let mut coherent = (0u64, 0u64, 0u64, 0u64);
+            let mut sg_maps = 0u64;
+            let mut hits = 0u64;
             for (k, c) in list {
-                hits += c.count;
+                hits = hits.saturating_add(c.count);
                 match k.kind as u16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
-                        dma.0 += c.count;
-                        dma.2 += c.bytes;
+                        dma.0 = dma.0.saturating_add(c.count);
+                        dma.2 = dma.2.saturating_add(c.bytes);
                         if let Some(b) = by_dir.get_mut(k.dir as usize) {
-                            *b += c.bytes;
+                            *b = b.saturating_add(c.bytes);
                         }
                         if k.kind as u16 == kind::DMA_MAP_SG {
-                            sg_maps += c.count;
+                            sg_maps = sg_maps.saturating_add(c.count);
                         }
                     }
                     kind::DMA_UNMAP | kind::DMA_UNMAP_SG => {
-                        dma.1 += c.count;
-                        dma.3 += c.bytes;
+                        dma.1 = dma.1.saturating_add(c.count);
+                        dma.3 = dma.3.saturating_add(c.bytes);
                     }
                     kind::IOMMU_MAP => {
-                        iommu.0 += c.count;
-                        iommu.2 += c.bytes;
+                        iommu.0 = iommu.0.saturating_add(c.count);
+                        iommu.2 = iommu.2.saturating_add(c.bytes);
                     }
                     kind::IOMMU_UNMAP => {
-                        iommu.1 += c.count;
-                        iommu.3 += c.bytes;
+                        iommu.1 = iommu.1.saturating_add(c.count);
+                        iommu.3 = iommu.3.saturating_add(c.bytes);
                     }
                     kind::DMA_ALLOC => {
-                        coherent.0 += c.count;
-                        coherent.2 += c.bytes;
+                        coherent.0 = coherent.0.saturating_add(c.count);
+                        coherent.2 = coherent.2.saturating_add(c.bytes);
                     }
                     kind::DMA_FREE => {
-                        coherent.1 += c.count;
-                        coherent.3 += c.bytes;
+                        coherent.1 = coherent.1.saturating_add(c.count);
+                        coherent.3 = coherent.3.saturating_add(c.bytes);
                     }
                     kind::SWIOTLB_BOUNCED => {
                         d.swiotlb_bounces = c.count;
@@ -390,10 +391,11 @@ impl Aggregator {
     pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
         let d = self.device(device);
         if let Some(x) = xid {
-            d.xids += n;
-            *d.xid_counts.entry(x).or_default() += n;
+            d.xids = d.xids.saturating_add(n);
+            let c = d.xid_counts.entry(x).or_default();
+            *c = c.saturating_add(n);
         } else {
-            d.faults += n;
+            d.faults = d.faults.saturating_add(n);
         }
     }
 

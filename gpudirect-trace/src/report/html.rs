@@ -118,7 +118,7 @@ pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String
         r.seconds(r.from_ns),
         r.seconds(r.last_ns),
         r.agg.events,
-        r.losses.iter().map(|l| l.lost).sum::<u64>()
+        r.losses_total()
     );
     for w in super::read_warnings(path, &r.stats, r.file_len) {
         let _ = write!(s, "<p class=\"warn\">warning: {}</p>", esc(&w));
@@ -191,7 +191,7 @@ pub fn page(path: &str, r: &Replay, devices: &[DeviceSnapshot], filter: &[String
         let binned: Vec<u64> = v.chunks(group).map(|c| c.iter().sum()).collect();
         let labels: Vec<String> = (0..binned.len())
             .map(|b| {
-                let t = r.from_ns + (b * group) as u64 * BUCKET_NS;
+                let t = r.from_ns.saturating_add((b * group) as u64 * BUCKET_NS);
                 format!("{:.1}s", r.seconds(t))
             })
             .collect();
@@ -227,7 +227,7 @@ fn timeline(r: &Replay, span: u64) -> String {
         W - 10.0,
         r.seconds(r.from_ns),
         W - 10.0,
-        r.seconds(r.from_ns + span)
+        r.seconds(r.from_ns.saturating_add(span))
     );
     let x = |ts: u64| LEFT + (W - LEFT - 10.0) * ts.saturating_sub(r.from_ns) as f64 / span as f64;
     for n in &r.incidents {
