@@ -12,6 +12,8 @@
 
 mod bench;
 mod deploy;
+mod hostile;
+mod hostile_bounds;
 mod inject;
 mod record;
 mod serve;
