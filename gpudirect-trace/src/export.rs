@@ -20,7 +20,7 @@ use hdrhistogram::{
 use serde_json::{json, Map, Value};
 
 use crate::{
-    aggregate::record as hist_record,
+    aggregate::record_within as hist_record,
     decode::{c_string, dir_name, kind_name, Record},
     outfile::{self, OutputFlags},
     tracefile::{self, Header, Item, Loss},
@@ -91,8 +91,18 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     for w in crate::report::read_warnings(&path, reader.stats(), len) {
         crate::output::warn(&w);
     }
+    let clamped = crate::aggregate::hist_clamped();
+    if clamped > 0 {
+        crate::output::warn(&format!(
+            "{clamped} sizes past the histograms' memory limit were recorded at their \
+             histogram's top"
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Distinct physical addresses given their own pseudonym (~48 MiB).
+pub const MAX_PSEUDONYMS: usize = 1 << 20;
 
 /// Stable per-file pseudonyms for physical addresses.
 #[derive(Default)]
@@ -112,6 +122,11 @@ impl Redactor {
     pub fn phys(&mut self, v: u64) -> String {
         if !self.on || v == 0 {
             return format!("{v:#x}");
+        }
+        // Bounded (a crafted file may hold any number of distinct addresses):
+        // past the limit new ones share one pseudonym, never their value.
+        if self.ids.len() >= MAX_PSEUDONYMS && !self.ids.contains_key(&v) {
+            return "p-more".to_owned();
         }
         let next = self.ids.len() as u64 + 1;
         format!("p{}", self.ids.entry(v).or_insert(next))
@@ -339,7 +354,14 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
         .with_start_time(start)
         .with_base_time(start)
         .begin_log_with(out, &mut ser)?;
+    // Bounded per interval (the file may name any number of devices and
+    // feed u64-range sizes: 23.4 GB for a 138 KB file of 65 536 devices):
+    // at most HDR_TAGS histograms, the rest folded into one per operation,
+    // and HDR_GROWTH bytes of histogram growth.
+    const HDR_TAGS: usize = 1024;
+    const HDR_GROWTH: usize = 64 << 20;
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    let mut growth_left = HDR_GROWTH;
     let mut interval = 0u64;
     let mut flush =
         |hists: &mut BTreeMap<String, Histogram<u64>>, interval: u64| -> io::Result<()> {
@@ -371,19 +393,24 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
         let i = e.ts_ns.saturating_sub(h.start_ts_ns) / INTERVAL_NS;
         if i > interval {
             flush(&mut hists, interval)?;
+            growth_left = HDR_GROWTH;
             interval = i;
         }
+        let mut tag = hdr_tag(&device, op);
+        if hists.len() >= HDR_TAGS && !hists.contains_key(&tag) {
+            tag = hdr_tag(crate::aggregate::FOLDED_DEVICES, op);
+        }
         let hist = hists
-            .entry(hdr_tag(&device, op))
+            .entry(tag)
             .or_insert_with(|| Histogram::new(3).expect("3 significant digits is valid"));
         match &record {
             Record::Sg(sg) => {
                 let n = (sg.n_lens as usize).min(sg.lens.len());
                 for &l in sg.lens[..n].iter().filter(|&&l| l > 0) {
-                    hist_record(hist, u64::from(l));
+                    hist_record(hist, u64::from(l), &mut growth_left);
                 }
             }
-            _ => hist_record(hist, e.size),
+            _ => hist_record(hist, e.size, &mut growth_left),
         }
     }
     flush(&mut hists, interval)

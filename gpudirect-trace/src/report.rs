@@ -55,6 +55,13 @@ pub fn parse_offset(s: &str) -> Result<Duration, String> {
 
 /// Width of the event-rate buckets kept for plots.
 pub const BUCKET_NS: u64 = 100_000_000;
+/// Devices a report keeps apart (as `serve --max-devices` defaults to);
+/// the rest are one row, `(other devices)`, with a warning.
+pub const MAX_DEVICES: usize = 256;
+/// Growth of the aggregator's histograms in a report (aggregate::
+/// limit_hist_growth): with the device cap, what a crafted file can make
+/// them take stays near 170 MiB (256 devices' initial histograms ~106 MiB).
+pub const HIST_GROWTH: usize = 64 << 20;
 /// Rate buckets kept in all devices together (32 MiB): one event stamped
 /// far after the start used to size a device's vector up to 2^24 buckets
 /// (128 MiB), per device, from a few bytes of a crafted file.
@@ -132,9 +139,10 @@ pub fn replay(
     if to.is_some() && to_ns <= from_ns {
         anyhow::bail!("--to must be later than --from");
     }
+    crate::aggregate::limit_hist_growth(HIST_GROWTH);
     let mut r = Replay {
         header,
-        agg: Aggregator::new(),
+        agg: Aggregator::with_max_devices(MAX_DEVICES),
         incidents: Vec::new(),
         losses: Vec::new(),
         faults: Vec::new(),
@@ -347,6 +355,20 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let path = args.file.display().to_string();
     for w in read_warnings(&path, &r.stats, r.file_len) {
         output::warn(&w);
+    }
+    let clamped = crate::aggregate::hist_clamped();
+    if clamped > 0 {
+        output::warn(&format!(
+            "{clamped} values past the histograms' memory limit were recorded at their \
+             histogram's top (counts and maxima stay exact; percentiles above it do not)"
+        ));
+    }
+    if r.agg.folded > 0 {
+        output::warn(&format!(
+            "the file names more than {MAX_DEVICES} devices: the others are counted together \
+             as {}",
+            crate::aggregate::FOLDED_DEVICES
+        ));
     }
     let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
     let devices = r.agg.snapshot(window_s, &args.devices);
