@@ -14,14 +14,21 @@
 //!   written;
 //! - never truncate or chmod anything that is not our own new regular file:
 //!   directories are refused, device nodes/FIFOs/sockets too unless
-//!   `allow_special` (then they are opened for writing as they are, e.g.
-//!   `/dev/stdout` or a FIFO a consumer reads).
+//!   `allow_special` (then they are opened for writing as they are, e.g. a
+//!   FIFO a consumer reads); a symlink to one of them is never replaced;
+//! - `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N` with
+//!   `allow_special`: a duplicate of that descriptor of this process (the
+//!   pipe, terminal or file the shell opened, with its offset and
+//!   O_APPEND), never a reopened or replaced path.
 
 use std::{
     ffi::OsString,
     fs::{self, File, OpenOptions},
     io::{self, Write},
-    os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _},
+    os::{
+        fd::FromRawFd as _,
+        unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _},
+    },
     path::{Path, PathBuf},
     sync::atomic::{AtomicU32, Ordering},
 };
@@ -131,6 +138,31 @@ fn open_special(path: &Path, what: &str) -> anyhow::Result<File> {
     Ok(f)
 }
 
+/// The descriptor a path names when it is one of this process's own:
+/// /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N.
+fn own_fd(path: &Path) -> Option<i32> {
+    let s = path.to_str()?;
+    match s {
+        "/dev/stdout" => Some(1),
+        "/dev/stderr" => Some(2),
+        _ => s
+            .strip_prefix("/dev/fd/")
+            .or_else(|| s.strip_prefix("/proc/self/fd/"))
+            .and_then(|n| n.parse().ok()),
+    }
+}
+
+/// A duplicate of descriptor `fd` (same open file: offset, O_APPEND).
+fn dup_fd(fd: i32) -> io::Result<File> {
+    // SAFETY: F_DUPFD_CLOEXEC only reads `fd`; a new descriptor we own, or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just returned to us and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(new) })
+}
+
 static TMP_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// `.NAME.gdt-tmp.PID.N` next to `dest`, created with O_EXCL.
@@ -199,25 +231,48 @@ pub fn create(path: &Path, opts: Options) -> anyhow::Result<Output> {
     };
     let ft = meta.file_type();
     if ft.is_symlink() {
-        // An explicit special target through a link (/dev/stdout ->
-        // /proc/self/fd/1): allowed with allow_special, written as it is.
-        if opts.allow_special {
-            if let Ok(target) = fs::metadata(path) {
-                let tt = target.file_type();
-                if !tt.is_file() && !tt.is_dir() {
-                    return Ok(Output {
-                        file: Some(open_special(path, describe(tt))?),
-                        kind: Kind::Special,
-                        id: (0, 0),
-                    });
-                }
+        // /dev/stdout, /dev/fd/N: this process's own descriptor, written as
+        // it is (a pipe, a terminal, the file the shell opened), never the
+        // link replaced (as root, --force would have renamed over
+        // /dev/stdout itself).
+        if let Some(fd) = own_fd(path) {
+            if !opts.allow_special {
+                bail!(
+                    "{p} is this process's descriptor {fd}; pass --output-special to write to it"
+                );
             }
+            return Ok(Output {
+                file: Some(dup_fd(fd).map_err(|e| anyhow!("cannot write to {p}: {e}"))?),
+                kind: Kind::Special,
+                id: (0, 0),
+            });
         }
-        if !opts.force {
-            bail!(
+        match fs::metadata(path) {
+            Ok(t) if t.is_dir() => {
+                bail!("{p} is a symbolic link to a directory; give the path of a file to write")
+            }
+            // A link to a device, FIFO or socket: never replaced, and
+            // written through only when allowed.
+            Ok(t) if !t.is_file() => {
+                if !opts.allow_special {
+                    bail!(
+                        "{p} is a symbolic link to {}; refusing to write to it (pass \
+                         --output-special to write into it as it is)",
+                        describe(t.file_type())
+                    );
+                }
+                return Ok(Output {
+                    file: Some(open_special(path, describe(t.file_type()))?),
+                    kind: Kind::Special,
+                    id: (0, 0),
+                });
+            }
+            // A link to a regular file, or dangling: replaced with --force.
+            _ if !opts.force => bail!(
                 "{p} is a symbolic link; not following it (pass --force to replace the link \
                  itself with a new file)"
-            );
+            ),
+            _ => {}
         }
     } else if ft.is_dir() {
         bail!("{p} is a directory; give the path of a file to write");

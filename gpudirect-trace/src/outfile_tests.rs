@@ -175,6 +175,19 @@ fn a_special_file_behind_a_link_is_allowed_explicitly() {
     let link = dir.path().join("null-link");
     std::os::unix::fs::symlink("/dev/null", &link).expect("symlink");
     assert!(create(&link, PLAIN).is_err());
+    // --force never replaces a link to a device (as root, that would have
+    // been /dev/stdout itself).
+    let err = create(&link, FORCE)
+        .expect_err("link to a device")
+        .to_string();
+    assert!(
+        err.contains("character device") && err.contains("--output-special"),
+        "{err}"
+    );
+    assert!(fs::symlink_metadata(&link)
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
     let o = create(&link, SPECIAL).expect("special through a link");
     assert!(o.is_special());
     assert!(fs::symlink_metadata(&link)
@@ -192,4 +205,27 @@ fn a_missing_directory_is_one_clear_error() {
         err.contains("cannot create /nonexistent-dir/x.gdt"),
         "{err}"
     );
+}
+
+#[test]
+fn dev_stdout_is_this_process_descriptor_when_allowed_and_never_replaced() {
+    for opts in [PLAIN, FORCE] {
+        let err = create(Path::new("/dev/stdout"), opts)
+            .expect_err("needs the flag")
+            .to_string();
+        assert!(
+            err.contains("descriptor 1") && err.contains("--output-special"),
+            "{err}"
+        );
+        assert!(!err.contains("--force"), "{err}");
+    }
+    assert!(fs::symlink_metadata("/dev/stdout")
+        .expect("lstat")
+        .file_type()
+        .is_symlink());
+    // A duplicate of our own descriptor 2 (the test harness' stderr).
+    let o = create(Path::new("/dev/fd/2"), SPECIAL).expect("own descriptor");
+    assert!(o.is_special());
+    let o = create(Path::new("/proc/self/fd/987654"), SPECIAL);
+    assert!(o.is_err(), "a descriptor that is not open");
 }

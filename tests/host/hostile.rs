@@ -160,6 +160,41 @@ fn a_device_node_as_output_is_refused_and_left_as_it_was() {
 }
 
 #[test]
+fn dev_stdout_is_written_only_with_output_special_and_never_replaced() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("via-stdout.gdt");
+    // As root, --force used to be able to rename over /dev/stdout itself.
+    let out = run(bin().args(["record", "-o", "/dev/stdout", "--force", "--duration", "1s"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--output-special"),
+        "{}",
+        stderr(&out)
+    );
+    let m = fs::symlink_metadata("/dev/stdout").expect("lstat /dev/stdout");
+    assert!(m.file_type().is_symlink(), "/dev/stdout is still a link");
+    // Explicitly: the recording goes to the file the shell opened.
+    let status = bin()
+        .args([
+            "record",
+            "-o",
+            "/dev/stdout",
+            "--output-special",
+            "--duration",
+            "1s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&f).expect("create"))
+        .stderr(Stdio::null())
+        .status()
+        .expect("record");
+    assert!(status.success());
+    let out = run(bin().arg("report").arg(&f));
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn record_never_follows_or_truncates_a_symlink() {
     require_root();
     let dir = shared_dir();
