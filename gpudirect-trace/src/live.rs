@@ -126,6 +126,10 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
         all.iter().skip(skip),
         skip as u64 + s.analysis.ledger.evicted(),
     ));
+    // Device names, Xid messages, process names and fault lines come from
+    // the kernel and from whatever runs on the host: no control character
+    // of theirs reaches the terminal (our own clear-screen is added after).
+    let text = crate::sanitize::multiline(&text);
     if o.tty && !last {
         output::write(&format!("\x1b[H\x1b[2J{text}\n"))
     } else {

@@ -1,12 +1,16 @@
 //! The probe table on this kernel, as text.
 
-use crate::ebpf::{ProbeStatus, Status};
+use crate::{
+    ebpf::{ProbeStatus, Status},
+    sanitize::text as clean,
+};
 
 /// The probe table as `probes` prints it.
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
     let width = probes.iter().map(|p| p.name.len()).max().unwrap_or(10);
     let mut out = format!(
-        "kernel {release}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        "kernel {}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        clean(release),
         if btf { "yes" } else { "no" },
         "PROBE",
         "KIND",
@@ -18,7 +22,8 @@ pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
             p.name,
             p.kind,
             p.status.as_str(),
-            p.reason
+            // Kernel and loader messages: one line, no control characters.
+            clean(&p.reason)
         ));
     }
     let attached = probes

@@ -14,6 +14,8 @@ mod bench;
 mod deploy;
 mod flight;
 mod gpu_metrics;
+mod hostile;
+mod hostile_bounds;
 mod inject;
 mod record;
 mod serve;

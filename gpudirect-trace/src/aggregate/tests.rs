@@ -262,3 +262,44 @@ fn fault_mapping_state_distinguishes_live_unmapped_and_never_mapped() {
         MappingState::NeverMapped { device_seen: false }
     );
 }
+
+/// Input from trace files is untrusted (issue 19): devices past the cap
+/// share one row, latency ops that do not exist are not kept, histogram
+/// growth stays within its budget, and totals saturate.
+#[test]
+fn crafted_input_is_bounded() {
+    let mut agg = Aggregator::with_max_devices(2);
+    for d in ["a", "b", "c", "d"] {
+        agg.ingest(&ev(kind::DMA_MAP, 0x1000, u64::MAX, 1), &Arc::from(d));
+        agg.ingest(&ev(kind::DMA_MAP, 0x2000, u64::MAX, 1), &Arc::from(d));
+    }
+    let names: Vec<_> = agg.devices.keys().map(|k| k.to_string()).collect();
+    assert_eq!(names, vec![FOLDED_DEVICES, "a", "b"]);
+    assert!(agg.folded >= 4, "{}", agg.folded);
+    assert_eq!(agg.devices["a"].dma.bytes_mapped, u64::MAX, "saturated");
+
+    let mut lat = Aggregator::new();
+    let mut e = Event {
+        kind: kind::LATENCY,
+        size: 100,
+        ..Default::default()
+    };
+    for aux in [0, u64::from(op::COUNT), u64::from(u32::MAX) + 7] {
+        e.aux = aux;
+        lat.ingest(&Record::Event(e), &Arc::from("x"));
+    }
+    assert_eq!(lat.devices["x"].latency.len(), 1);
+    assert_eq!(lat.decode_errors, 2);
+
+    // On a thread of its own: the budget is per thread.
+    std::thread::spawn(|| {
+        limit_hist_growth(0);
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+        let size = h.distinct_values();
+        record(&mut h, u64::MAX >> 1);
+        assert_eq!(h.distinct_values(), size, "no growth past the budget");
+        assert_eq!((h.len(), hist_clamped()), (1, 1));
+    })
+    .join()
+    .expect("budget thread");
+}

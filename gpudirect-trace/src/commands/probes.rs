@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::{
     ebpf::{Status, Tracer, TracerOptions},
     output, probes,
+    sanitize::text as clean,
     session::STRICT_EXIT,
 };
 
@@ -23,6 +24,13 @@ pub struct ProbesArgs {
 }
 
 pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
+    match print(args) {
+        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
+        other => other,
+    }
+}
+
+fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
         ring_bytes: 4096,
@@ -42,10 +50,10 @@ pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     } else {
         output::line(&probes::render(&tracer.probes, &k.release, k.btf.is_some()))?;
         if let Some(e) = &k.tracefs_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
         if let Some(e) = &k.btf_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
     }
     let failed = tracer.probes.iter().any(|p| p.status == Status::Failed);

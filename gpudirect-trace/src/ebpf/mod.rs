@@ -182,7 +182,12 @@ impl Tracer {
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
         };
-        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
+        // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
+        let ring_bytes = opts
+            .ring_bytes
+            .max(4096)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 31);
         let mut ebpf = EbpfLoader::new()
             .set_global("CONFIG", &config, true)
             .set_max_entries("EVENTS", ring_bytes)

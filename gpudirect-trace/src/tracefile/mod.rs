@@ -15,6 +15,8 @@ pub mod writer;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_bounds;
 
 use std::{fs, io::BufReader, path::Path};
 

@@ -152,7 +152,7 @@ pub fn section(ctx: &Ctx) -> String {
         let _ = write!(wtext, "; only --device {}", names.join(", "));
     }
     row(&mut s, "window", &wtext);
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     let mut ev = format!("{} streamed", r.analysis.agg.events);
     if let Some(k) = r.kernel_hits {
         let _ = write!(ev, ", {k} counted in the kernel");
