@@ -7,6 +7,7 @@
 //! events tell the same story in every view.
 
 pub mod ledger;
+pub mod misuse;
 
 use std::sync::Arc;
 
