@@ -63,6 +63,7 @@ impl RecordSink {
             &opts.command,
         );
         header.gpus = session.gpus.identities.clone();
+        header.checks = session.check.clone();
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
         let path = opts.output.display().to_string();
@@ -85,6 +86,7 @@ impl Sink for RecordSink {
             Observed::LogFault(f) => self.writer.log_fault(f),
             Observed::Nvml(s) => self.writer.nvml(s),
             Observed::Names(n) => self.writer.names(n),
+            Observed::Driver(c) => self.writer.driver(c),
             Observed::Incident { .. } => Ok(()),
         };
         r.with_context(|| format!("writing {}", self.path))
@@ -97,7 +99,11 @@ impl Sink for RecordSink {
     fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
         s.resolve_names(&mut |o| self.observe(o))?;
         checkpoint(s, &mut self.writer, &mut self.lost_seen)
-            .and_then(|_| self.writer.flush())
+            .with_context(|| format!("writing {}", self.path))?;
+        // After the checkpoint, as a replay of the file does it.
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
+        self.writer
+            .flush()
             .with_context(|| format!("writing {}", self.path))?;
         if self.tty {
             let mut err = std::io::stderr().lock();
@@ -116,6 +122,7 @@ impl Sink for RecordSink {
     fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)
             .with_context(|| format!("writing {}", self.path))?;
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
         let events = self.writer.events_written();
         let block = End {
             ts_ns: kernel::monotonic_ns(),

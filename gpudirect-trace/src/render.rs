@@ -110,7 +110,7 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
         if s.is_empty() {
             let _ = writeln!(
                 s,
-                "\nincidents (faults, Xids, AER, mapping failures, IOMMU changes):"
+                "\nincidents (faults, Xids, AER, mapping failures, IOMMU changes, DMA misuse):"
             );
         }
         let _ = writeln!(s, "  {i}");
@@ -119,6 +119,9 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
         }
         if let Some(c) = i.context_line() {
             let _ = writeln!(s, "      {c}");
+        }
+        for l in i.misuse_lines() {
+            let _ = writeln!(s, "      {l}");
         }
     }
     if more > 0 && !s.is_empty() {
@@ -289,5 +292,33 @@ pub fn processes_text(devices: &[DeviceSnapshot]) -> String {
             );
         }
     }
+    s
+}
+
+/// The misuse checks' counts (`--check`): findings by device and check,
+/// and what could not be checked.
+pub fn misuse_text(stats: Option<&crate::analysis::misuse::CheckStats>) -> String {
+    let Some(st) = stats else {
+        return String::new();
+    };
+    let mut s = String::from("\nDMA-API misuse checks (--check):\n");
+    if st.findings.is_empty() {
+        s.push_str("  no misuse proven\n");
+    }
+    for (dev, checks) in &st.findings {
+        let list: Vec<String> = checks.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(s, "  {dev:<14}  {}", list.join(", "));
+    }
+    for (dev, callers) in &st.map_failures {
+        for (caller, n) in callers {
+            let _ = writeln!(s, "  {dev:<14}  map failures: {n} ({caller})");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  not checkable: {} unmaps and {} syncs of handles mapped before tracing, {} maps \
+         untracked; {} findings unproven after lost events ({} restarts)",
+        st.unknown_unmaps, st.unknown_syncs, st.untracked_maps, st.unproven, st.resets
+    );
     s
 }

@@ -121,6 +121,15 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     analysis.agg = crate::aggregate::Aggregator::with_max_devices(MAX_DEVICES);
     analysis.agg.gpus = header.gpus.clone();
     analysis.agg.policies = crate::tracefile::policies(&header.devices);
+    if let Some(setup) = &header.checks {
+        analysis.enable_checks(
+            setup,
+            header
+                .devices
+                .iter()
+                .map(|d| (d.bus_id.as_str(), d.driver.as_deref())),
+        );
+    }
     let mut r = Replay {
         analysis,
         header,
@@ -170,10 +179,18 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::End(e) => e.ts_ns,
             Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
             Item::Trigger(t) => t.at_ns,
+            Item::Driver(c) => c.ts_ns,
             Item::Names(_) | Item::Nvml(_) => 0,
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
+        // The loss checks the recorder made, at the same places: misuse
+        // findings become incidents here as they did live.
+        match &item {
+            Item::Checkpoint(cp) => drop(r.analysis.confirm(cp.lost_total)),
+            Item::End(e) => drop(r.analysis.confirm(e.lost_total)),
+            _ => {}
+        }
         match item {
             Item::Event { record, device } => {
                 if !in_window(ts) {
@@ -223,6 +240,11 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 }
             }
             Item::Nvml(s) => r.analysis.nvml(*s),
+            Item::Driver(c) => {
+                let device: std::sync::Arc<str> = std::sync::Arc::from(c.device.as_str());
+                r.analysis
+                    .driver_change(&device, c.driver.as_deref(), c.ts_ns);
+            }
             _ => {}
         }
     }
@@ -345,6 +367,7 @@ pub fn json(
         "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
             "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
         "counters": r.counters,
+        "misuse": r.analysis.checker.as_ref().map(|c| &c.stats),
         "gpus": r.analysis.agg.gpus,
         "nvml": {"first": r.analysis.nvml_first, "latest": r.analysis.nvml_latest},
         "lead": r.lead,
@@ -427,6 +450,9 @@ pub fn text(
     s.push_str(&crate::render::processes_text(devices));
     s.push_str(&crate::render::latency_text(devices));
     s.push_str(&crate::render::translation_text(devices));
+    s.push_str(&crate::render::misuse_text(
+        r.analysis.checker.as_ref().map(|c| &c.stats),
+    ));
     let incidents: Vec<&Incident> = r.incidents().collect();
     let skip = incidents.len().saturating_sub(64);
     s.push_str(&crate::render::incidents_text(

@@ -54,6 +54,7 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "incidents_evicted": ledger.evicted(),
         "faults": faults,
         "fault_counts": fault_counts(s),
+        "misuse": s.analysis.checker.as_ref().map(|c| &c.stats),
         "long_lived": v.long_lived.iter().map(|(dev, lvl, m)| json!({
             "device": dev, "level": lvl, "address": m.address,
             "size": m.size, "age_s": m.age_s, "pid": m.pid})).collect::<Vec<_>>(),

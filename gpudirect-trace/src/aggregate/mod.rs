@@ -305,6 +305,9 @@ impl Aggregator {
     fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
         let d = self.device(device);
         match ev.kind {
+            // A failed map (dma:dma_map_page fires for it too, with
+            // DMA_MAPPING_ERROR as the handle) mapped nothing.
+            kind::DMA_MAP if ev.addr == u64::MAX => d.map_errors += 1,
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {

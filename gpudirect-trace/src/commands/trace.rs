@@ -48,6 +48,18 @@ pub struct TraceArgs {
     /// (unavailable ones are normal: kernels differ).
     #[arg(long)]
     pub strict: bool,
+    /// Check DMA-API use as the kernel's dma-debug does (double unmaps,
+    /// size/direction/API mismatches, syncs after unmap or outside the
+    /// mapping, overlapping cachelines, leaks at driver unbind, maps of
+    /// kernel text), on kernels built without CONFIG_DMA_API_DEBUG. Only
+    /// what the trace proves is reported: handles mapped before the trace
+    /// started are counted as unknown.
+    #[arg(long, conflicts_with = "aggregate_only")]
+    pub check: bool,
+    /// With --check: take the kernel stack of each DMA-API call, so each
+    /// finding shows the code that mapped and the code that misused.
+    #[arg(long, requires = "check")]
+    pub stacks: bool,
 }
 
 impl TraceArgs {
@@ -58,6 +70,8 @@ impl TraceArgs {
             ring_bytes: self.ring_size,
             strict: self.strict,
             follow_kmsg: true,
+            check: self.check,
+            stacks: self.stacks,
         }
     }
 }

@@ -101,6 +101,12 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_gpu_fact_unavailable" => {
             "1 for each NVML fact this GPU did not give (not supported, no permission)."
         }
+        "gpudirect_dma_misuse_total" => {
+            "DMA-API misuse the trace proves (--check), by device and check (dma-debug's checks; map-failure: maps that returned an error)."
+        }
+        "gpudirect_dma_misuse_unchecked_total" => {
+            "DMA-API calls --check could not judge: unmaps and syncs of handles mapped before tracing, maps past the table, findings unproven after lost events."
+        }
         "gpudirect_containers_folded_total" => {
             "Containers reported as container=\"other\" (past the container label cap)."
         }

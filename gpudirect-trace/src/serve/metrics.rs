@@ -552,6 +552,8 @@ pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error
 mod flight;
 #[path = "metrics_gpu.rs"]
 pub mod gpu;
+#[path = "metrics_misuse.rs"]
+mod misuse;
 pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};
 
 #[cfg(test)]

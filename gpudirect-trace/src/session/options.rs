@@ -14,6 +14,10 @@ pub struct SessionOptions {
     pub strict: bool,
     /// Follow /dev/kmsg for faults only the kernel log reports.
     pub follow_kmsg: bool,
+    /// Check DMA-API use (analysis::misuse); needs `stream`.
+    pub check: bool,
+    /// Take kernel stacks of DMA-API calls for the findings.
+    pub stacks: bool,
 }
 
 impl Default for SessionOptions {
@@ -24,6 +28,8 @@ impl Default for SessionOptions {
             ring_bytes: 8 << 20,
             strict: false,
             follow_kmsg: true,
+            check: false,
+            stacks: false,
         }
     }
 }

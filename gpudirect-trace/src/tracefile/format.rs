@@ -14,7 +14,7 @@ pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
 pub const MAJOR: u16 = 1;
 /// 1.1: FAULTS blocks hold typed kernel-log faults only (1.0: untyped
 /// resolved faults, tracepoint ones included; see `legacy`).
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 /// Magic (8) + major (2) + minor (2) + reserved (4).
 pub const PREAMBLE_LEN: usize = 16;
 /// Bytes before the payload: len u32, type u16, flags u16, crc32c u32.
@@ -53,6 +53,11 @@ pub const fn max_raw(typ: u16) -> usize {
         block::CHECKPOINT => 4 << 20,
         block::FAULTS => 2 << 20,
         block::LOSS | block::END => 1 << 10,
+        // JSON blocks: an incident, pids' names, one NVML reading of every
+        // GPU, one driver change.
+        block::TRIGGER | block::NVML => 1 << 20,
+        block::NAMES => 4 << 20,
+        block::DRIVERS => 64 << 10,
         _ => 0,
     }
 }
@@ -73,6 +78,9 @@ pub mod block {
     pub const NAMES: u16 = 9;
     /// An NVML reading of the GPUs (JSON `gpu::Sample`).
     pub const NVML: u16 = 10;
+    /// A driver bound to or let go of a PCI device (JSON
+    /// `model::pci::DriverChange`), recorded with `--check`.
+    pub const DRIVERS: u16 = 11;
 }
 
 /// Bits of the block flags.
@@ -118,6 +126,10 @@ pub struct Header {
     /// The host's NVIDIA GPUs (index, UUID, name, bus id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::gpu::GpuIdentity>,
+    /// How DMA-API use was checked (`--check`); a report checks the same
+    /// way. Absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<crate::model::misuse::CheckSetup>,
     /// Set in a flight-recorder snapshot: why it was written and what the
     /// in-memory ring held.
     #[serde(default, skip_serializing_if = "Option::is_none")]

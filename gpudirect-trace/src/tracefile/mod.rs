@@ -101,6 +101,7 @@ pub fn host_header(
         start_unix_ns: unix,
         aggregate_only,
         command: command.to_vec(),
+        checks: None,
         probes: probes
             .iter()
             .map(|p| ProbeInfo {

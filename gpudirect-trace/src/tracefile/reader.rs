@@ -90,6 +90,8 @@ pub enum Item {
     Trigger(Box<super::format::Trigger>),
     /// Names of pids seen.
     Names(Vec<crate::aggregate::ProcName>),
+    /// A driver bound to or let go of a device (`--check`).
+    Driver(crate::model::pci::DriverChange),
     /// An NVML reading of the GPUs.
     Nvml(Box<crate::gpu::Sample>),
 }
@@ -370,6 +372,7 @@ impl<R: Read> TraceReader<R> {
                     | block::TRIGGER
                     | block::NAMES
                     | block::NVML
+                    | block::DRIVERS
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -435,6 +438,10 @@ impl<R: Read> TraceReader<R> {
             block::NVML => {
                 let s = serde_json::from_slice(&raw).map_err(|_| Malformed("NVML JSON"))?;
                 self.pending.push_back(Item::Nvml(Box::new(s)));
+            }
+            block::DRIVERS => {
+                let c = serde_json::from_slice(&raw).map_err(|_| Malformed("driver JSON"))?;
+                self.pending.push_back(Item::Driver(c));
             }
             block::END => {
                 self.stats.clean_end = true;

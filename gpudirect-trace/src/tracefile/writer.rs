@@ -245,6 +245,14 @@ impl<W: BlockOut> TraceWriter<W> {
         self.block(block::NAMES, &json, true, 0)
     }
 
+    /// DRIVERS: a driver bound to or let go of a device, after the events
+    /// before it.
+    pub fn driver(&mut self, c: &crate::model::pci::DriverChange) -> io::Result<()> {
+        self.write_events()?;
+        let json = serde_json::to_vec(c)?;
+        self.block(block::DRIVERS, &json, true, 0)
+    }
+
     /// NVML: one reading of the GPUs.
     pub fn nvml(&mut self, s: &crate::gpu::Sample) -> io::Result<()> {
         self.write_events()?;

@@ -224,6 +224,7 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
         "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
         "flight-recorder" => super::flight_checks::flight_recorder(series, lines),
         "flight-serve" => super::flight_checks::flight_serve(series, lines),
+        "dma-misuse" => super::misuse_checks::dma_misuse(series, lines),
         "flush-strict" | "flush-lazy" | "passthrough" | "swiotlb-force" | "virtio-fault" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             use super::checks_iommu as c;

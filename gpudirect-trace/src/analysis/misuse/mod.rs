@@ -17,6 +17,8 @@
 //! that matches it best: that order can neither make a mismatch nor a
 //! double unmap.
 
+#[cfg(test)]
+mod bench;
 mod handles;
 mod lines;
 #[cfg(test)]

@@ -35,6 +35,7 @@ pub fn category_short(c: Category) -> &'static str {
         "aer" => "AER errors",
         "map-error" => "map errors",
         "iommu-change" => "IOMMU chg.",
+        "misuse" => "DMA misuse",
         other => other,
     }
 }
