@@ -10,7 +10,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
-    flags, kind, stat, Config, Counter, CounterKey, Event, COUNTER_SLOTS,
+    flags, kind, stat, Config, Counter, CounterKey, Event, COUNTER_FROM_HOOK, COUNTER_SLOTS,
 };
 
 use crate::device::remember_device;
@@ -256,9 +256,14 @@ pub fn add_counter_atomic(ev: &Event) {
 /// is full.
 #[inline(always)]
 fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
+    let source = if ev.flags & flags::FROM_HOOK != 0 {
+        COUNTER_FROM_HOOK
+    } else {
+        0
+    };
     let key = CounterKey {
         dev: ev.dev,
-        kind: ev.kind as u32 | slot << 16,
+        kind: ev.kind as u32 | slot << 16 | source,
         dir: ev.dir,
     };
     if let Some(c) = DEV_COUNTERS.get_ptr_mut(&key) {
@@ -309,6 +314,17 @@ pub fn emit_rare(ev: &mut Event) {
         ev.flags |= flags::NO_DEVICE;
     }
     add_counter(ev);
+    stamp(ev);
+    output(ev, true);
+}
+
+/// `emit_rare` for programs that may be preempted (fentry/fexit).
+#[inline(always)]
+pub fn emit_rare_any(ev: &mut Event) {
+    if !remember_device(ev.dev, &config().offsets) {
+        ev.flags |= flags::NO_DEVICE;
+    }
+    add_counter_atomic(ev);
     stamp(ev);
     output(ev, true);
 }

@@ -1,23 +1,76 @@
 //! Scatter-gather mappings: walk the scatterlist for the byte total and the
 //! per-entry lengths, following chained lists (sg_next() semantics).
+//!
+//! The walk ends at the entry marked SG_END (sg_mark_end()) or after
+//! `nents` data entries, whichever comes first (for_each_sg() stops at
+//! `nents`; a driver may map only a prefix of its table). Its first
+//! `SG_PREFIX` steps run inline and record the first `SG_LENS` lengths;
+//! the rest only sums, either in bpf_loop() (5.17+: up to
+//! `--sg-walk-max` entries, measured ~X ns per entry, see
+//! docs/benchmarks.md) or, in the programs built for older kernels, in a
+//! bounded loop of `SG_BOUNDED_REST` steps. A walk that stops anywhere else
+//! marks the record `SG_TRUNCATED` and counts it per device
+//! (`kind::SG_TRUNCATED`), so a short total is never silent.
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
-use gpudirect_trace_common::{flags, kind, SgEvent, SG_LENS, SG_WALK_MAX};
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_loop, bpf_probe_read_kernel},
+    macros::map,
+    maps::PerCpuArray,
+};
+use gpudirect_trace_common::{
+    flags, kind, Event, SgEvent, BPF_MAX_LOOPS, SG_BOUNDED_REST, SG_LENS, SG_PREFIX,
+};
 
 use crate::{
-    emit::{add_counter, base_event, cfg_stream, config, output_hot, stamp},
+    dmaapi::sg_walk_max,
+    emit::{add_counter, add_counter_atomic, base_event, cfg_stream, config, output_hot, stamp},
     lifetime,
 };
 
 /// The record is built in a per-CPU map value, not on the stack: the
 /// verifier tracks each stack slot's type (zero vs. written) per path, and a
 /// 16-entry array written on some paths only gives it 2^16 states to explore.
-/// One slot per program: dma_unmap_sg runs from the completion interrupt and
-/// can interrupt dma_map_sg's program on the same CPU mid-record (seen on
-/// 6.12: a map counted as an unmap). The kernel never nests a program in
-/// itself, so a slot per program is never shared.
+/// One slot per program (`scratch::*`): dma_unmap_sg runs from the
+/// completion interrupt and can interrupt dma_map_sg's program on the same
+/// CPU mid-record (seen on 6.12: a map counted as an unmap). The kernel
+/// never runs a program inside itself on one CPU (it counts a recursion
+/// miss instead), so a slot per program is never shared.
+///
+/// The walk's cursor lives there too, not on the stack: the verifier checks
+/// a bpf_loop() callback again for every iteration until its state repeats
+/// (within ranges), and a total or a countdown on the stack changes bounds
+/// every step, so it never would ("the sequence of 8193 jumps is too
+/// complex", 6.18); values read from map memory are unknown to it, and the
+/// callback's context (a pointer to the cursor) stays the same.
 #[map]
-static SG_SCRATCH: PerCpuArray<SgEvent> = PerCpuArray::with_max_entries(2, 0);
+static SG_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(scratch::COUNT, 0);
+
+#[repr(C)]
+pub struct Scratch {
+    ev: SgEvent,
+    cur: Cursor,
+}
+
+/// Scratch slots, one per program that walks a scatterlist.
+pub mod scratch {
+    pub const TP_MAP: u32 = 0;
+    pub const TP_UNMAP: u32 = 1;
+    pub const FEXIT_MAP: u32 = 2;
+    pub const FENTRY_UNMAP: u32 = 3;
+    pub const KRET_MAP: u32 = 4;
+    pub const KPROBE_UNMAP: u32 = 5;
+    pub const FEXIT_SGTABLE: u32 = 6;
+    pub const KRET_SGTABLE: u32 = 7;
+    pub const TP_SYNC_CPU: u32 = 8;
+    pub const TP_SYNC_DEV: u32 = 9;
+    pub const BTF_SYNC_CPU: u32 = 10;
+    pub const BTF_SYNC_DEV: u32 = 11;
+    pub const REGS_SYNC_CPU: u32 = 12;
+    pub const REGS_SYNC_DEV: u32 = 13;
+    pub const COUNT: u32 = 14;
+}
 
 /// `page_link` bit 0: this entry is a chain pointer to the next array.
 const SG_CHAIN: u64 = 0x01;
@@ -42,17 +95,198 @@ fn read_u32(addr: u64) -> Option<u32> {
     unsafe { bpf_probe_read_kernel(addr as *const u32) }.ok()
 }
 
+/// Where the walk is (in the program's scratch slot). The layout offsets
+/// are copied in once: the callback then reads no configuration.
+#[repr(C)]
+pub struct Cursor {
+    /// The next entry to read (0: none).
+    sg: u64,
+    total: u64,
+    /// Data entries still allowed: min(nents, sg_walk_max) minus those walked.
+    left: u64,
+    /// 1 once the walk reached the list's end (SG_END or `nents` entries).
+    ended: u64,
+    /// 1 when `sg_walk_max` < nents: running out of `left` is then a cut,
+    /// not the end.
+    cut: u64,
+    stride: u64,
+    page_link: u64,
+    /// offsetof(length) when it is not in the entry's first 16 bytes, else 0.
+    length: u64,
+    /// Bit shift of `length` in the second u64 of the entry's head.
+    len_shift: u64,
+}
+
+/// What one step found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A data entry of this length; the walk goes on.
+    Data(u32),
+    /// A chain entry: the walk continues in the next array.
+    Chain,
+    /// A data entry of this length that ended the walk.
+    Last(u32),
+    /// No entry: the walk was over, or the entry could not be read.
+    Stop,
+}
+
+/// One entry of the walk. Every x86_64 kernel has page_link and length in
+/// the entry's first 16 bytes (offsets 0 and 12): one read covers both.
 #[inline(always)]
-pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, attrs: u64) {
-    let cfg = config();
-    let off = cfg.offsets;
-    let slot = u32::from(k == kind::DMA_UNMAP_SG);
+fn step(c: &mut Cursor) -> Step {
+    if c.sg == 0 || c.left == 0 {
+        return Step::Stop;
+    }
+    let Some(head) = read_2u64(c.sg + c.page_link) else {
+        return Step::Stop;
+    };
+    let page_link = head[0];
+    if page_link & SG_CHAIN != 0 {
+        c.sg = page_link & !(SG_CHAIN | SG_END);
+        return Step::Chain;
+    }
+    let len = if c.length == 0 {
+        (head[1] >> (c.len_shift & 63)) as u32
+    } else {
+        match read_u32(c.sg + c.length) {
+            Some(l) => l,
+            None => return Step::Stop,
+        }
+    };
+    c.total += len as u64;
+    c.left -= 1;
+    c.sg += c.stride;
+    if page_link & SG_END != 0 {
+        c.ended = 1;
+        return Step::Last(len);
+    }
+    if c.left == 0 {
+        c.ended = 1 - c.cut;
+        return Step::Last(len);
+    }
+    Step::Data(len)
+}
+
+/// bpf_loop()'s context, on the caller's stack (ARG_PTR_TO_STACK).
+#[repr(C)]
+struct LoopCtx {
+    cur: *mut Cursor,
+}
+
+/// bpf_loop() callback: one step per iteration; 1 stops the loop.
+unsafe extern "C" fn loop_step(_index: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the caller's `LoopCtx` (bpf_loop hands the pointer
+    // through unchanged); its cursor is the caller's map value.
+    let c = unsafe { &mut *(*(ctx as *mut LoopCtx)).cur };
+    match step(c) {
+        Step::Data(_) | Step::Chain => 0,
+        _ => 1,
+    }
+}
+
+/// Walks the list from `sgl` with the cursor `c`: the first lengths into
+/// `lens` (returns how many it wrote), the total into the cursor. `LOOP`:
+/// the kernel has bpf_loop().
+#[inline(always)]
+fn walk<const LOOP: bool>(
+    c: &mut Cursor,
+    sgl: u64,
+    nents: u32,
+    mut lens: Option<&mut [u32; SG_LENS]>,
+) -> u32 {
+    let off = config().offsets;
+    // From a map, not read-only data: the verifier must not know it (see
+    // `runtime`).
+    let walk_max = sg_walk_max();
+    let (max, cut) = if nents <= walk_max {
+        (nents, 0)
+    } else {
+        (walk_max, 1)
+    };
+    let in_head =
+        off.sg_length >= off.sg_page_link + 8 && off.sg_length + 4 <= off.sg_page_link + 16;
+    c.sg = sgl;
+    c.total = 0;
+    c.left = max as u64;
+    c.ended = u64::from(max == 0);
+    c.cut = cut;
+    c.stride = off.sg_stride as u64;
+    c.page_link = off.sg_page_link as u64;
+    c.length = if in_head { 0 } else { off.sg_length as u64 };
+    c.len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) as u64 * 8;
+    let mut n_lens: u32 = 0;
+    // One loop counter only: a second counter that diverges from it at chain
+    // entries multiplies the verifier's states past its 1M-instruction limit.
+    for i in 0..SG_PREFIX {
+        let s = step(c);
+        let len = match s {
+            Step::Data(l) | Step::Last(l) => l,
+            // Chain entries leave a 0 here; userspace skips zero lengths.
+            Step::Chain => 0,
+            Step::Stop => return n_lens,
+        };
+        if let Some(lens) = lens.as_deref_mut() {
+            if (i as usize) < SG_LENS {
+                lens[i as usize] = len;
+                n_lens = i + 1;
+            }
+        }
+        if matches!(s, Step::Last(_)) {
+            return n_lens;
+        }
+    }
+    if LOOP {
+        // Iterations: every data entry left, plus at most one chain entry
+        // per data entry (an array holds at least one data entry).
+        let left = c.left.saturating_mul(2);
+        let n = if left < BPF_MAX_LOOPS as u64 {
+            left as u32
+        } else {
+            BPF_MAX_LOOPS
+        };
+        let mut ctx = LoopCtx { cur: c };
+        // SAFETY: the callback is a static function of the program; the
+        // context is this stack frame's, alive for the call.
+        unsafe {
+            bpf_loop(
+                n,
+                loop_step as *mut c_void,
+                &mut ctx as *mut LoopCtx as *mut c_void,
+                0,
+            )
+        };
+    } else {
+        for _ in 0..SG_BOUNDED_REST {
+            if !matches!(step(c), Step::Data(_) | Step::Chain) {
+                break;
+            }
+        }
+    }
+    n_lens
+}
+
+/// A dma_map_sg / dma_unmap_sg record from a tracepoint (`hook` false, a
+/// program that runs with preemption off) or a DMA-API hook.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn sg_event<const LOOP: bool>(
+    slot: u32,
+    k: u16,
+    dev: u64,
+    sgl: u64,
+    nents: u32,
+    ents: u32,
+    dir: u32,
+    attrs: u64,
+    hook: bool,
+) {
+    let off = config().offsets;
     let Some(scratch) = SG_SCRATCH.get_ptr_mut(slot) else {
         return;
     };
     // SAFETY: this CPU's slot, used only for the duration of this program.
-    let ev = unsafe { &mut *scratch };
-    ev.event = base_event(k, dev, 0);
+    let Scratch { ev, cur } = unsafe { &mut *scratch };
+    ev.event = base_event(k, dev, if hook { flags::FROM_HOOK } else { 0 });
     ev.nents = nents;
     ev.ents = ents;
     ev.n_lens = 0;
@@ -61,57 +295,26 @@ pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, att
     if let Some(a) = read_u64(sgl + off.sg_dma_address as u64) {
         ev.event.addr = a;
     }
-    // One loop counter only: a second counter that diverges from it at chain
-    // entries multiplies the verifier's states past its 1M-instruction limit.
-    // The list ends at the entry marked SG_END (sg_mark_end(), set on the
-    // last entry of every table); `nents` is kept for the record only.
-    let len_in_head =
-        off.sg_length >= off.sg_page_link + 8 && off.sg_length + 4 <= off.sg_page_link + 16;
-    let len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) * 8;
-    let mut sg = sgl;
-    let mut total: u64 = 0;
-    let mut ended = false;
-    let mut n_lens: u32 = 0;
-    for i in 0..SG_WALK_MAX {
-        if sg == 0 {
-            ended = true;
-            break;
-        }
-        // One read covers page_link and length when they share 16 bytes
-        // (every x86_64 kernel: offsets 0 and 12), else two reads.
-        let Some(head) = read_2u64(sg + off.sg_page_link as u64) else {
-            ended = true;
-            break;
-        };
-        let page_link = head[0];
-        let mut len: u32 = 0;
-        if page_link & SG_CHAIN != 0 {
-            sg = page_link & !(SG_CHAIN | SG_END);
-        } else {
-            len = if len_in_head {
-                (head[1] >> len_shift) as u32
-            } else {
-                read_u32(sg + off.sg_length as u64).unwrap_or(0)
-            };
-            total += len as u64;
-            sg += off.sg_stride as u64;
-        }
-        if (i as usize) < SG_LENS {
-            // Chain entries leave a 0 here; userspace skips zero lengths.
-            ev.lens[i as usize] = len;
-            n_lens = i + 1;
-        }
-        if page_link & (SG_END | SG_CHAIN) == SG_END {
-            ended = true;
-            break;
-        }
-    }
-    if !ended {
+    let n_lens = walk::<LOOP>(cur, sgl, nents, Some(&mut ev.lens));
+    let truncated = cur.ended == 0;
+    if truncated {
         ev.event.flags |= flags::SG_TRUNCATED;
     }
     ev.n_lens = n_lens;
-    ev.event.size = total;
-    add_counter(&ev.event);
+    ev.event.size = cur.total;
+    count(&ev.event, hook);
+    if truncated {
+        // The walked part, counted per device: userspace shows the device's
+        // bytes as a lower bound. (The kind is swapped in place: a copy of
+        // the event would not fit the stack of the kprobe programs.)
+        ev.event.kind = if k == kind::DMA_MAP_SG {
+            kind::SG_TRUNCATED
+        } else {
+            kind::SG_UNMAP_TRUNCATED
+        };
+        count(&ev.event, hook);
+        ev.event.kind = k;
+    }
     if k == kind::DMA_MAP_SG {
         lifetime::mapped(&ev.event);
     } else {
@@ -120,5 +323,33 @@ pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, att
     if cfg_stream() {
         stamp(&mut ev.event);
         output_hot(ev);
+    }
+}
+
+/// The DMA address of a list's first entry.
+#[inline(always)]
+pub fn first_dma_address(sgl: u64) -> u64 {
+    read_u64(sgl + config().offsets.sg_dma_address as u64).unwrap_or(0)
+}
+
+/// The byte total of a synced scatterlist (dma_sync_sg_*), and whether it is
+/// complete; `slot` is the program's scratch slot.
+#[inline(always)]
+pub fn sg_total<const LOOP: bool>(slot: u32, sgl: u64, nents: u32) -> (u64, bool) {
+    let Some(scratch) = SG_SCRATCH.get_ptr_mut(slot) else {
+        return (0, false);
+    };
+    // SAFETY: this CPU's slot, used only for the duration of this program.
+    let cur = unsafe { &mut (*scratch).cur };
+    walk::<LOOP>(cur, sgl, nents, None);
+    (cur.total, cur.ended != 0)
+}
+
+#[inline(always)]
+fn count(ev: &Event, hook: bool) {
+    if hook {
+        add_counter_atomic(ev);
+    } else {
+        add_counter(ev);
     }
 }

@@ -4,7 +4,7 @@ use std::{process::ExitCode, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{live, probes};
+use crate::{ebpf::DmaSource, live, probes};
 
 const ABOUT: &str = "Trace DMA, IOMMU and GPUDirect paths with eBPF: per-device DMA activity, \
 translation, faults and NVIDIA Xids.";
@@ -136,6 +136,9 @@ pub struct ProbesArgs {
     /// Exit with status 3 if any probe failed (unavailable ones are fine).
     #[arg(long)]
     pub strict: bool,
+    /// As for `live`: which programs would report the DMA-API operations.
+    #[arg(long, value_enum, default_value_t = DmaSource::Auto, value_name = "SOURCE")]
+    pub dma_source: DmaSource,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -155,6 +158,18 @@ pub struct TraceArgs {
     /// Fail (exit 3) if any probe failed to load or attach.
     #[arg(long)]
     pub strict: bool,
+    /// Where DMA-API maps, unmaps and syncs come from: the dma:* tracepoints
+    /// (6.8+, cheaper), or the fentry/kprobe hooks on the DMA-API functions
+    /// (every kernel). auto takes the tracepoints where they exist and the
+    /// hooks for the rest; hooks forces them (to compare the two).
+    #[arg(long, value_enum, default_value_t = DmaSource::Auto, value_name = "SOURCE")]
+    pub dma_source: DmaSource,
+    /// Scatterlist entries walked per map at most, for its byte total. A
+    /// longer list is counted as truncated and its bytes shown as a lower
+    /// bound. Each entry costs ~10-20 ns (docs/benchmarks.md).
+    #[arg(long, default_value_t = gpudirect_trace_common::SG_WALK_DEFAULT, value_name = "ENTRIES",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sg_walk_max: u32,
 }
 
 #[derive(Args, Debug)]

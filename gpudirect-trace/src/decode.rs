@@ -57,7 +57,9 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match k {
         kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
         kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        1..=18 => read::<Event>(bytes, k).map(Record::Event),
+        // Kinds below SG_TRUNCATED are records; SG_TRUNCATED and above are
+        // counter-only.
+        1..=21 => read::<Event>(bytes, k).map(Record::Event),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
@@ -93,6 +95,11 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::NV_XID => "nvidia_xid",
         kind::LATENCY => "latency",
         kind::AER => "pcie_aer",
+        kind::DMA_MAP_ERR => "dma_map_err",
+        kind::DMA_SYNC_CPU => "dma_sync_for_cpu",
+        kind::DMA_SYNC_DEVICE => "dma_sync_for_device",
+        kind::SG_TRUNCATED => "sg_map_truncated",
+        kind::SG_UNMAP_TRUNCATED => "sg_unmap_truncated",
         _ => "unknown",
     }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::{
     cli::ProbesArgs,
-    ebpf::{ProbeStatus, Status, Tracer, TracerOptions},
+    ebpf::{DmaOpSource, ProbeStatus, Status, Tracer, TracerOptions},
     output,
 };
 
@@ -14,6 +14,7 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
         ring_bytes: 4096,
+        dma_source: args.dma_source,
         ..Default::default()
     })?;
     let k = &tracer.kernel;
@@ -25,10 +26,12 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
             "tracefs_error": k.tracefs_error,
             "probes": tracer.probes,
+            "dma_source": tracer.dma_plan,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
         output::line(&render(&tracer.probes, &k.release, k.btf.is_some()))?;
+        output::line(&dma_plan_text(&tracer.dma_plan))?;
         if let Some(e) = &k.tracefs_error {
             output::line(&format!("note: {e}"))?;
         }
@@ -42,6 +45,19 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// One line: which programs report each DMA-API operation.
+pub fn dma_plan_text(plan: &[DmaOpSource]) -> String {
+    let ops: Vec<String> = plan
+        .iter()
+        .map(|o| format!("{} {}", o.op, o.source))
+        .collect();
+    format!(
+        "DMA-API records (per-device level \"dma\"): {} (tracepoint: dma:*; hook: the time:dma_* \
+         hooks on the DMA-API functions; none: not reported on this kernel)",
+        ops.join(", ")
+    )
 }
 
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {

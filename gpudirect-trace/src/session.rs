@@ -48,6 +48,8 @@ impl Session {
             stream: !args.aggregate_only,
             lifetimes: !args.no_lifetimes,
             ring_bytes: args.ring_size,
+            dma_source: args.dma_source,
+            sg_walk_max: args.sg_walk_max,
             ..Default::default()
         })?;
         let failed: Vec<_> = tracer

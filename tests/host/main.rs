@@ -19,7 +19,7 @@ mod serve;
 use std::process::Command;
 
 use gpudirect_trace::{
-    catalog::{CATALOG, NVIDIA_TIMING, TIMING},
+    catalog::{CATALOG, DMA_API_TIMING, NVIDIA_TIMING, TIMING},
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
@@ -61,7 +61,7 @@ fn every_program_passes_the_verifier() {
     );
     assert_eq!(
         tracer.probes.len(),
-        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+        CATALOG.len() + DMA_API_TIMING.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
     );
 }
 
@@ -82,7 +82,7 @@ fn probe_table_matches_what_the_kernel_offers() {
     let all = doc["probes"].as_array().expect("probes array");
     assert_eq!(
         all.len(),
-        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+        CATALOG.len() + DMA_API_TIMING.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
     );
     let probes: Vec<_> = all
         .iter()

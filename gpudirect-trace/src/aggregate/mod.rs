@@ -63,6 +63,17 @@ pub struct DeviceStats {
     pub kernel_latency: BTreeMap<u32, LatHist>,
     /// The latest unmaps of any level, for "DMA after unmap" diagnosis.
     pub recent_unmaps: VecDeque<Unmapped>,
+    /// DMA-API source seen for this device (records' `FROM_HOOK` flag or
+    /// the counters' `COUNTER_FROM_HOOK` bit): the dma:* tracepoints, the hooks.
+    pub dma_by_tracepoint: bool,
+    pub dma_by_hook: bool,
+    /// Scatter-gather maps / unmaps whose walk stopped before the list's end:
+    /// their bytes (and so the device's) are a lower bound.
+    pub sg_truncated: u64,
+    pub sg_unmap_truncated: u64,
+    /// dma_sync_* calls (both directions) and the bytes they covered.
+    pub syncs: u64,
+    pub sync_bytes: u64,
 }
 
 /// An unmap kept for fault correlation.
@@ -77,7 +88,30 @@ pub struct Unmapped {
 /// Unmaps remembered per device for fault correlation.
 pub const RECENT_UNMAPS: usize = 4096;
 
+/// dma_sync_*_for_cpu / _for_device.
+fn is_sync(k: u16) -> bool {
+    matches!(k, kind::DMA_SYNC_CPU | kind::DMA_SYNC_DEVICE)
+}
+
 impl DeviceStats {
+    /// Which source reported a DMA-API record.
+    fn note_source(&mut self, ev: &Event) {
+        if ev.flags & flags::FROM_HOOK != 0 {
+            self.dma_by_hook = true;
+        } else {
+            self.dma_by_tracepoint = true;
+        }
+    }
+
+    fn dma_source(&self) -> &'static str {
+        match (self.dma_by_tracepoint, self.dma_by_hook) {
+            (true, true) => "tracepoints+hooks",
+            (true, false) => "tracepoints",
+            (false, true) => "hooks",
+            (false, false) => "none",
+        }
+    }
+
     fn note_unmap(&mut self, ev: &Event, size: u64) {
         if self.recent_unmaps.len() == RECENT_UNMAPS {
             self.recent_unmaps.pop_front();
@@ -94,8 +128,12 @@ impl DeviceStats {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DeviceSnapshot {
     pub device: String,
-    /// "dma" or "iommu": which level the flat fields below report.
+    /// "dma", "iommu" or "none": which level the flat fields below report
+    /// (the DMA API where it was seen, else the IOMMU's page-table maps).
     pub level: &'static str,
+    /// Where the DMA-API level came from: "tracepoints" (dma:*), "hooks"
+    /// (fentry/kprobe on the DMA-API functions), both, or "none".
+    pub dma_source: &'static str,
     pub maps: u64,
     pub unmaps: u64,
     pub bytes_mapped: u64,
@@ -108,6 +146,14 @@ pub struct DeviceSnapshot {
     pub bytes_bidirectional: u64,
     pub sg_maps: u64,
     pub sg_entries: u64,
+    /// Scatter-gather maps (unmaps) not walked to the end of their list
+    /// (`--sg-walk-max` or a kernel limit): the byte counts are then a
+    /// lower bound.
+    pub sg_truncated: u64,
+    pub sg_unmap_truncated: u64,
+    /// dma_sync_single/sg_for_cpu/device calls and their bytes.
+    pub dma_syncs: u64,
+    pub dma_sync_bytes: u64,
     pub swiotlb_bounces: u64,
     pub swiotlb_bounced_bytes: u64,
     pub coherent_allocs: u64,
@@ -200,7 +246,11 @@ impl Aggregator {
         d.events += 1;
         match record {
             Record::Sg(sg) => {
+                d.note_source(&ev);
                 if ev.kind == kind::DMA_MAP_SG {
+                    if ev.flags & flags::SG_TRUNCATED != 0 {
+                        d.sg_truncated += 1;
+                    }
                     d.sg_maps += 1;
                     d.sg_entries += u64::from(sg.nents);
                     let lens = &sg.lens[..(sg.n_lens as usize).min(sg.lens.len())];
@@ -215,6 +265,9 @@ impl Aggregator {
                         *b += ev.size;
                     }
                 } else {
+                    if ev.flags & flags::SG_TRUNCATED != 0 {
+                        d.sg_unmap_truncated += 1;
+                    }
                     d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                     d.note_unmap(&ev, ev.size);
                 }
@@ -231,6 +284,13 @@ impl Aggregator {
 
     fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
         let d = self.device(device);
+        if matches!(
+            ev.kind,
+            kind::DMA_MAP | kind::DMA_UNMAP | kind::DMA_ALLOC | kind::DMA_FREE
+        ) || is_sync(ev.kind)
+        {
+            d.note_source(ev);
+        }
         match ev.kind {
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
@@ -264,6 +324,20 @@ impl Aggregator {
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes += ev.size;
+            }
+            k if is_sync(k) => {
+                d.syncs += 1;
+                d.sync_bytes += ev.size;
+            }
+            kind::DMA_MAP_ERR => {
+                d.map_errors += 1;
+                let what = if ev.flags & flags::COHERENT != 0 {
+                    "dma_alloc_attrs returned NULL"
+                } else {
+                    "dma_map returned DMA_MAPPING_ERROR"
+                };
+                let detail = format!("{what} ({} bytes, {})", ev.size, dir_name(ev.dir));
+                self.notable(ev, device, None, detail);
             }
             kind::DMA_MAP_SG_ERR => {
                 d.map_errors += 1;
@@ -322,9 +396,27 @@ impl Aggregator {
             let mut coherent = (0, 0, 0, 0);
             let mut sg_maps = 0;
             let mut hits = 0;
+            let (mut truncated, mut unmap_truncated, mut syncs) = (0, 0, (0, 0));
             for (k, c) in list {
                 hits += c.count;
-                match k.kind as u16 {
+                let k16 = k.kind as u16;
+                if matches!(
+                    k16,
+                    kind::DMA_MAP
+                        | kind::DMA_UNMAP
+                        | kind::DMA_MAP_SG
+                        | kind::DMA_UNMAP_SG
+                        | kind::DMA_ALLOC
+                        | kind::DMA_FREE
+                ) || is_sync(k16)
+                {
+                    if k.from_hook() {
+                        d.dma_by_hook = true;
+                    } else {
+                        d.dma_by_tracepoint = true;
+                    }
+                }
+                match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
                         dma.0 += c.count;
                         dma.2 += c.bytes;
@@ -359,9 +451,18 @@ impl Aggregator {
                         d.swiotlb_bounces = c.count;
                         d.swiotlb_bytes = c.bytes;
                     }
+                    k if is_sync(k) => {
+                        syncs.0 += c.count;
+                        syncs.1 += c.bytes;
+                    }
+                    // Counter-only kinds: maps (unmaps) whose walk stopped early.
+                    kind::SG_TRUNCATED => truncated += c.count,
+                    kind::SG_UNMAP_TRUNCATED => unmap_truncated += c.count,
                     _ => {}
                 }
             }
+            (d.sg_truncated, d.sg_unmap_truncated) = (truncated, unmap_truncated);
+            (d.syncs, d.sync_bytes) = syncs;
             for (level, (m, u, bm, bu)) in [
                 (&mut d.dma, dma),
                 (&mut d.iommu, iommu),
@@ -480,14 +581,19 @@ impl Aggregator {
                 }
             }
             let iommu = d.iommu.snapshot();
+            // Never "iommu" for a device the IOMMU did not map for (no
+            // IOMMU, or passthrough): "none" until one level has activity.
             let (level, primary) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
                 ("dma", &dma)
-            } else {
+            } else if d.iommu.maps > 0 || d.iommu.unmaps > 0 {
                 ("iommu", &iommu)
+            } else {
+                ("none", &dma)
             };
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
+                dma_source: d.dma_source(),
                 maps: primary.maps,
                 unmaps: primary.unmaps,
                 bytes_mapped: primary.bytes_mapped,
@@ -500,6 +606,10 @@ impl Aggregator {
                 bytes_bidirectional: d.bytes_by_dir[0],
                 sg_maps: d.sg_maps,
                 sg_entries: d.sg_entries,
+                sg_truncated: d.sg_truncated,
+                sg_unmap_truncated: d.sg_unmap_truncated,
+                dma_syncs: d.syncs,
+                dma_sync_bytes: d.sync_bytes,
                 swiotlb_bounces: d.swiotlb_bounces,
                 swiotlb_bounced_bytes: d.swiotlb_bytes,
                 coherent_allocs: d.coherent.maps,

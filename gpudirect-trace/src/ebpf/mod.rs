@@ -18,8 +18,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey, MapKey,
-    MapValue, TaskState, DEV_NAME_LEN,
+    kind, runtime, stat, Config, Counter, CounterKey, DeviceName, KernelOffsets, LatHist, LatKey,
+    MapKey, MapValue, TaskState, COUNTER_FROM_HOOK, DEV_NAME_LEN,
 };
 use serde::Serialize;
 
@@ -79,6 +79,32 @@ pub struct TracerOptions {
     /// Attach to the kernel's tracepoints (false: load and verify only, for
     /// tests that drive the programs with BPF_PROG_TEST_RUN).
     pub attach: bool,
+    /// Where the DMA-API records come from (`--dma-source`).
+    pub dma_source: DmaSource,
+    /// Scatterlist entries walked per map at most (`--sg-walk-max`).
+    pub sg_walk_max: u32,
+}
+
+/// `--dma-source`: which programs report DMA-API maps, unmaps, syncs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DmaSource {
+    /// The dma:* tracepoints where the kernel has them (6.8+, cheaper),
+    /// the hooks on the DMA-API functions for the operations they miss.
+    #[default]
+    Auto,
+    /// Only the dma:* tracepoints (no DMA-API records before 6.8).
+    Tracepoints,
+    /// Only the hooks, even where the tracepoints exist (for comparing).
+    Hooks,
+}
+
+/// Which source reports one DMA-API operation (`catalog::DMA_OPS`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct DmaOpSource {
+    pub op: &'static str,
+    /// "tracepoint", "hook" or "none".
+    pub source: &'static str,
 }
 
 impl Default for TracerOptions {
@@ -90,6 +116,8 @@ impl Default for TracerOptions {
             lifetimes: true,
             module_standin: None,
             attach: true,
+            dma_source: DmaSource::Auto,
+            sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
         }
     }
 }
@@ -108,6 +136,9 @@ pub struct SelfStats {
     pub lifetime_unmatched: u64,
     /// DMA-API mappings the in-kernel table had no room for.
     pub mappings_untracked: u64,
+    /// DMA-API maps a kretprobe could not report (its kprobe entry kept no
+    /// arguments): lost, and counted here.
+    pub hook_args_missing: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
     /// Times the kernel skipped one of our programs because it was already
@@ -128,6 +159,8 @@ pub struct Tracer {
     pub kernel: KernelInfo,
     pub probes: Vec<ProbeStatus>,
     pub offsets: KernelOffsets,
+    /// Per DMA-API operation, where its records come from.
+    pub dma_plan: Vec<DmaOpSource>,
     ring: RingBuf<MapData>,
     devices: BpfHashMap<MapData, u64, DeviceName>,
     stats: PerCpuArray<MapData, u64>,
@@ -163,6 +196,13 @@ pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
         off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
         off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
     }
+    let sgt = |name| btf.member_offset("sg_table", name);
+    off.sgt_sgl = sgt("sgl").unwrap_or(off.sgt_sgl);
+    off.sgt_nents = sgt("nents").unwrap_or(off.sgt_nents);
+    off.sgt_orig_nents = sgt("orig_nents").unwrap_or(off.sgt_orig_nents);
+    if let Some(size) = btf.struct_size("page") {
+        off.page_size = size;
+    }
     if let Some(o) = btf
         .member_offset("nv_dma_device", "dev")
         .or_else(|| btf.typedef_member_offset("nv_dma_device_t", "dev"))
@@ -181,12 +221,16 @@ impl Tracer {
             None => KernelInfo::discover(),
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
+        let hooks = timing::HookSupport::discover(&kernel);
         let config = Config {
             offsets,
             wakeup_bytes: opts.wakeup_bytes,
             stream: u32::from(opts.stream),
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
+            vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
+            _pad: 0,
+            page_shift: 12,
         };
         let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
         let mut ebpf = EbpfLoader::new()
@@ -198,10 +242,21 @@ impl Tracer {
         let mut probes = Vec::new();
         let mut load_errors: HashMap<&str, String> = HashMap::new();
         for name in catalog::programs() {
+            // A program whose tracepoints this kernel lacks is not loaded:
+            // the dma:* programs use bpf_loop() (6.8+ has it), which older
+            // verifiers reject.
+            let needed = !opts.attach
+                || catalog::CATALOG
+                    .iter()
+                    .any(|p| p.program == name && tracepoint_exists(&kernel, p));
+            if !needed {
+                continue;
+            }
             if let Err(e) = load_program(&mut ebpf, name) {
                 load_errors.insert(name, e);
             }
         }
+        let hooks_only = opts.dma_source == DmaSource::Hooks;
         for spec in catalog::CATALOG {
             let (status, reason) = match load_errors.get(spec.program) {
                 Some(e) => (
@@ -209,6 +264,10 @@ impl Tracer {
                     format!("program {} did not load: {e}", spec.program),
                 ),
                 None if !opts.attach => (Status::Loaded, "verified; not attached".to_owned()),
+                None if hooks_only && spec.group() == "dma" => (
+                    Status::Loaded,
+                    "not attached: --dma-source hooks (the DMA-API hooks report it)".to_owned(),
+                ),
                 None => attach_probe(&mut ebpf, &kernel, spec),
             };
             probes.push(ProbeStatus {
@@ -221,16 +280,25 @@ impl Tracer {
             });
         }
 
-        let (timing, module_hooks) = timing::attach_all(
+        let attached = timing::attach_all(
             &mut ebpf,
             EBPF_OBJECT,
             &kernel,
+            &hooks,
             opts.attach,
             opts.module_standin
                 .as_ref()
                 .map(|(m, f)| catalog::standin_spec(m, f)),
         );
-        probes.extend(timing);
+        let module_hooks = attached.module_hooks;
+        let (hook_mask, dma_plan) =
+            dma_plan(&probes, opts.dma_source, attached.dma_hooked, opts.attach);
+        let mut runtime = aya::maps::Array::<_, u32>::try_from(
+            ebpf.map_mut("RUNTIME").context("map RUNTIME missing")?,
+        )?;
+        runtime.set(runtime::HOOK_OPS, hook_mask, 0)?;
+        runtime.set(runtime::SG_WALK_MAX, opts.sg_walk_max.max(1), 0)?;
+        probes.extend(attached.statuses);
 
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
         let devices =
@@ -251,6 +319,7 @@ impl Tracer {
             kernel,
             probes,
             offsets,
+            dma_plan,
             ring,
             devices,
             stats,
@@ -343,6 +412,7 @@ impl Tracer {
             timing_nest_full: sum(&self.stats, stat::TIMING_NEST_FULL),
             lifetime_unmatched: sum(&self.stats, stat::LIFETIME_UNMATCHED),
             mappings_untracked: sum(&self.stats, stat::MAPPINGS_FULL),
+            hook_args_missing: sum(&self.stats, stat::HOOK_ARGS_MISSING),
             hits,
             missed_events: self.recursion_misses(),
         }
@@ -353,8 +423,9 @@ impl Tracer {
     fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
         for (k, per_cpu) in self.counters.iter().filter_map(Result::ok) {
+            // The nesting slot is summed away; the source bit stays.
             let key = CounterKey {
-                kind: u32::from(k.event_kind()),
+                kind: u32::from(k.event_kind()) | (k.kind & COUNTER_FROM_HOOK),
                 ..k
             };
             let total = merged.entry(key).or_default();
@@ -495,6 +566,66 @@ fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
         }
         other => other.to_string(),
     })
+}
+
+/// Whether the kernel has the tracepoint (BTF prototype or tracefs entry;
+/// unknown counts as present: attaching then says).
+fn tracepoint_exists(kernel: &KernelInfo, spec: &ProbeSpec) -> bool {
+    if let Provider::Module(module) = spec.provider {
+        if !kernel.modules.iter().any(|m| m == module) {
+            return false;
+        }
+    }
+    let btf = kernel
+        .btf
+        .as_ref()
+        .and_then(|b| b.tracepoint_args(spec.event()))
+        .is_some();
+    btf || kernel.tracefs_has(spec.group(), spec.event()) != Some(false)
+}
+
+/// Which DMA-API operations the hooks report (the `RUNTIME[HOOK_OPS]` bits), and
+/// the source of each operation. An operation is the tracepoints' when every
+/// one of its tracepoint groups has one attached.
+fn dma_plan(
+    probes: &[ProbeStatus],
+    source: DmaSource,
+    hooked: u32,
+    attach: bool,
+) -> (u32, Vec<DmaOpSource>) {
+    let attached = |name: &str| {
+        probes
+            .iter()
+            .any(|p| p.name == name && p.status == Status::Attached)
+    };
+    let mut mask = 0;
+    let mut plan = Vec::new();
+    for op in catalog::DMA_OPS {
+        let by_tp = op
+            .tracepoints
+            .iter()
+            .all(|group| group.iter().any(|tp| attached(tp)));
+        let hook = match source {
+            DmaSource::Auto => !by_tp || (op.prefer_hook && hooked & op.bit != 0),
+            DmaSource::Hooks => true,
+            DmaSource::Tracepoints => false,
+        };
+        if hook {
+            mask |= op.bit;
+        }
+        let src = if by_tp && !(hook && hooked & op.bit != 0) {
+            "tracepoint"
+        } else if hook && (hooked & op.bit != 0 || !attach) {
+            "hook"
+        } else {
+            "none"
+        };
+        plan.push(DmaOpSource {
+            op: op.name,
+            source: src,
+        });
+    }
+    (mask, plan)
 }
 
 /// Decides whether `spec` exists on this kernel and attaches it.

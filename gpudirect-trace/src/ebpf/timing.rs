@@ -19,7 +19,7 @@ use super::{
     ProbeStatus, Status,
 };
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
+    catalog::{TimingSpec, ATTACH_LEARN, DMA_API_TIMING, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
     kernel::KernelInfo,
 };
 
@@ -34,6 +34,9 @@ pub struct HookSupport {
     ftrace_hint: Option<String>,
     kprobes: bool,
     kallsyms: HashSet<String>,
+    /// Address of the kernel variable `vmemmap_base` (x86_64), for
+    /// page_to_phys() in the dma_map_page_attrs hooks.
+    pub vmemmap_base: Option<u64>,
 }
 
 impl HookSupport {
@@ -70,23 +73,33 @@ impl HookSupport {
                 Err(e) => (None, format!("BTF unreadable for fentry: {e}")),
             },
         };
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms")
-            .map(|t| {
-                t.lines()
-                    .filter_map(|l| {
-                        let mut it = l.split_whitespace();
-                        let (_, ty, name) = (it.next()?, it.next()?, it.next()?);
-                        matches!(ty, "t" | "T").then(|| name.to_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut kallsyms = HashSet::new();
+        let mut vmemmap_base = None;
+        if let Ok(text) = std::fs::read_to_string("/proc/kallsyms") {
+            for l in text.lines() {
+                let mut it = l.split_whitespace();
+                let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+                    continue;
+                };
+                match ty {
+                    "t" | "T" => {
+                        kallsyms.insert(name.to_owned());
+                    }
+                    // Addresses read as 0 under kptr_restrict: unknown.
+                    "d" | "D" | "b" | "B" if name == "vmemmap_base" => {
+                        vmemmap_base = u64::from_str_radix(addr, 16).ok().filter(|&a| a != 0);
+                    }
+                    _ => {}
+                }
+            }
+        }
         Self {
             btf,
             fentry_reason,
             ftrace_hint,
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
             kallsyms,
+            vmemmap_base,
         }
     }
 
@@ -126,31 +139,51 @@ pub fn refusal(e: &std::io::Error) -> String {
     }
 }
 
+/// What `attach_all` did.
+pub struct Attached {
+    pub statuses: Vec<ProbeStatus>,
+    /// Module hooks are loaded outside aya (`module_fentry`); these handles
+    /// keep them attached and must live as long as the tracer.
+    pub module_hooks: Vec<ModuleHook>,
+    /// `hook_ops` bits whose DMA-API hooks are attached.
+    pub dma_hooked: u32,
+}
+
 /// Attaches (or, with `attach` false, only verifies) every timing hook.
-/// Module hooks are loaded outside aya (`module_fentry`); the returned
-/// handles keep them attached and must live as long as the tracer.
 pub fn attach_all(
     ebpf: &mut Ebpf,
     object: &[u8],
     kernel: &KernelInfo,
+    support: &HookSupport,
     attach: bool,
     standin: Option<&'static TimingSpec>,
-) -> (Vec<ProbeStatus>, Vec<ModuleHook>) {
-    let support = HookSupport::discover(kernel);
+) -> Attached {
     let mut modules = ModuleLoader {
         object,
         relocated: None,
         btf_fds: HashMap::new(),
         hooks: Vec::new(),
     };
-    let statuses = TIMING
+    let mut dma_hooked = 0;
+    let statuses = DMA_API_TIMING
         .iter()
+        .chain(TIMING)
         .chain([&FAULT_HANDLER, &ATTACH_LEARN])
         .chain(NVIDIA_TIMING)
         .chain(standin)
-        .map(|spec| attach_one(ebpf, kernel, &support, &mut modules, spec, attach))
+        .map(|spec| {
+            let st = attach_one(ebpf, kernel, support, &mut modules, spec, attach);
+            if st.status == Status::Attached {
+                dma_hooked |= spec.dma_ops;
+            }
+            st
+        })
         .collect();
-    (statuses, modules.hooks)
+    Attached {
+        statuses,
+        module_hooks: modules.hooks,
+        dma_hooked,
+    }
 }
 
 /// State shared by the module hooks: the relocated object and each module's
@@ -192,8 +225,10 @@ impl ModuleLoader<'_> {
     }
 }
 
-fn names(spec: &TimingSpec) -> (String, String, String, String) {
-    if spec.slot == ATTACH_LEARN.slot {
+/// Program names (fentry, fexit, kprobe, kretprobe) of `slot`; `suffix`
+/// picks a build (`_nl`: the scatterlist walk without bpf_loop()).
+fn names(slot: &str, suffix: &str) -> (String, String, String, String) {
+    if slot == ATTACH_LEARN.slot {
         (
             "attach_fentry".into(),
             String::new(),
@@ -202,11 +237,45 @@ fn names(spec: &TimingSpec) -> (String, String, String, String) {
         )
     } else {
         (
-            format!("t_{}_in", spec.slot),
-            format!("t_{}_out", spec.slot),
-            format!("k_{}_in", spec.slot),
-            format!("k_{}_out", spec.slot),
+            format!("t_{slot}_in{suffix}"),
+            format!("t_{slot}_out{suffix}"),
+            format!("k_{slot}_in{suffix}"),
+            format!("k_{slot}_out{suffix}"),
         )
+    }
+}
+
+/// The builds of a spec's programs to try, in order: with bpf_loop() first
+/// (5.17+), then without, for the scatterlist walkers.
+fn builds(spec: &TimingSpec) -> &'static [&'static str] {
+    if spec.sg_walk {
+        &["", "_nl"]
+    } else {
+        &[""]
+    }
+}
+
+/// Runs `f` on each build until one works; the reason says which one.
+fn first_build(
+    spec: &TimingSpec,
+    mut f: impl FnMut(&(String, String, String, String)) -> Result<(), String>,
+    slot: &str,
+) -> Result<&'static str, String> {
+    let mut errors = Vec::new();
+    for &b in builds(spec) {
+        match f(&names(slot, b)) {
+            Ok(()) => return Ok(b),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(errors.join("; without bpf_loop(): "))
+}
+
+fn build_note(build: &str) -> &'static str {
+    if build == "_nl" {
+        " (no bpf_loop(): scatterlists walked to a bounded length)"
+    } else {
+        ""
     }
 }
 
@@ -236,6 +305,14 @@ fn attach_one(
             );
         }
     }
+    if let Some(cover) = spec.unless.iter().find(|f| support.exists(kernel, f)) {
+        return status(
+            Status::Unavailable,
+            "fentry|kprobe",
+            "",
+            format!("not needed: {cover} exists here and its hook covers this operation"),
+        );
+    }
     let Some(func) = spec
         .candidates
         .iter()
@@ -252,15 +329,19 @@ fn attach_one(
             ),
         );
     };
-    let (fin, fout, kin, kout) = names(spec);
+    let slot = spec.slot_for(func);
     if !attach {
         // Verify the kprobe variant: it loads without a target function.
-        return match load_kprobes(ebpf, &kin, &kout) {
-            Ok(()) => status(
+        return match first_build(
+            spec,
+            |(_, _, kin, kout)| load_kprobes(ebpf, kin, kout),
+            slot,
+        ) {
+            Ok(b) => status(
                 Status::Loaded,
                 "kprobe/kretprobe",
                 func,
-                "verified; not attached".into(),
+                format!("verified; not attached{}", build_note(b)),
             ),
             Err(e) => status(Status::Failed, "kprobe/kretprobe", func, e),
         };
@@ -273,11 +354,25 @@ fn attach_one(
     let btf_id = kernel.btf.as_ref().and_then(|b| b.function_id(func));
     match (&support.btf, btf_id, spec.module) {
         (None, _, _) => why.push(format!("fentry: {}", support.fentry_reason)),
-        (Some(btf), Some((_, None)), None) => match attach_fentry(ebpf, btf, func, &fin, &fout) {
-            Ok(()) => return status(Status::Attached, "fentry/fexit", func, format!("on {func}")),
-            Err(e) => why.push(hint(e)),
-        },
+        (Some(btf), Some((_, None)), None) => {
+            match first_build(
+                spec,
+                |(fin, fout, _, _)| attach_fentry(ebpf, btf, func, fin, fout),
+                slot,
+            ) {
+                Ok(b) => {
+                    return status(
+                        Status::Attached,
+                        "fentry/fexit",
+                        func,
+                        format!("on {func}{}", build_note(b)),
+                    )
+                }
+                Err(e) => why.push(hint(e)),
+            }
+        }
         (Some(_), Some((id, Some(owner))), Some(module)) if owner == module => {
+            let (fin, fout, _, _) = names(slot, "");
             match modules.attach_pair(ebpf, module, id, &fin, &fout) {
                 Ok(()) => {
                     return status(
@@ -299,12 +394,16 @@ fn attach_one(
         why.push("kprobe: no kprobes (CONFIG_KPROBES)".into());
         return status(Status::Unavailable, "fentry|kprobe", func, why.join("; "));
     }
-    match attach_kprobes(ebpf, func, &kin, &kout) {
-        Ok(()) => status(
+    match first_build(
+        spec,
+        |(_, _, kin, kout)| attach_kprobes(ebpf, func, kin, kout),
+        slot,
+    ) {
+        Ok(b) => status(
             Status::Attached,
             "kprobe/kretprobe",
             func,
-            format!("on {func} ({})", why.join("; ")),
+            format!("on {func}{} ({})", build_note(b), why.join("; ")),
         ),
         Err(e) => {
             why.push(format!("kprobe: {e}"));
