@@ -401,6 +401,10 @@ impl Tracer {
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.hits, k)).collect();
         for (key, c) in counters {
+            // Counter-only kinds (truncated walks) are not hits.
+            if key.event_kind() >= kind::SG_TRUNCATED {
+                continue;
+            }
             if let Some(h) = hits.get_mut(key.event_kind() as usize) {
                 *h += c.count;
             }

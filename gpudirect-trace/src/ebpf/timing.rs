@@ -23,6 +23,10 @@ use crate::{
     kernel::KernelInfo,
 };
 
+/// Environment variable that makes the timing and DMA-API hooks use
+/// kprobe/kretprobe even where fentry/fexit would work (for tests).
+pub const NO_FENTRY_ENV: &str = "GPUDIRECT_TRACE_NO_FENTRY";
+
 /// What the kernel offers for function hooks.
 pub struct HookSupport {
     /// vmlinux BTF for fentry/fexit; None where fentry cannot work.
@@ -65,7 +69,11 @@ impl HookSupport {
                 }
             }
         };
+        // Test aid: exercise the kprobe/kretprobe programs on a kernel that
+        // has fentry too (the VM scenarios compare the two).
+        let no_fentry = std::env::var_os(NO_FENTRY_ENV).is_some_and(|v| v == "1");
         let (btf, fentry_reason) = match (&kernel.btf, ftrace) {
+            _ if no_fentry => (None, format!("not tried: {NO_FENTRY_ENV}=1")),
             (None, _) => (None, "no kernel BTF".to_owned()),
             (_, Err(why)) => (None, why),
             (Some(_), Ok(())) => match AyaBtf::from_sys_fs() {
