@@ -134,7 +134,12 @@ enum Step {
 /// the entry's first 16 bytes (offsets 0 and 12): one read covers both.
 #[inline(always)]
 fn step(c: &mut Cursor) -> Step {
-    if c.sg == 0 || c.left == 0 {
+    // A NULL list (or chain pointer) has nothing more to walk: its end.
+    if c.sg == 0 {
+        c.ended = 1;
+        return Step::Stop;
+    }
+    if c.left == 0 {
         return Step::Stop;
     }
     let Some(head) = read_2u64(c.sg + c.page_link) else {

@@ -15,6 +15,7 @@ mod deploy;
 mod inject;
 mod record;
 mod serve;
+mod sg_walk;
 
 use std::process::Command;
 
