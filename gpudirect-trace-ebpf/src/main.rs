@@ -387,6 +387,26 @@ pub fn bench_floor(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// dma_map_sg's record built by the bounded walk of the programs for
+/// kernels without bpf_loop() (the `_nl` hooks), as a raw tracepoint that
+/// the host tests and benchmarks drive with BPF_PROG_TEST_RUN on any
+/// kernel; never attached. Same arguments as dma_map_sg.
+#[raw_tracepoint]
+pub fn bench_sg_bounded(ctx: RawTracePointContext) -> i32 {
+    sg::sg_event::<false>(
+        sg::scratch::TP_MAP,
+        kind::DMA_MAP_SG,
+        arg(&ctx, 0),
+        arg(&ctx, 1),
+        arg(&ctx, 2) as u32,
+        arg(&ctx, 3) as u32,
+        arg(&ctx, 4) as u32,
+        arg(&ctx, 5),
+        false,
+    );
+    0
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

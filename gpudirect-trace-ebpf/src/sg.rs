@@ -115,6 +115,10 @@ pub struct Cursor {
     length: u64,
     /// Bit shift of `length` in the second u64 of the entry's head.
     len_shift: u64,
+    /// The entry being read (`step_bounded`).
+    head: [u64; 2],
+    /// Where `opaque` passes values through.
+    tmp: u64,
 }
 
 /// What one step found.
@@ -172,6 +176,54 @@ fn step(c: &mut Cursor) -> Step {
     Step::Data(len)
 }
 
+/// `v`, hidden from the compiler: a volatile store and load through map
+/// memory, so that it cannot turn the masks below back into `select`s,
+/// which the BPF backend lowers to conditional jumps.
+#[inline(always)]
+fn opaque(slot: &mut u64, v: u64) -> u64 {
+    // SAFETY: `slot` is a field of this CPU's scratch value.
+    unsafe {
+        core::ptr::write_volatile(slot, v);
+        core::ptr::read_volatile(slot)
+    }
+}
+
+/// One entry of the bounded walk (kernels without bpf_loop()), without
+/// conditional jumps: the verifier checks a bounded loop by following every
+/// iteration and keeps each branch it did not take pending, and more than
+/// 8192 pending branches fail the load ("the sequence of 8193 jumps is too
+/// complex"). With one branch per entry (the loop's exit) instead of seven,
+/// the walk gets that many more entries. Returns 0 when the walk is over.
+#[inline(always)]
+fn step_bounded(c: &mut Cursor) -> u64 {
+    // SAFETY: the destination is this CPU's scratch value; the helper
+    // zeroes it and returns a negative errno where the source is unreadable.
+    let ret = unsafe {
+        aya_ebpf::helpers::gen::bpf_probe_read_kernel(
+            c.head.as_mut_ptr() as *mut c_void,
+            16,
+            (c.sg + c.page_link) as *const c_void,
+        )
+    };
+    let ok = opaque(&mut c.tmp, ((ret as u64) >> 63) ^ 1);
+    let page_link = c.head[0];
+    let chain = opaque(&mut c.tmp, page_link & SG_CHAIN & ok);
+    let data = opaque(&mut c.tmp, ((page_link & SG_CHAIN) ^ 1) & ok);
+    let dmask = 0u64.wrapping_sub(data);
+    let cmask = 0u64.wrapping_sub(chain);
+    let len = (c.head[1] >> (c.len_shift & 63)) & 0xffff_ffff;
+    c.total += len & dmask;
+    let left = c.left - data;
+    c.left = left;
+    // A chain entry jumps, a data entry steps, an unreadable one ends at 0.
+    c.sg = ((page_link & !(SG_CHAIN | SG_END)) & cmask) | ((c.sg + c.stride) & dmask);
+    let end = (page_link >> 1) & data;
+    // 1 when this entry used the last one allowed (`left` < 2^63).
+    let spent = (left.wrapping_sub(1) >> 63) & data;
+    c.ended |= end | (spent & (c.cut ^ 1));
+    ok & (end ^ 1) & (spent ^ 1)
+}
+
 /// bpf_loop()'s context, on the caller's stack (ARG_PTR_TO_STACK).
 #[repr(C)]
 struct LoopCtx {
@@ -219,6 +271,8 @@ fn walk<const LOOP: bool>(
     c.page_link = off.sg_page_link as u64;
     c.length = if in_head { 0 } else { off.sg_length as u64 };
     c.len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) as u64 * 8;
+    c.head = [0; 2];
+    c.tmp = 0;
     let mut n_lens: u32 = 0;
     // One loop counter only: a second counter that diverges from it at chain
     // entries multiplies the verifier's states past its 1M-instruction limit.
@@ -261,9 +315,13 @@ fn walk<const LOOP: bool>(
             )
         };
     } else {
-        for _ in 0..SG_BOUNDED_REST {
-            if !matches!(step(c), Step::Data(_) | Step::Chain) {
-                break;
+        // Lists whose length is not in the entry's head (no such x86_64
+        // kernel) are not walked further here: cut, and counted so.
+        if c.length == 0 {
+            for _ in 0..SG_BOUNDED_REST {
+                if step_bounded(c) == 0 {
+                    break;
+                }
             }
         }
     }

@@ -310,3 +310,47 @@ fn a_100k_entry_list_is_exact_and_its_walk_cost_bounded() {
         best * 1e3
     );
 }
+
+/// The walk of the programs for kernels without bpf_loop() (5.10 to 5.16):
+/// exact up to its bound (SG_PREFIX + SG_BOUNDED_REST steps, chain entries
+/// included), counted as truncated beyond; and what an entry costs there.
+#[test]
+fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
+    use gpudirect_trace_common::{SG_BOUNDED_REST, SG_PREFIX};
+    crate::require_root();
+    let mut inj = Injector::new(tracer(1 << 22));
+    inj.tracer
+        .load_unattached("bench_sg_bounded")
+        .expect("the bounded walk passes this kernel's verifier");
+    let dev = inj.device.addr;
+    let mut arena = Arena::new(inj.tracer.offsets);
+    let steps = (SG_PREFIX + SG_BOUNDED_REST) as usize;
+    // Arrays of 128: every 128th step is a chain entry.
+    let fits = steps - steps / 128 - 1;
+    for (n, whole) in [(fits, true), (fits + 500, false)] {
+        let lens = lengths(n);
+        let (sgl, _) = arena.chained(&lens, 128, 0);
+        let fd = inj.tracer.program_fd("bench_sg_bounded").expect("program");
+        let t = Instant::now();
+        run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 2, 0], None).expect("test run");
+        let secs = t.elapsed().as_secs_f64();
+        let ev = one_sg_record(&mut inj);
+        let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        if whole {
+            assert_eq!(ev.event.flags & flags::SG_TRUNCATED, 0, "{n} entries fit");
+            assert_eq!(ev.event.size, total);
+            println!(
+                "BENCH sg_walk_bounded entries={n} us_per_map={:.1} ns_per_entry={:.1}",
+                secs * 1e6,
+                secs * 1e9 / n as f64
+            );
+        } else {
+            assert_ne!(
+                ev.event.flags & flags::SG_TRUNCATED,
+                0,
+                "{n} entries do not"
+            );
+            assert!(ev.event.size < total && ev.event.size > 0);
+        }
+    }
+}
