@@ -438,6 +438,8 @@ pub fn dma_sources_agree(series: &str, tp: &Value, hooks: &Value) -> Result<()> 
         })
     };
     for (tp_prog, hook_progs) in [
+        ("dma_map", ["t_dma_map_in", "t_dma_map_out"]),
+        ("dma_unmap", ["t_dma_unmap_in", "t_dma_unmap_out"]),
         ("dma_map_sg", ["t_dma_map_sg_in", "t_dma_map_sg_out"]),
         ("dma_unmap_sg", ["t_dma_unmap_sg_in", "t_dma_unmap_sg_out"]),
     ] {
