@@ -29,6 +29,31 @@ pub const BPF_MAX_LOOPS: u32 = 1 << 23;
 /// pending branches), and each 1000 add ~3 s of verification per program
 /// under TCG; 5000 leaves margin (docs/benchmarks.md).
 pub const SG_BOUNDED_REST: u32 = 5000;
+/// Scatterlist-walk scratch slots, one per program that walks a list (also
+/// the index of its continuation in the `SG_CONT_*` program arrays).
+pub mod sg_scratch {
+    pub const TP_MAP: u32 = 0;
+    pub const TP_UNMAP: u32 = 1;
+    pub const FEXIT_MAP: u32 = 2;
+    pub const FENTRY_UNMAP: u32 = 3;
+    pub const KRET_MAP: u32 = 4;
+    pub const KPROBE_UNMAP: u32 = 5;
+    pub const FEXIT_SGTABLE: u32 = 6;
+    pub const KRET_SGTABLE: u32 = 7;
+    pub const TP_SYNC_CPU: u32 = 8;
+    pub const TP_SYNC_DEV: u32 = 9;
+    pub const BTF_SYNC_CPU: u32 = 10;
+    pub const BTF_SYNC_DEV: u32 = 11;
+    pub const REGS_SYNC_CPU: u32 = 12;
+    pub const REGS_SYNC_DEV: u32 = 13;
+    pub const COUNT: u32 = 14;
+}
+
+/// Tail calls the kernel allows one program run (MAX_TAIL_CALL_CNT: 32 on
+/// 5.10 to 5.16, the kernels that need them; 33 later): the bounded walk
+/// continues in up to that many chunks.
+pub const SG_TAIL_CALLS: u32 = 32;
+
 /// `DMA_MAPPING_ERROR` (include/linux/dma-mapping.h): what a failed
 /// dma_map_page/dma_map_resource returns.
 pub const DMA_MAPPING_ERROR: u64 = u64::MAX;

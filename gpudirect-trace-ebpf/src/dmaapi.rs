@@ -17,6 +17,8 @@
 //! entry's timestamp and after the exit's, so a long scatterlist walk is
 //! not counted as time spent in the DMA API.
 
+use core::ffi::c_void;
+
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::{fentry, fexit, kprobe, kretprobe, map},
@@ -166,7 +168,7 @@ macro_rules! dma_hooks {
         #[fentry]
         pub fn $fin(ctx: FEntryContext) -> i32 {
             let a = btf_args::<$n>(ctx.as_ptr());
-            $entry(&a, Src::Btf);
+            $entry(&a, Src::btf(ctx.as_ptr()));
             enter_dma(a[0], None);
             0
         }
@@ -175,14 +177,18 @@ macro_rules! dma_hooks {
         pub fn $fout(ctx: FExitContext) -> i32 {
             exit_dma_timing($op);
             let a = btf_args::<$n>(ctx.as_ptr());
-            $exit(Some(&a), btf_ret::<$n>(ctx.as_ptr()), Src::Btf);
+            $exit(
+                Some(&a),
+                btf_ret::<$n>(ctx.as_ptr()),
+                Src::btf(ctx.as_ptr()),
+            );
             0
         }
 
         #[kprobe]
         pub fn $kin(ctx: ProbeContext) -> i32 {
             let a = regs_args::<$n>(&ctx);
-            $entry(&a, Src::Regs);
+            $entry(&a, Src::regs(ctx.as_ptr()));
             // Only maps need their arguments at exit.
             let kept = rest(&a);
             enter_dma(a[0], if $stash { Some(&kept) } else { None });
@@ -193,17 +199,45 @@ macro_rules! dma_hooks {
         pub fn $kout(ctx: RetProbeContext) -> i32 {
             let ret: u64 = ctx.ret().unwrap_or(0);
             let a = kept($op, $bit);
-            $exit(a.as_ref(), ret, Src::Regs);
+            $exit(a.as_ref(), ret, Src::regs(ctx.as_ptr()));
             0
         }
     };
 }
 
-/// Which kind of program runs a body (for the scatter-gather scratch slot).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Src {
-    Btf,
-    Regs,
+/// Which kind of program runs a body (for the scatter-gather scratch slot
+/// and continuation), and its context.
+#[derive(Clone, Copy)]
+struct Src {
+    kprobe: bool,
+    ctx: *mut c_void,
+}
+
+impl Src {
+    fn btf(ctx: *mut c_void) -> Self {
+        Self { kprobe: false, ctx }
+    }
+
+    fn regs(ctx: *mut c_void) -> Self {
+        Self { kprobe: true, ctx }
+    }
+
+    /// The scratch slot: `btf` for fentry/fexit, `regs` for kprobes.
+    fn slot(&self, btf: u32, regs: u32) -> u32 {
+        if self.kprobe {
+            regs
+        } else {
+            btf
+        }
+    }
+
+    fn tail(&self) -> sg::Tail {
+        if self.kprobe {
+            sg::Tail::Kprobe
+        } else {
+            sg::Tail::Tracing
+        }
+    }
 }
 
 #[inline(always)]
@@ -443,13 +477,10 @@ fn map_sg_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     if !reports(hook_ops::MAP_SG) {
         return;
     }
-    let slot = if s == Src::Btf {
-        scratch::FEXIT_MAP
-    } else {
-        scratch::KRET_MAP
-    };
     sg::sg_event::<LOOP>(
-        slot,
+        s.ctx,
+        s.tail(),
+        s.slot(scratch::FEXIT_MAP, scratch::KRET_MAP),
         kind::DMA_MAP_SG,
         a[0],
         a[1],
@@ -458,6 +489,7 @@ fn map_sg_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
         a[3] as u32,
         a[4],
         true,
+        false,
     );
 }
 
@@ -467,13 +499,10 @@ fn unmap_sg_entry<const LOOP: bool>(a: &[u64; 6], s: Src) {
     if !reports(hook_ops::UNMAP_SG) {
         return;
     }
-    let slot = if s == Src::Btf {
-        scratch::FENTRY_UNMAP
-    } else {
-        scratch::KPROBE_UNMAP
-    };
     sg::sg_event::<LOOP>(
-        slot,
+        s.ctx,
+        s.tail(),
+        s.slot(scratch::FENTRY_UNMAP, scratch::KPROBE_UNMAP),
         kind::DMA_UNMAP_SG,
         a[0],
         a[1],
@@ -481,6 +510,7 @@ fn unmap_sg_entry<const LOOP: bool>(a: &[u64; 6], s: Src) {
         0,
         a[3] as u32,
         a[4],
+        true,
         true,
     );
 }
@@ -506,13 +536,10 @@ fn map_sgtable_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let sgl = read_u64(sgt + off.sgt_sgl as u64);
     let orig = read_u32(sgt + off.sgt_orig_nents as u64);
     let ents = read_u32(sgt + off.sgt_nents as u64);
-    let slot = if s == Src::Btf {
-        scratch::FEXIT_SGTABLE
-    } else {
-        scratch::KRET_SGTABLE
-    };
     sg::sg_event::<LOOP>(
-        slot,
+        s.ctx,
+        s.tail(),
+        s.slot(scratch::FEXIT_SGTABLE, scratch::KRET_SGTABLE),
         kind::DMA_MAP_SG,
         a[0],
         sgl,
@@ -521,6 +548,7 @@ fn map_sgtable_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
         a[2] as u32,
         a[3],
         true,
+        false,
     );
 }
 
@@ -530,22 +558,21 @@ fn sync_sg_entry<const LOOP: bool, const DEV: bool>(a: &[u64; 6], s: Src) {
     if !reports(hook_ops::SYNC) {
         return;
     }
-    let slot = match (s, DEV) {
-        (Src::Btf, false) => scratch::BTF_SYNC_CPU,
-        (Src::Btf, true) => scratch::BTF_SYNC_DEV,
-        (Src::Regs, false) => scratch::REGS_SYNC_CPU,
-        (Src::Regs, true) => scratch::REGS_SYNC_DEV,
+    let slot = if DEV {
+        s.slot(scratch::BTF_SYNC_DEV, scratch::REGS_SYNC_DEV)
+    } else {
+        s.slot(scratch::BTF_SYNC_CPU, scratch::REGS_SYNC_CPU)
     };
-    let addr = sg::first_dma_address(a[1]);
-    let (total, complete) = sg::sg_total::<LOOP>(slot, a[1], a[2] as u32);
-    dmarec::sync(
+    sg::sync_sg::<LOOP>(
+        s.ctx,
+        s.tail(),
+        slot,
         DEV,
         a[0],
-        addr,
-        total,
+        a[1],
+        a[2] as u32,
         a[3] as u32,
-        Some(a[2] as u32),
-        complete,
+        true,
         true,
     );
 }
@@ -660,4 +687,90 @@ sg_hooks!(
     t_sync_sg_dev_out_nl,
     k_sync_sg_dev_in_nl,
     k_sync_sg_dev_out_nl
+);
+
+// ---- Continuations of the bounded walk (`_nl` builds only): the loader
+// loads each against its program's function and puts it into SG_CONT_T /
+// SG_CONT_K at its scratch slot; a walk that used up its steps tail-calls
+// it (sg.rs). Same program types as the programs they continue.
+
+macro_rules! continuation {
+    ($name:ident, $macro:ident, $ctx:ty, $tail:expr, $slot:expr) => {
+        #[$macro]
+        pub fn $name(ctx: $ctx) -> i32 {
+            sg::cont(ctx.as_ptr(), $tail, $slot);
+            0
+        }
+    };
+}
+
+continuation!(
+    t_dma_map_sg_cont,
+    fexit,
+    FExitContext,
+    sg::Tail::Tracing,
+    scratch::FEXIT_MAP
+);
+continuation!(
+    t_dma_unmap_sg_cont,
+    fentry,
+    FEntryContext,
+    sg::Tail::Tracing,
+    scratch::FENTRY_UNMAP
+);
+continuation!(
+    t_dma_map_sgt_cont,
+    fexit,
+    FExitContext,
+    sg::Tail::Tracing,
+    scratch::FEXIT_SGTABLE
+);
+continuation!(
+    t_sync_sg_cpu_cont,
+    fentry,
+    FEntryContext,
+    sg::Tail::Tracing,
+    scratch::BTF_SYNC_CPU
+);
+continuation!(
+    t_sync_sg_dev_cont,
+    fentry,
+    FEntryContext,
+    sg::Tail::Tracing,
+    scratch::BTF_SYNC_DEV
+);
+continuation!(
+    k_dma_map_sg_cont,
+    kretprobe,
+    RetProbeContext,
+    sg::Tail::Kprobe,
+    scratch::KRET_MAP
+);
+continuation!(
+    k_dma_unmap_sg_cont,
+    kprobe,
+    ProbeContext,
+    sg::Tail::Kprobe,
+    scratch::KPROBE_UNMAP
+);
+continuation!(
+    k_dma_map_sgt_cont,
+    kretprobe,
+    RetProbeContext,
+    sg::Tail::Kprobe,
+    scratch::KRET_SGTABLE
+);
+continuation!(
+    k_sync_sg_cpu_cont,
+    kprobe,
+    ProbeContext,
+    sg::Tail::Kprobe,
+    scratch::REGS_SYNC_CPU
+);
+continuation!(
+    k_sync_sg_dev_cont,
+    kprobe,
+    ProbeContext,
+    sg::Tail::Kprobe,
+    scratch::REGS_SYNC_DEV
 );

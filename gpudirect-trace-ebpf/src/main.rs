@@ -174,6 +174,8 @@ fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
 #[raw_tracepoint]
 pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
     sg::sg_event::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
         sg::scratch::TP_MAP,
         kind::DMA_MAP_SG,
         arg(&ctx, 0),
@@ -182,6 +184,7 @@ pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
         arg(&ctx, 3) as u32,
         arg(&ctx, 4) as u32,
         arg(&ctx, 5),
+        false,
         false,
     );
     0
@@ -192,6 +195,8 @@ pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint]
 pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
     sg::sg_event::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
         sg::scratch::TP_UNMAP,
         kind::DMA_UNMAP_SG,
         arg(&ctx, 0),
@@ -200,6 +205,7 @@ pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
         0,
         arg(&ctx, 3) as u32,
         arg(&ctx, 4),
+        false,
         false,
     );
     0
@@ -278,27 +284,27 @@ pub fn dma_sync_sg_for_device(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn sync_sg(ctx: &RawTracePointContext, for_device: bool) -> i32 {
+    let slot = if for_device {
+        sg::scratch::TP_SYNC_DEV
+    } else {
+        sg::scratch::TP_SYNC_CPU
+    };
     let (dev, sgl, nents, dir) = (
         arg(ctx, 0),
         arg(ctx, 1),
         arg(ctx, 2) as u32,
         arg(ctx, 3) as u32,
     );
-    let addr = sg::first_dma_address(sgl);
-    let slot = if for_device {
-        sg::scratch::TP_SYNC_DEV
-    } else {
-        sg::scratch::TP_SYNC_CPU
-    };
-    let (total, complete) = sg::sg_total::<true>(slot, sgl, nents);
-    dmarec::sync(
+    sg::sync_sg::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
+        slot,
         for_device,
         dev,
-        addr,
-        total,
+        sgl,
+        nents,
         dir,
-        Some(nents),
-        complete,
+        false,
         false,
     );
     0
@@ -388,12 +394,15 @@ pub fn bench_floor(_ctx: RawTracePointContext) -> i32 {
 }
 
 /// dma_map_sg's record built by the bounded walk of the programs for
-/// kernels without bpf_loop() (the `_nl` hooks), as a raw tracepoint that
-/// the host tests and benchmarks drive with BPF_PROG_TEST_RUN on any
-/// kernel; never attached. Same arguments as dma_map_sg.
+/// kernels without bpf_loop() (the `_nl` hooks), continued in tail calls
+/// when `bench_sg_bounded_cont` is registered, as a raw tracepoint that the
+/// host tests and benchmarks drive with BPF_PROG_TEST_RUN on any kernel;
+/// never attached. Same arguments as dma_map_sg.
 #[raw_tracepoint]
 pub fn bench_sg_bounded(ctx: RawTracePointContext) -> i32 {
     sg::sg_event::<false>(
+        ctx.as_ptr(),
+        sg::Tail::RawTp,
         sg::scratch::TP_MAP,
         kind::DMA_MAP_SG,
         arg(&ctx, 0),
@@ -403,7 +412,16 @@ pub fn bench_sg_bounded(ctx: RawTracePointContext) -> i32 {
         arg(&ctx, 4) as u32,
         arg(&ctx, 5),
         false,
+        false,
     );
+    0
+}
+
+/// The continuation of `bench_sg_bounded`'s walk (registered by the host
+/// tests in SG_CONT_R, as the loader registers the hooks' continuations).
+#[raw_tracepoint]
+pub fn bench_sg_bounded_cont(ctx: RawTracePointContext) -> i32 {
+    sg::cont(ctx.as_ptr(), sg::Tail::RawTp, sg::scratch::TP_MAP);
     0
 }
 

@@ -320,7 +320,7 @@ fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
     crate::require_root();
     let mut inj = Injector::new(tracer(1 << 22));
     inj.tracer
-        .load_unattached("bench_sg_bounded")
+        .load_bounded_walk(false)
         .expect("the bounded walk passes this kernel's verifier");
     let dev = inj.device.addr;
     let mut arena = Arena::new(inj.tracer.offsets);
@@ -353,4 +353,36 @@ fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
             assert!(ev.event.size < total && ev.event.size > 0);
         }
     }
+}
+
+/// The bounded walk continued in tail-called chunks (what the hooks do on
+/// kernels without bpf_loop()): a 100,000-entry list is exact; the reach is
+/// SG_PREFIX + SG_BOUNDED_REST * (1 + SG_TAIL_CALLS) steps.
+#[test]
+fn the_bounded_walk_continues_in_tail_calls_to_100k_entries() {
+    use gpudirect_trace_common::{SG_BOUNDED_REST, SG_PREFIX, SG_TAIL_CALLS};
+    crate::require_root();
+    let mut inj = Injector::new(tracer(1 << 22));
+    inj.tracer
+        .load_bounded_walk(true)
+        .expect("the bounded walk and its continuation load");
+    let dev = inj.device.addr;
+    let mut arena = Arena::new(inj.tracer.offsets);
+    let n = 100_000;
+    assert!(n < (SG_PREFIX + SG_BOUNDED_REST * (1 + SG_TAIL_CALLS)) as usize);
+    let lens = lengths(n);
+    let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+    let (sgl, _) = arena.chained(&lens, 128, 0);
+    let fd = inj.tracer.program_fd("bench_sg_bounded").expect("program");
+    let t = Instant::now();
+    run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 2, 0], None).expect("test run");
+    let secs = t.elapsed().as_secs_f64();
+    let ev = one_sg_record(&mut inj);
+    assert_eq!(ev.event.flags & flags::SG_TRUNCATED, 0, "walked to the end");
+    assert_eq!(ev.event.size, total, "exact over {} chunks", n / 5000 + 1);
+    println!(
+        "BENCH sg_walk_tailcalls entries={n} ms_per_map={:.2} ns_per_entry={:.1}",
+        secs * 1e3,
+        secs * 1e9 / n as f64
+    );
 }

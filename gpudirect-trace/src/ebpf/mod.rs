@@ -2,6 +2,7 @@
 //! and reading back events and maps.
 
 pub mod module_fentry;
+mod sg_cont;
 pub mod testrun;
 pub mod timing;
 
@@ -517,6 +518,30 @@ impl Tracer {
     /// attaching it (benchmarks: `bench_floor`).
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
         load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// Test support: loads `bench_sg_bounded` and its continuation, and
+    /// registers the continuation for tail calls (as the loader does for
+    /// the hooks' bounded walks on kernels without bpf_loop()).
+    pub fn load_bounded_walk(&mut self, with_continuation: bool) -> anyhow::Result<()> {
+        self.load_unattached("bench_sg_bounded")?;
+        if !with_continuation {
+            return Ok(());
+        }
+        self.load_unattached("bench_sg_bounded_cont")?;
+        let fd = self
+            .ebpf
+            .program("bench_sg_bounded_cont")
+            .context("bench_sg_bounded_cont")?
+            .fd()?
+            .try_clone()?;
+        let mut array: aya::maps::ProgramArray<_> = self
+            .ebpf
+            .map_mut("SG_CONT_R")
+            .context("map SG_CONT_R missing")?
+            .try_into()?;
+        array.set(gpudirect_trace_common::sg_scratch::TP_MAP, &fd, 0)?;
+        Ok(())
     }
 
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.

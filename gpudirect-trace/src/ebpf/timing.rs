@@ -116,7 +116,7 @@ impl HookSupport {
     }
 }
 
-fn errno_text(e: &ProgramError) -> String {
+pub(super) fn errno_text(e: &ProgramError) -> String {
     match e {
         ProgramError::LoadError {
             io_error,
@@ -279,11 +279,28 @@ fn first_build(
     Err(errors.join("; without bpf_loop(): "))
 }
 
-fn build_note(build: &str) -> &'static str {
-    if build == "_nl" {
-        " (no bpf_loop(): scatterlists walked to a bounded length)"
-    } else {
-        ""
+/// After a walking spec's build attached: for the build without
+/// bpf_loop(), load the walk's continuation; says how far walks reach.
+fn build_note(
+    ebpf: &mut Ebpf,
+    spec: &TimingSpec,
+    build: &str,
+    func: &str,
+    btf: Option<&AyaBtf>,
+) -> String {
+    if build != "_nl" {
+        return String::new();
+    }
+    let bounded = gpudirect_trace_common::SG_PREFIX + gpudirect_trace_common::SG_BOUNDED_REST;
+    match super::sg_cont::load(ebpf, spec.slot, func, btf) {
+        Ok(()) => format!(
+            " (no bpf_loop(): scatterlists walked in tail-called chunks, up to {} entries)",
+            super::sg_cont::reach()
+        ),
+        Err(e) => format!(
+            " (no bpf_loop(): scatterlists walked up to {bounded} entries; the walk's \
+             continuation did not load: {e})"
+        ),
     }
 }
 
@@ -345,12 +362,15 @@ fn attach_one(
             |(_, _, kin, kout)| load_kprobes(ebpf, kin, kout),
             slot,
         ) {
-            Ok(b) => status(
-                Status::Loaded,
-                "kprobe/kretprobe",
-                func,
-                format!("verified; not attached{}", build_note(b)),
-            ),
+            Ok(b) => {
+                let note = build_note(ebpf, spec, b, func, None);
+                status(
+                    Status::Loaded,
+                    "kprobe/kretprobe",
+                    func,
+                    format!("verified; not attached{note}"),
+                )
+            }
             Err(e) => status(Status::Failed, "kprobe/kretprobe", func, e),
         };
     }
@@ -369,12 +389,13 @@ fn attach_one(
                 slot,
             ) {
                 Ok(b) => {
+                    let note = build_note(ebpf, spec, b, func, Some(btf));
                     return status(
                         Status::Attached,
                         "fentry/fexit",
                         func,
-                        format!("on {func}{}", build_note(b)),
-                    )
+                        format!("on {func}{note}"),
+                    );
                 }
                 Err(e) => why.push(hint(e)),
             }
@@ -407,12 +428,15 @@ fn attach_one(
         |(_, _, kin, kout)| attach_kprobes(ebpf, func, kin, kout),
         slot,
     ) {
-        Ok(b) => status(
-            Status::Attached,
-            "kprobe/kretprobe",
-            func,
-            format!("on {func}{} ({})", build_note(b), why.join("; ")),
-        ),
+        Ok(b) => {
+            let note = build_note(ebpf, spec, b, func, None);
+            status(
+                Status::Attached,
+                "kprobe/kretprobe",
+                func,
+                format!("on {func}{note} ({})", why.join("; ")),
+            )
+        }
         Err(e) => {
             why.push(format!("kprobe: {e}"));
             status(Status::Failed, "fentry|kprobe", func, why.join("; "))

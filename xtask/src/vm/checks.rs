@@ -461,10 +461,10 @@ pub fn dma_sources_agree(series: &str, tp: &Value, hooks: &Value) -> Result<()> 
     Ok(())
 }
 
-/// sg-many-exact: the edu's scatter-gather bytes equal the gdt-misuse
-/// driver's own totals ("sg-many entries=N bytes=B mapped=M" lines), both
-/// ways, and no walk was cut.
-pub fn sg_many_exact(series: &str, lines: &[String], live: &Value) -> Result<()> {
+/// sg-many-exact: in each tracer's final object, the edu's scatter-gather
+/// bytes equal the gdt-misuse driver's own totals ("sg-many entries=N
+/// bytes=B mapped=M" lines), both ways, and no walk was cut.
+pub fn sg_many_exact(series: &str, lines: &[String], tracers: &[(&str, Value)]) -> Result<()> {
     let kv = |l: &str, k: &str| -> Option<u64> {
         l.split_whitespace()
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
@@ -489,23 +489,25 @@ pub fn sg_many_exact(series: &str, lines: &[String], live: &Value) -> Result<()>
         "want 2 sg-many lines from the driver, got {cmds}"
     );
     let bdf = Device::Edu.bdf();
-    let d = device(live, bdf)?;
-    let got = (
-        n(d, "sg_maps"),
-        n(d, "sg_entries"),
-        n(d, "bytes_mapped"),
-        n(d, "bytes_unmapped"),
-        n(d, "sg_truncated") + n(d, "sg_unmap_truncated"),
-    );
-    ensure!(
-        got == (cmds, entries, bytes, bytes, 0),
-        "{bdf}: (sg maps, entries, bytes mapped, unmapped, truncated) = {got:?}, the driver \
-         says ({cmds}, {entries}, {bytes}, {bytes}, 0)"
-    );
-    eprintln!(
-        "xtask: {series}: {bdf}: {cmds} sg maps of {entries} entries, {bytes} bytes mapped and \
-         unmapped, exactly the driver's totals ({} source)",
-        d["dma_source"]
-    );
+    for (what, live) in tracers {
+        let d = device(live, bdf)?;
+        let got = (
+            n(d, "sg_maps"),
+            n(d, "sg_entries"),
+            n(d, "bytes_mapped"),
+            n(d, "bytes_unmapped"),
+            n(d, "sg_truncated") + n(d, "sg_unmap_truncated"),
+        );
+        ensure!(
+            got == (cmds, entries, bytes, bytes, 0),
+            "{what}: {bdf}: (sg maps, entries, bytes mapped, unmapped, truncated) = {got:?}, \
+             the driver says ({cmds}, {entries}, {bytes}, {bytes}, 0)"
+        );
+        eprintln!(
+            "xtask: {series}: {bdf} ({what}): {cmds} sg maps of {entries} entries, {bytes} bytes \
+             mapped and unmapped, exactly the driver's totals ({} source)",
+            d["dma_source"]
+        );
+    }
     Ok(())
 }

@@ -193,7 +193,14 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             &tagged(lines, "KPROBE ")?,
             8,
         ),
-        "sg-many-exact" => super::checks::sg_many_exact(series, lines, &tagged(lines, "LIVE ")?),
+        "sg-many-exact" => super::checks::sg_many_exact(
+            series,
+            lines,
+            &[
+                ("fentry", tagged(lines, "FENTRY ")?),
+                ("kprobe", tagged(lines, "KPROBE ")?),
+            ],
+        ),
         "dma-sources-agree" => super::checks::dma_sources_agree(
             series,
             &tagged(lines, "TRACEPOINTS ")?,
