@@ -177,6 +177,9 @@ fn json_snapshot(
         "timing_nest_full": stats.timing_nest_full,
         "lifetime_unmatched": stats.lifetime_unmatched,
         "mappings_untracked": stats.mappings_untracked,
+        // DMA-API maps a kretprobe could not report (docs/probes.md).
+        "hook_args_missing": stats.hook_args_missing,
+        "dma_source": session.tracer.dma_plan,
         "recent": session.agg.recent.iter().rev().take(16).collect::<Vec<_>>(),
     })
 }
