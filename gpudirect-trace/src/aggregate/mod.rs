@@ -9,6 +9,7 @@
 //! fields report the DMA-API view when the kernel traces it (6.8+), else the
 //! IOMMU view, and say which in `level`.
 
+mod dma_api;
 mod kernel_tables;
 mod latency;
 mod level;
@@ -21,7 +22,9 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
+use self::dma_api::is_sync;
 pub use self::{
+    dma_api::DmaApiStats,
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{record, Level, LevelSnapshot, LongLived, Percentiles},
 };
@@ -63,17 +66,8 @@ pub struct DeviceStats {
     pub kernel_latency: BTreeMap<u32, LatHist>,
     /// The latest unmaps of any level, for "DMA after unmap" diagnosis.
     pub recent_unmaps: VecDeque<Unmapped>,
-    /// DMA-API source seen for this device (records' `FROM_HOOK` flag or
-    /// the counters' `COUNTER_FROM_HOOK` bit): the dma:* tracepoints, the hooks.
-    pub dma_by_tracepoint: bool,
-    pub dma_by_hook: bool,
-    /// Scatter-gather maps / unmaps whose walk stopped before the list's end:
-    /// their bytes (and so the device's) are a lower bound.
-    pub sg_truncated: u64,
-    pub sg_unmap_truncated: u64,
-    /// dma_sync_* calls (both directions) and the bytes they covered.
-    pub syncs: u64,
-    pub sync_bytes: u64,
+    /// The DMA-API level's source, truncated walks, syncs (dma_api.rs).
+    pub dma_api: DmaApiStats,
 }
 
 /// An unmap kept for fault correlation.
@@ -88,30 +82,7 @@ pub struct Unmapped {
 /// Unmaps remembered per device for fault correlation.
 pub const RECENT_UNMAPS: usize = 4096;
 
-/// dma_sync_*_for_cpu / _for_device.
-fn is_sync(k: u16) -> bool {
-    matches!(k, kind::DMA_SYNC_CPU | kind::DMA_SYNC_DEVICE)
-}
-
 impl DeviceStats {
-    /// Which source reported a DMA-API record.
-    fn note_source(&mut self, ev: &Event) {
-        if ev.flags & flags::FROM_HOOK != 0 {
-            self.dma_by_hook = true;
-        } else {
-            self.dma_by_tracepoint = true;
-        }
-    }
-
-    fn dma_source(&self) -> &'static str {
-        match (self.dma_by_tracepoint, self.dma_by_hook) {
-            (true, true) => "tracepoints+hooks",
-            (true, false) => "tracepoints",
-            (false, true) => "hooks",
-            (false, false) => "none",
-        }
-    }
-
     fn note_unmap(&mut self, ev: &Event, size: u64) {
         if self.recent_unmaps.len() == RECENT_UNMAPS {
             self.recent_unmaps.pop_front();
@@ -246,11 +217,8 @@ impl Aggregator {
         d.events += 1;
         match record {
             Record::Sg(sg) => {
-                d.note_source(&ev);
+                d.dma_api.note_record(&ev);
                 if ev.kind == kind::DMA_MAP_SG {
-                    if ev.flags & flags::SG_TRUNCATED != 0 {
-                        d.sg_truncated += 1;
-                    }
                     d.sg_maps += 1;
                     d.sg_entries += u64::from(sg.nents);
                     let lens = &sg.lens[..(sg.n_lens as usize).min(sg.lens.len())];
@@ -265,9 +233,6 @@ impl Aggregator {
                         *b += ev.size;
                     }
                 } else {
-                    if ev.flags & flags::SG_TRUNCATED != 0 {
-                        d.sg_unmap_truncated += 1;
-                    }
                     d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                     d.note_unmap(&ev, ev.size);
                 }
@@ -284,13 +249,7 @@ impl Aggregator {
 
     fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
         let d = self.device(device);
-        if matches!(
-            ev.kind,
-            kind::DMA_MAP | kind::DMA_UNMAP | kind::DMA_ALLOC | kind::DMA_FREE
-        ) || is_sync(ev.kind)
-        {
-            d.note_source(ev);
-        }
+        d.dma_api.note_record(ev);
         match ev.kind {
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
@@ -325,19 +284,9 @@ impl Aggregator {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes += ev.size;
             }
-            k if is_sync(k) => {
-                d.syncs += 1;
-                d.sync_bytes += ev.size;
-            }
             kind::DMA_MAP_ERR => {
                 d.map_errors += 1;
-                let what = if ev.flags & flags::COHERENT != 0 {
-                    "dma_alloc_attrs returned NULL"
-                } else {
-                    "dma_map returned DMA_MAPPING_ERROR"
-                };
-                let detail = format!("{what} ({} bytes, {})", ev.size, dir_name(ev.dir));
-                self.notable(ev, device, None, detail);
+                self.notable(ev, device, None, dma_api::map_error_detail(ev));
             }
             kind::DMA_MAP_SG_ERR => {
                 d.map_errors += 1;
@@ -400,22 +349,7 @@ impl Aggregator {
             for (k, c) in list {
                 hits += c.count;
                 let k16 = k.kind as u16;
-                if matches!(
-                    k16,
-                    kind::DMA_MAP
-                        | kind::DMA_UNMAP
-                        | kind::DMA_MAP_SG
-                        | kind::DMA_UNMAP_SG
-                        | kind::DMA_ALLOC
-                        | kind::DMA_FREE
-                ) || is_sync(k16)
-                {
-                    if k.from_hook() {
-                        d.dma_by_hook = true;
-                    } else {
-                        d.dma_by_tracepoint = true;
-                    }
-                }
+                d.dma_api.note_source(k16, k.from_hook());
                 match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
                         dma.0 += c.count;
@@ -461,8 +395,9 @@ impl Aggregator {
                     _ => {}
                 }
             }
-            (d.sg_truncated, d.sg_unmap_truncated) = (truncated, unmap_truncated);
-            (d.syncs, d.sync_bytes) = syncs;
+            let x = &mut d.dma_api;
+            (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
+            (x.syncs, x.sync_bytes) = syncs;
             for (level, (m, u, bm, bu)) in [
                 (&mut d.dma, dma),
                 (&mut d.iommu, iommu),
@@ -593,7 +528,7 @@ impl Aggregator {
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
-                dma_source: d.dma_source(),
+                dma_source: d.dma_api.source(),
                 maps: primary.maps,
                 unmaps: primary.unmaps,
                 bytes_mapped: primary.bytes_mapped,
@@ -606,10 +541,10 @@ impl Aggregator {
                 bytes_bidirectional: d.bytes_by_dir[0],
                 sg_maps: d.sg_maps,
                 sg_entries: d.sg_entries,
-                sg_truncated: d.sg_truncated,
-                sg_unmap_truncated: d.sg_unmap_truncated,
-                dma_syncs: d.syncs,
-                dma_sync_bytes: d.sync_bytes,
+                sg_truncated: d.dma_api.sg_truncated,
+                sg_unmap_truncated: d.dma_api.sg_unmap_truncated,
+                dma_syncs: d.dma_api.syncs,
+                dma_sync_bytes: d.dma_api.sync_bytes,
                 swiotlb_bounces: d.swiotlb_bounces,
                 swiotlb_bounced_bytes: d.swiotlb_bytes,
                 coherent_allocs: d.coherent.maps,

@@ -1,10 +1,12 @@
 //! Loading the embedded eBPF object, attaching what the running kernel has,
 //! and reading back events and maps.
 
+mod dma_source;
 pub mod module_fentry;
 mod sg_cont;
 pub mod testrun;
 pub mod timing;
+mod tracepoints;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -15,7 +17,6 @@ use std::{
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{ProgramError, RawTracePoint},
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
@@ -24,9 +25,16 @@ use gpudirect_trace_common::{
 };
 use serde::Serialize;
 
+use self::{
+    dma_source::dma_plan,
+    tracepoints::{attach_probe, load_program, tracepoint_exists},
+};
+pub use self::{
+    dma_source::{DmaOpSource, DmaSource},
+    tracepoints::offsets_from_btf,
+};
 use crate::{
-    btf::Btf,
-    catalog::{self, ProbeSpec, Provider},
+    catalog,
     kernel::{self, KernelInfo},
 };
 
@@ -84,28 +92,6 @@ pub struct TracerOptions {
     pub dma_source: DmaSource,
     /// Scatterlist entries walked per map at most (`--sg-walk-max`).
     pub sg_walk_max: u32,
-}
-
-/// `--dma-source`: which programs report DMA-API maps, unmaps, syncs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DmaSource {
-    /// The dma:* tracepoints where the kernel has them (6.8+, cheaper),
-    /// the hooks on the DMA-API functions for the operations they miss.
-    #[default]
-    Auto,
-    /// Only the dma:* tracepoints (no DMA-API records before 6.8).
-    Tracepoints,
-    /// Only the hooks, even where the tracepoints exist (for comparing).
-    Hooks,
-}
-
-/// Which source reports one DMA-API operation (`catalog::DMA_OPS`).
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct DmaOpSource {
-    pub op: &'static str,
-    /// "tracepoint", "hook" or "none".
-    pub source: &'static str,
 }
 
 impl Default for TracerOptions {
@@ -173,44 +159,6 @@ pub struct Tracer {
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
     names: HashMap<u64, Arc<str>>,
-}
-
-/// Structure offsets from BTF, falling back to the defaults (documented in
-/// `KernelOffsets::DEFAULT`) member by member.
-pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
-    let mut off = KernelOffsets::DEFAULT;
-    let Some(btf) = btf else { return off };
-    if let (Some(kobj), Some(name)) = (
-        btf.member_offset("device", "kobj"),
-        btf.member_offset("kobject", "name"),
-    ) {
-        off.device_name = kobj + name;
-    }
-    if let Some(o) = btf.member_offset("pci_dev", "dev") {
-        off.pci_dev_device = o;
-    }
-    if let Some(size) = btf.struct_size("scatterlist") {
-        off.sg_stride = size;
-        let m = |name| btf.member_offset("scatterlist", name);
-        off.sg_page_link = m("page_link").unwrap_or(off.sg_page_link);
-        off.sg_length = m("length").unwrap_or(off.sg_length);
-        off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
-        off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
-    }
-    let sgt = |name| btf.member_offset("sg_table", name);
-    off.sgt_sgl = sgt("sgl").unwrap_or(off.sgt_sgl);
-    off.sgt_nents = sgt("nents").unwrap_or(off.sgt_nents);
-    off.sgt_orig_nents = sgt("orig_nents").unwrap_or(off.sgt_orig_nents);
-    if let Some(size) = btf.struct_size("page") {
-        off.page_size = size;
-    }
-    if let Some(o) = btf
-        .member_offset("nv_dma_device", "dev")
-        .or_else(|| btf.typedef_member_offset("nv_dma_device_t", "dev"))
-    {
-        off.nv_dma_device_dev = o;
-    }
-    off
 }
 
 impl Tracer {
@@ -520,30 +468,6 @@ impl Tracer {
         load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
     }
 
-    /// Test support: loads `bench_sg_bounded` and its continuation, and
-    /// registers the continuation for tail calls (as the loader does for
-    /// the hooks' bounded walks on kernels without bpf_loop()).
-    pub fn load_bounded_walk(&mut self, with_continuation: bool) -> anyhow::Result<()> {
-        self.load_unattached("bench_sg_bounded")?;
-        if !with_continuation {
-            return Ok(());
-        }
-        self.load_unattached("bench_sg_bounded_cont")?;
-        let fd = self
-            .ebpf
-            .program("bench_sg_bounded_cont")
-            .context("bench_sg_bounded_cont")?
-            .fd()?
-            .try_clone()?;
-        let mut array: aya::maps::ProgramArray<_> = self
-            .ebpf
-            .map_mut("SG_CONT_R")
-            .context("map SG_CONT_R missing")?
-            .try_into()?;
-        array.set(gpudirect_trace_common::sg_scratch::TP_MAP, &fd, 0)?;
-        Ok(())
-    }
-
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.
     pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
         let raw: Vec<(LatKey, LatHist)> = self
@@ -578,150 +502,6 @@ impl Tracer {
 fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from the object"))?
-        .try_into()
-        .map_err(|e: ProgramError| e.to_string())?;
-    prog.load().map_err(|e| match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            format!("verifier rejected it ({io_error}): {verifier_log}")
-        }
-        other => other.to_string(),
-    })
-}
-
-/// Whether the kernel has the tracepoint (BTF prototype or tracefs entry;
-/// unknown counts as present: attaching then says).
-fn tracepoint_exists(kernel: &KernelInfo, spec: &ProbeSpec) -> bool {
-    if let Provider::Module(module) = spec.provider {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return false;
-        }
-    }
-    let btf = kernel
-        .btf
-        .as_ref()
-        .and_then(|b| b.tracepoint_args(spec.event()))
-        .is_some();
-    btf || kernel.tracefs_has(spec.group(), spec.event()) != Some(false)
-}
-
-/// Which DMA-API operations the hooks report (the `RUNTIME[HOOK_OPS]` bits), and
-/// the source of each operation. An operation is the tracepoints' when every
-/// one of its tracepoint groups has one attached.
-fn dma_plan(
-    probes: &[ProbeStatus],
-    source: DmaSource,
-    hooked: u32,
-    attach: bool,
-) -> (u32, Vec<DmaOpSource>) {
-    let attached = |name: &str| {
-        probes
-            .iter()
-            .any(|p| p.name == name && p.status == Status::Attached)
-    };
-    let mut mask = 0;
-    let mut plan = Vec::new();
-    for op in catalog::DMA_OPS {
-        let by_tp = op
-            .tracepoints
-            .iter()
-            .all(|group| group.iter().any(|tp| attached(tp)));
-        let hook = match source {
-            DmaSource::Auto => !by_tp || (op.prefer_hook && hooked & op.bit != 0),
-            DmaSource::Hooks => true,
-            DmaSource::Tracepoints => false,
-        };
-        if hook {
-            mask |= op.bit;
-        }
-        let src = if by_tp && !(hook && hooked & op.bit != 0) {
-            "tracepoint"
-        } else if hook && (hooked & op.bit != 0 || !attach) {
-            "hook"
-        } else {
-            "none"
-        };
-        plan.push(DmaOpSource {
-            op: op.name,
-            source: src,
-        });
-    }
-    (mask, plan)
-}
-
-/// Decides whether `spec` exists on this kernel and attaches it.
-fn attach_probe(ebpf: &mut Ebpf, kernel: &KernelInfo, spec: &ProbeSpec) -> (Status, String) {
-    if let Provider::Module(module) = spec.provider {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return (
-                Status::Unavailable,
-                format!("module {module} is not loaded"),
-            );
-        }
-    }
-    let btf_args = kernel
-        .btf
-        .as_ref()
-        .and_then(|b| b.tracepoint_args(spec.event()));
-    let in_tracefs = kernel.tracefs_has(spec.group(), spec.event());
-    if btf_args.is_none() && in_tracefs == Some(false) {
-        return (
-            Status::Unavailable,
-            format!(
-                "this kernel ({}) has no tracepoint {}",
-                kernel.release, spec.name
-            ),
-        );
-    }
-    if let Some(n) = btf_args {
-        if n < spec.args_read {
-            return (
-                Status::Failed,
-                format!(
-                    "prototype mismatch: the kernel's {} has {n} arguments, the program reads {}",
-                    spec.name, spec.args_read
-                ),
-            );
-        }
-    }
-    let prog: &mut RawTracePoint = match ebpf.program_mut(spec.program).map(TryInto::try_into) {
-        Some(Ok(p)) => p,
-        _ => return (Status::Failed, format!("program {} missing", spec.program)),
-    };
-    match prog.attach(spec.event()) {
-        Ok(_) => {
-            let how = match btf_args {
-                Some(n) => format!("{n} args per BTF"),
-                None => "no BTF prototype; attached by name".to_owned(),
-            };
-            (Status::Attached, how)
-        }
-        Err(e) => {
-            let errno = match &e {
-                ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
-                _ => None,
-            };
-            if errno == Some(libc::ENOENT) {
-                (
-                    Status::Unavailable,
-                    format!(
-                        "this kernel ({}) has no tracepoint {}",
-                        kernel.release, spec.name
-                    ),
-                )
-            } else {
-                (Status::Failed, format!("attach failed: {e}"))
-            }
-        }
-    }
 }
 
 fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {

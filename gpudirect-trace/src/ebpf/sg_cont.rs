@@ -12,6 +12,7 @@
 //! loaded here next to the program it continues and put into `SG_CONT_T`
 //! (tracing) or `SG_CONT_K` (kprobe) at that program's scratch slot.
 
+use anyhow::Context as _;
 use aya::{
     maps::ProgramArray,
     programs::{KProbe, Program},
@@ -75,4 +76,30 @@ pub fn load(ebpf: &mut Ebpf, slot: &str, func: &str, btf: Option<&AyaBtf>) -> Re
         .map_err(|e: aya::maps::MapError| e.to_string())?;
     map.set(index, &fd, 0)
         .map_err(|e| format!("{array}[{index}]: {e}"))
+}
+
+impl super::Tracer {
+    /// Test support: loads `bench_sg_bounded` and its continuation, and
+    /// registers the continuation for tail calls (as the loader does for
+    /// the hooks' bounded walks on kernels without bpf_loop()).
+    pub fn load_bounded_walk(&mut self, with_continuation: bool) -> anyhow::Result<()> {
+        self.load_unattached("bench_sg_bounded")?;
+        if !with_continuation {
+            return Ok(());
+        }
+        self.load_unattached("bench_sg_bounded_cont")?;
+        let fd = self
+            .ebpf
+            .program("bench_sg_bounded_cont")
+            .context("bench_sg_bounded_cont")?
+            .fd()?
+            .try_clone()?;
+        let mut array: aya::maps::ProgramArray<_> = self
+            .ebpf
+            .map_mut("SG_CONT_R")
+            .context("map SG_CONT_R missing")?
+            .try_into()?;
+        array.set(gpudirect_trace_common::sg_scratch::TP_MAP, &fd, 0)?;
+        Ok(())
+    }
 }

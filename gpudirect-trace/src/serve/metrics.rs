@@ -361,14 +361,15 @@ impl Model {
                 self.add("gpudirect_swiotlb_bounces", Counter, None, l.clone(), n);
                 self.add("gpudirect_swiotlb_bounced", Counter, bytes(), l.clone(), b);
             }
-            if d.syncs > 0 {
-                let (n, b) = (d.syncs, d.sync_bytes);
+            let x = &d.dma_api;
+            if x.syncs > 0 {
+                let (n, b) = (x.syncs, x.sync_bytes);
                 self.add("gpudirect_dma_syncs", Counter, None, l.clone(), n);
                 self.add("gpudirect_dma_sync", Counter, bytes(), l.clone(), b);
             }
             // Scatterlists not walked to the end: this device's byte counts
             // are lower bounds.
-            for (op, n) in [("map", d.sg_truncated), ("unmap", d.sg_unmap_truncated)] {
+            for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
                 if n > 0 {
                     self.add("gpudirect_sg_truncated", Counter, None, l1("op", op), n);
                 }
