@@ -179,7 +179,7 @@ fn json_snapshot(
         "mappings_untracked": stats.mappings_untracked,
         // DMA-API maps a kretprobe could not report (docs/probes.md).
         "hook_args_missing": stats.hook_args_missing,
-        "dma_source": session.tracer.dma_plan,
+        "dma_plan": session.tracer.dma_plan,
         "recent": session.agg.recent.iter().rev().take(16).collect::<Vec<_>>(),
     })
 }

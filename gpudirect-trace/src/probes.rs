@@ -26,7 +26,7 @@ pub fn run(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
             "tracefs_error": k.tracefs_error,
             "probes": tracer.probes,
-            "dma_source": tracer.dma_plan,
+            "dma_plan": tracer.dma_plan,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
