@@ -166,7 +166,7 @@ pub struct TraceArgs {
     pub dma_source: DmaSource,
     /// Scatterlist entries walked per map at most, for its byte total. A
     /// longer list is counted as truncated and its bytes shown as a lower
-    /// bound. Each entry costs ~10-20 ns (docs/benchmarks.md).
+    /// bound. Each entry costs ~30 ns (docs/benchmarks.md).
     #[arg(long, default_value_t = gpudirect_trace_common::SG_WALK_DEFAULT, value_name = "ENTRIES",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub sg_walk_max: u32,
