@@ -1,9 +1,22 @@
 //! The probe table on this kernel, as text.
 
 use crate::{
-    ebpf::{ProbeStatus, Status},
+    ebpf::{DmaOpSource, ProbeStatus, Status},
     sanitize::text as clean,
 };
+
+/// One line: which programs report each DMA-API operation.
+pub fn dma_plan_text(plan: &[DmaOpSource]) -> String {
+    let ops: Vec<String> = plan
+        .iter()
+        .map(|o| format!("{} {}", o.op, o.source))
+        .collect();
+    format!(
+        "DMA-API records (per-device level \"dma\"): {} (tracepoint: dma:*; hook: the time:dma_* \
+         hooks on the DMA-API functions; none: not reported on this kernel)",
+        ops.join(", ")
+    )
+}
 
 /// The probe table as `probes` prints it.
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {

@@ -80,6 +80,12 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
         let _ = writeln!(s, "(no DMA activity seen yet)");
     }
     for d in devices {
+        // A scatterlist not walked to its end: the bytes are a lower bound.
+        let lower = if d.sg_truncated + d.sg_unmap_truncated > 0 {
+            ">="
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             "{:<22} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9} {:>8} {:>6} {:>9.0}",
@@ -87,7 +93,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             d.level,
             d.maps,
             d.unmaps,
-            bytes(d.bytes_mapped),
+            format!("{lower}{}", bytes(d.bytes_mapped)),
             bytes(d.bytes_to_device),
             bytes(d.bytes_from_device),
             format!("{}/{}", bytes(d.map_size.p50), bytes(d.map_size.p99)),
@@ -98,6 +104,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             d.events_per_sec
         );
     }
+    s.push_str(&device_notes(devices));
     s
 }
 
@@ -126,6 +133,43 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
     }
     if more > 0 && !s.is_empty() {
         let _ = writeln!(s, "  ({more} earlier ones: --json lists them)");
+    }
+    s
+}
+
+/// Where each device's DMA-API level came from, and which byte counts are
+/// lower bounds.
+pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
+    let mut s = String::new();
+    let mut by_source: Vec<(&str, Vec<&str>)> = Vec::new();
+    for d in devices.iter().filter(|d| d.dma_source != "none") {
+        match by_source.iter_mut().find(|(src, _)| *src == d.dma_source) {
+            Some((_, list)) => list.push(&d.device),
+            None => by_source.push((d.dma_source, vec![&d.device])),
+        }
+    }
+    if !by_source.is_empty() {
+        let parts: Vec<String> = by_source
+            .iter()
+            .map(|(src, list)| format!("{src} ({})", list.join(", ")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "DMA-API level from: {} (tracepoints: dma:*; hooks: fentry/kprobe on the DMA-API \
+             functions)",
+            parts.join("; ")
+        );
+    }
+    for d in devices {
+        if d.sg_truncated + d.sg_unmap_truncated > 0 {
+            let _ = writeln!(
+                s,
+                "note: {}: {} scatter-gather map(s) and {} unmap(s) not walked to the end of \
+                 their list (--sg-walk-max, or a bounded walk without bpf_loop()): its bytes \
+                 are a lower bound (>=)",
+                d.device, d.sg_truncated, d.sg_unmap_truncated
+            );
+        }
     }
     s
 }

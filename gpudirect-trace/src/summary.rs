@@ -49,6 +49,9 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "timing_nest_full": v.stats.timing_nest_full,
         "lifetime_unmatched": v.stats.lifetime_unmatched,
         "mappings_untracked": v.stats.mappings_untracked,
+        // DMA-API maps a kretprobe could not report (docs/probes.md).
+        "hook_args_missing": v.stats.hook_args_missing,
+        "dma_plan": s.tracer.dma_plan,
         "incidents": incidents,
         "incidents_total": all.back().map_or(0, |i| i.id),
         "incidents_evicted": ledger.evicted(),

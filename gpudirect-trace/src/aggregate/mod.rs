@@ -11,6 +11,7 @@
 //! IOMMU view, and say which in `level`.
 
 pub mod budget;
+mod dma_api;
 mod kernel_tables;
 mod latency;
 mod level;
@@ -24,12 +25,14 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
+use self::dma_api::is_sync;
 use crate::{
     gpu::GpuIdentity,
     model::{MapLevel, MappingState, Process},
 };
 
 pub use self::{
+    dma_api::DmaApiStats,
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{
         hist_clamped, limit_hist_growth, record, record_within, Level, LevelSnapshot, LongLived,
@@ -75,6 +78,8 @@ pub struct DeviceStats {
     /// Times of the device's first and last streamed events.
     pub first_ts: u64,
     pub last_ts: u64,
+    /// The DMA-API level's source, truncated walks, syncs (dma_api.rs).
+    pub dma_api: DmaApiStats,
 }
 
 /// An unmap kept for fault correlation.
@@ -108,8 +113,12 @@ impl DeviceStats {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DeviceSnapshot {
     pub device: String,
-    /// "dma" or "iommu": which level the flat fields below report.
+    /// "dma", "iommu" or "none": which level the flat fields below report
+    /// (the DMA API where it was seen, else the IOMMU's page-table maps).
     pub level: &'static str,
+    /// Where the DMA-API level came from: "tracepoints" (dma:*), "hooks"
+    /// (fentry/kprobe on the DMA-API functions), both, or "none".
+    pub dma_source: &'static str,
     pub maps: u64,
     pub unmaps: u64,
     pub bytes_mapped: u64,
@@ -122,6 +131,14 @@ pub struct DeviceSnapshot {
     pub bytes_bidirectional: u64,
     pub sg_maps: u64,
     pub sg_entries: u64,
+    /// Scatter-gather maps (unmaps) not walked to the end of their list
+    /// (`--sg-walk-max` or a kernel limit): the byte counts are then a
+    /// lower bound.
+    pub sg_truncated: u64,
+    pub sg_unmap_truncated: u64,
+    /// dma_sync_single/sg_for_cpu/device calls and their bytes.
+    pub dma_syncs: u64,
+    pub dma_sync_bytes: u64,
     pub swiotlb_bounces: u64,
     pub swiotlb_bounced_bytes: u64,
     pub coherent_allocs: u64,
@@ -276,6 +293,7 @@ impl Aggregator {
         d.last_ts = d.last_ts.max(ev.ts_ns);
         match record {
             Record::Sg(sg) => {
+                d.dma_api.note_record(&ev);
                 if ev.kind == kind::DMA_MAP_SG {
                     d.sg_maps += 1;
                     d.sg_entries = d.sg_entries.saturating_add(u64::from(sg.nents));
@@ -304,6 +322,7 @@ impl Aggregator {
 
     fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
         let d = self.device(device);
+        d.dma_api.note_record(ev);
         match ev.kind {
             // A failed map (dma:dma_map_page fires for it too, with
             // DMA_MAPPING_ERROR as the handle) mapped nothing.
@@ -346,6 +365,9 @@ impl Aggregator {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes = d.swiotlb_bytes.saturating_add(ev.size);
             }
+            kind::DMA_MAP_ERR => {
+                d.map_errors += 1;
+            }
             kind::DMA_MAP_SG_ERR => d.map_errors += 1,
             kind::GROUP_ADD_DEVICE => d.iommu_group = Some(ev.aux as u32),
             kind::GROUP_REMOVE_DEVICE => d.iommu_group = None,
@@ -372,9 +394,12 @@ impl Aggregator {
             let mut coherent = (0u64, 0u64, 0u64, 0u64);
             let mut sg_maps = 0u64;
             let mut hits = 0u64;
+            let (mut truncated, mut unmap_truncated, mut syncs) = (0u64, 0u64, (0u64, 0u64));
             for (k, c) in list {
                 hits = hits.saturating_add(c.count);
-                match k.kind as u16 {
+                let k16 = k.kind as u16;
+                d.dma_api.note_source(k16, k.from_hook());
+                match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
                         dma.0 = dma.0.saturating_add(c.count);
                         dma.2 = dma.2.saturating_add(c.bytes);
@@ -409,9 +434,21 @@ impl Aggregator {
                         d.swiotlb_bounces = c.count;
                         d.swiotlb_bytes = c.bytes;
                     }
+                    k if is_sync(k) => {
+                        syncs.0 = syncs.0.saturating_add(c.count);
+                        syncs.1 = syncs.1.saturating_add(c.bytes);
+                    }
+                    // Counter-only kinds: maps (unmaps) whose walk stopped early.
+                    kind::SG_TRUNCATED => truncated = truncated.saturating_add(c.count),
+                    kind::SG_UNMAP_TRUNCATED => {
+                        unmap_truncated = unmap_truncated.saturating_add(c.count)
+                    }
                     _ => {}
                 }
             }
+            let x = &mut d.dma_api;
+            (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
+            (x.syncs, x.sync_bytes) = syncs;
             for (level, (m, u, bm, bu)) in [
                 (&mut d.dma, dma),
                 (&mut d.iommu, iommu),
@@ -564,10 +601,14 @@ impl Aggregator {
                 }
             }
             let iommu = d.iommu.snapshot();
+            // Never "iommu" for a device the IOMMU did not map for (no
+            // IOMMU, or passthrough): "none" until one level has activity.
             let (level, primary, procs) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
                 ("dma", &dma, &d.dma.procs)
-            } else {
+            } else if d.iommu.maps > 0 || d.iommu.unmaps > 0 {
                 ("iommu", &iommu, &d.iommu.procs)
+            } else {
+                ("none", &dma, &d.dma.procs)
             };
             let mut processes: Vec<ProcessRow> = procs
                 .iter()
@@ -600,6 +641,7 @@ impl Aggregator {
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
+                dma_source: d.dma_api.source(),
                 maps: primary.maps,
                 unmaps: primary.unmaps,
                 bytes_mapped: primary.bytes_mapped,
@@ -612,6 +654,10 @@ impl Aggregator {
                 bytes_bidirectional: d.bytes_by_dir[0],
                 sg_maps: d.sg_maps,
                 sg_entries: d.sg_entries,
+                sg_truncated: d.dma_api.sg_truncated,
+                sg_unmap_truncated: d.dma_api.sg_unmap_truncated,
+                dma_syncs: d.dma_api.syncs,
+                dma_sync_bytes: d.dma_api.sync_bytes,
                 swiotlb_bounces: d.swiotlb_bounces,
                 swiotlb_bounced_bytes: d.swiotlb_bytes,
                 coherent_allocs: d.coherent.maps,

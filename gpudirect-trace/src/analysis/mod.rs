@@ -142,11 +142,18 @@ impl Analysis {
                     "iommu:io_page_fault",
                 )),
                 kind::AER => Some(tracepoint::from_aer_event(device, ev.addr as u32, ev.aux)),
-                // dma:dma_map_page/dma_map_resource fire for failed maps
-                // too, with DMA_MAPPING_ERROR as the handle.
-                kind::DMA_MAP if ev.addr == misuse::DMA_MAPPING_ERROR => {
+                // A failed dma_map_page/phys/resource (DMA_MAPPING_ERROR)
+                // or dma_alloc_attrs (NULL). Older recordings have them as
+                // DMA_MAP with the error as handle.
+                kind::DMA_MAP_ERR | kind::DMA_MAP
+                    if ev.addr == misuse::DMA_MAPPING_ERROR || ev.kind == kind::DMA_MAP_ERR =>
+                {
+                    let f = gpudirect_trace_common::flags::COHERENT;
+                    let r = gpudirect_trace_common::flags::RESOURCE;
                     let e = MapError {
-                        api: if ev.flags & gpudirect_trace_common::flags::RESOURCE != 0 {
+                        api: if ev.flags & f != 0 {
+                            "dma_alloc_attrs"
+                        } else if ev.flags & r != 0 {
                             "dma_map_resource"
                         } else {
                             "dma_map_page"

@@ -21,6 +21,9 @@ pub struct ProbesArgs {
     /// kernels differ).
     #[arg(long)]
     pub strict: bool,
+    /// As for `live`: which programs would report the DMA-API operations.
+    #[arg(long, value_enum, default_value_t = super::trace::DmaSourceArg::Auto, value_name = "SOURCE")]
+    pub dma_source: super::trace::DmaSourceArg,
 }
 
 pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
@@ -34,6 +37,7 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
         ring_bytes: 4096,
+        dma_source: args.dma_source.into(),
         ..Default::default()
     })?;
     let k = &tracer.kernel;
@@ -45,10 +49,12 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
             "tracefs_error": k.tracefs_error,
             "probes": tracer.probes,
+            "dma_plan": tracer.dma_plan,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
         output::line(&probes::render(&tracer.probes, &k.release, k.btf.is_some()))?;
+        output::line(&probes::dma_plan_text(&tracer.dma_plan))?;
         if let Some(e) = &k.tracefs_error {
             output::line(&format!("note: {}", clean(e)))?;
         }

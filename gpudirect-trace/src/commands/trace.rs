@@ -60,6 +60,40 @@ pub struct TraceArgs {
     /// finding shows the code that mapped and the code that misused.
     #[arg(long, requires = "check")]
     pub stacks: bool,
+    /// Where DMA-API maps, unmaps and syncs come from: the dma:* tracepoints
+    /// (6.8+, cheaper), or the fentry/kprobe hooks on the DMA-API functions
+    /// (every kernel). auto takes the tracepoints where they exist and the
+    /// hooks for the rest; hooks forces them (to compare the two).
+    #[arg(long, value_enum, default_value_t = DmaSourceArg::Auto, value_name = "SOURCE")]
+    pub dma_source: DmaSourceArg,
+    /// Scatterlist entries walked per map at most, for its byte total. A
+    /// longer list is counted as truncated and its bytes shown as a lower
+    /// bound. Each entry costs ~30 ns (docs/benchmarks.md).
+    #[arg(long, default_value_t = gpudirect_trace_common::SG_WALK_DEFAULT, value_name = "ENTRIES",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sg_walk_max: u32,
+}
+
+/// `--dma-source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DmaSourceArg {
+    /// The dma:* tracepoints where the kernel has them (6.8+, cheaper),
+    /// the hooks on the DMA-API functions for the operations they miss.
+    Auto,
+    /// Only the dma:* tracepoints (no DMA-API records before 6.8).
+    Tracepoints,
+    /// Only the hooks, even where the tracepoints exist (for comparing).
+    Hooks,
+}
+
+impl From<DmaSourceArg> for crate::ebpf::DmaSource {
+    fn from(a: DmaSourceArg) -> Self {
+        match a {
+            DmaSourceArg::Auto => Self::Auto,
+            DmaSourceArg::Tracepoints => Self::Tracepoints,
+            DmaSourceArg::Hooks => Self::Hooks,
+        }
+    }
 }
 
 impl TraceArgs {
@@ -72,6 +106,8 @@ impl TraceArgs {
             follow_kmsg: true,
             check: self.check,
             stacks: self.stacks,
+            dma_source: self.dma_source.into(),
+            sg_walk_max: self.sg_walk_max,
         }
     }
 }

@@ -143,6 +143,8 @@ impl Session {
             stream: opts.stream,
             lifetimes: opts.lifetimes,
             ring_bytes: opts.ring_bytes,
+            dma_source: opts.dma_source,
+            sg_walk_max: opts.sg_walk_max,
             ..Default::default()
         })?;
         let failed: Vec<String> = tracer

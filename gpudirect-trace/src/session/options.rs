@@ -18,6 +18,10 @@ pub struct SessionOptions {
     pub check: bool,
     /// Take kernel stacks of DMA-API calls for the findings.
     pub stacks: bool,
+    /// Which programs report DMA-API calls.
+    pub dma_source: crate::ebpf::DmaSource,
+    /// Scatterlist entries walked per map at most.
+    pub sg_walk_max: u32,
 }
 
 impl Default for SessionOptions {
@@ -30,6 +34,8 @@ impl Default for SessionOptions {
             follow_kmsg: true,
             check: false,
             stacks: false,
+            dma_source: crate::ebpf::DmaSource::Auto,
+            sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
         }
     }
 }

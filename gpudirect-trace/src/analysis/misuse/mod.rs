@@ -54,9 +54,7 @@ pub const PENDING_KEPT: usize = 4096;
 /// such mappings share cachelines.
 pub const DMA_ATTR_SKIP_CPU_SYNC: u64 = 1 << 5;
 
-/// What a failed dma_map_page/phys/resource returns
-/// (include/linux/dma-mapping.h).
-pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
+pub use gpudirect_trace_common::DMA_MAPPING_ERROR;
 
 /// What a DMA-API record asks of the checker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,7 +94,37 @@ impl DmaCall {
     pub fn from_record(r: &Record) -> Option<DmaCall> {
         let ev = r.event();
         let resource = ev.flags & flags::RESOURCE != 0;
+        let sg = ev.flags & flags::SCATTERLIST != 0;
         let (op, class, api) = match (r, ev.kind) {
+            (Record::Event(_), kind::DMA_MAP_ERR) if ev.flags & flags::COHERENT != 0 => {
+                (Op::MapFailed, ApiClass::Coherent, "dma_alloc_attrs")
+            }
+            (Record::Event(_), kind::DMA_MAP_ERR) if resource => {
+                (Op::MapFailed, ApiClass::Resource, "dma_map_resource")
+            }
+            (Record::Event(_), kind::DMA_MAP_ERR) => {
+                (Op::MapFailed, ApiClass::Single, "dma_map_page")
+            }
+            (Record::Event(_), kind::DMA_SYNC_CPU) if sg => (
+                Op::Sync { for_cpu: true },
+                ApiClass::ScatterGather,
+                "dma_sync_sg_for_cpu",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_CPU) => (
+                Op::Sync { for_cpu: true },
+                ApiClass::Single,
+                "dma_sync_single_for_cpu",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_DEVICE) if sg => (
+                Op::Sync { for_cpu: false },
+                ApiClass::ScatterGather,
+                "dma_sync_sg_for_device",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_DEVICE) => (
+                Op::Sync { for_cpu: false },
+                ApiClass::Single,
+                "dma_sync_single_for_device",
+            ),
             (Record::Event(_), kind::DMA_MAP) if resource => {
                 (Op::Map, ApiClass::Resource, "dma_map_resource")
             }
@@ -117,6 +145,8 @@ impl DmaCall {
         let entries = match r {
             Record::Sg(s) => Some(s.nents),
             _ if ev.kind == kind::DMA_MAP_SG_ERR => Some(ev.size as u32),
+            // dma_sync_sg_*: the entries handed to it.
+            _ if sg => Some(ev.aux as u32),
             _ => None,
         };
         let mut c = DmaCall {
@@ -127,7 +157,7 @@ impl DmaCall {
             pid: ev.pid,
             tid: ev.tid,
             addr: ev.addr,
-            phys: (class == ApiClass::Single).then_some(ev.phys),
+            phys: (class == ApiClass::Single && matches!(op, Op::Map)).then_some(ev.phys),
             size: if ev.kind == kind::DMA_MAP_SG_ERR {
                 0
             } else {
