@@ -150,3 +150,48 @@ fn the_real_programs_take_kernel_stacks_with_stacks_on_only() {
     assert_eq!(m.check, Check::UnmapSize);
     assert!(!m.call.stack.is_empty() && !m.map.as_ref().expect("map").stack.is_empty());
 }
+
+/// The cost of `--stacks` per hit: dma_map and dma_unmap through the real
+/// programs with stacks off and on, from the kernel's own accounting
+/// (bpf_stats). Each distinct stack is stored once; these runs all share
+/// the test runner's stack, so this is the cost of the walk and the hash.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_stacks_cost() {
+    use std::os::fd::{AsRawFd as _, BorrowedFd};
+    crate::require_root();
+    const RUNS: u64 = 50_000;
+    for stacks in [false, true] {
+        let inj = checked(stacks);
+        let dev = inj.device.addr;
+        let mut tracer = inj.tracer;
+        std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").expect("bpf_stats (root)");
+        let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
+        let unmap = tracer.program_fd("dma_unmap").expect("dma_unmap").as_raw_fd();
+        for i in 0..RUNS {
+            let a = 0x1000_0000 + (i % 4096) * 4096;
+            // SAFETY: the tracer (owner of the fds) outlives this loop.
+            let (m, u) = unsafe { (BorrowedFd::borrow_raw(map), BorrowedFd::borrow_raw(unmap)) };
+            run_raw_tracepoint(m, &[dev, 0x1000, a, 4096, 1, 0], None).expect("run");
+            run_raw_tracepoint(u, &[dev, a, 4096, 1, 0], None).expect("run");
+            if i % 4096 == 0 {
+                tracer.drain(|_| {});
+            }
+        }
+        std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0").expect("bpf_stats");
+        for s in tracer
+            .program_stats()
+            .iter()
+            .filter(|s| s.program == "dma_map" || s.program == "dma_unmap")
+        {
+            println!(
+                "BENCH stacks_cost stacks={} program={} runs={} ns_per_hit={:.1}",
+                if stacks { "on" } else { "off" },
+                s.program,
+                s.run_count,
+                s.ns_per_run
+            );
+        }
+        assert_eq!(tracer.self_stats().stacks_lost, 0);
+    }
+}

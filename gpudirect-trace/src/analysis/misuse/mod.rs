@@ -360,7 +360,11 @@ impl Checker {
     }
 
     fn handles(&mut self, device: &Arc<str>) -> &mut Handles {
-        self.devices.entry(device.clone()).or_default()
+        // No clone of the name (an atomic add) on the hot path.
+        if !self.devices.contains_key(device) {
+            self.devices.insert(device.clone(), Handles::default());
+        }
+        self.devices.get_mut(device).expect("inserted above")
     }
 
     fn map(&mut self, c: DmaCall, device: &Arc<str>) {
@@ -384,7 +388,7 @@ impl Checker {
                 let first = self
                     .devices
                     .get(&odev)
-                    .and_then(|h| h.live_at(other).first())
+                    .and_then(|h| h.live_at(other).next())
                     .map(|l| l.map.clone());
                 if c.attrs & DMA_ATTR_SKIP_CPU_SYNC == 0 {
                     let detail = format!(
@@ -431,8 +435,8 @@ impl Checker {
                         "[device address={:#018x}] [size={} bytes] [already unmapped by {} at {}]",
                         c.addr,
                         c.size,
-                        g.unmap.api,
-                        self.clock.stamp(g.unmap.ts_ns)
+                        g.unmap_api,
+                        self.clock.stamp(g.unmap_ts_ns)
                     );
                     let m = self.finding(Check::DoubleUnmap, device, Some(&g.map), &c, detail);
                     self.push(device, m);
@@ -495,7 +499,7 @@ impl Checker {
             let f = self.finding(check, device, Some(&l.map), &c, detail);
             self.push(device, f);
         }
-        self.handles(device).remember_unmap(l.map, c);
+        self.handles(device).remember_unmap(l.map, &c);
     }
 
     fn sync(&mut self, c: DmaCall, for_cpu: bool, device: &Arc<str>) {
@@ -506,7 +510,6 @@ impl Checker {
             // An sg sync names the list by its first entry, like its map.
             let m = h
                 .live_at(addr)
-                .iter()
                 .find(|l| l.map.class == ApiClass::ScatterGather)
                 .map(|l| l.map.clone());
             (m, true)
@@ -529,8 +532,8 @@ impl Checker {
                     let detail = format!(
                         "[device address={addr:#018x}] [size={} bytes] [unmapped by {} at {}]",
                         c.size,
-                        g.unmap.api,
-                        self.clock.stamp(g.unmap.ts_ns)
+                        g.unmap_api,
+                        self.clock.stamp(g.unmap_ts_ns)
                     );
                     let f = self.finding(Check::SyncUnmapped, device, Some(&g.map), &c, detail);
                     self.push(device, f);
