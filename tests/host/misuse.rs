@@ -167,7 +167,10 @@ fn bench_stacks_cost() {
         let mut tracer = inj.tracer;
         std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").expect("bpf_stats (root)");
         let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
-        let unmap = tracer.program_fd("dma_unmap").expect("dma_unmap").as_raw_fd();
+        let unmap = tracer
+            .program_fd("dma_unmap")
+            .expect("dma_unmap")
+            .as_raw_fd();
         for i in 0..RUNS {
             let a = 0x1000_0000 + (i % 4096) * 4096;
             // SAFETY: the tracer (owner of the fds) outlives this loop.

@@ -174,7 +174,9 @@ impl Handles {
         self.gone.insert(addr, slot);
         self.gone_order.push_back((addr, seq));
         while self.gone_order.len() > GONE_KEPT {
-            let Some((a, s)) = self.gone_order.pop_front() else { break };
+            let Some((a, s)) = self.gone_order.pop_front() else {
+                break;
+            };
             if let Some(&i) = self.gone.get(&a) {
                 if self.gone_slots.get(i).seq == s {
                     self.forget_gone(a);
