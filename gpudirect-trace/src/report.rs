@@ -104,7 +104,16 @@ pub fn clock_of(h: &Header) -> TraceClock {
 }
 
 pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
-    let mut reader = tracefile::open(file)?;
+    replay_from(file, tracefile::open(file)?, window)
+}
+
+/// Replays an opened recording: the file is opened once, because it may be
+/// a FIFO whose bytes a second open would not see again.
+pub fn replay_from(
+    file: &Path,
+    mut reader: tracefile::TraceReader<std::io::BufReader<std::fs::File>>,
+    window: &Window,
+) -> anyhow::Result<Replay> {
     let header = reader.header().clone();
     let (from, to) = (window.from, window.to);
     let offset = |d: Duration| header.start_ts_ns.saturating_add(d.as_nanos() as u64);

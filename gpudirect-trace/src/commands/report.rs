@@ -36,14 +36,15 @@ pub struct ReportArgs {
 }
 
 pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
-    let gpus = crate::tracefile::open(&args.file)?.header().gpus.clone();
-    let devices = super::trace::resolve_devices(&args.devices, &gpus)?;
+    // Opened once: the file may be a FIFO.
+    let reader = crate::tracefile::open(&args.file)?;
+    let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus)?;
     let window = Window {
         from: args.from,
         to: args.to,
         devices: devices.clone(),
     };
-    let mut r = report::replay(&args.file, &window)?;
+    let mut r = report::replay_from(&args.file, reader, &window)?;
     let seen: Vec<String> = r
         .analysis
         .agg
