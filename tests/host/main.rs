@@ -11,6 +11,7 @@
 //! exactly that string.
 
 mod bench;
+mod bench_reader;
 mod deploy;
 mod flight;
 mod gpu_metrics;
