@@ -112,7 +112,7 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
         Reader::Raw => {
             let t0 = thread_cpu_ns();
             let mut n = 0u64;
-            session.tracer.drain(|_| n += 1);
+            session.drain_raw(|_| n += 1);
             (n, thread_cpu_ns() - t0)
         }
         Reader::Live => {

@@ -258,12 +258,13 @@ impl Aggregator {
             // Xids are counted by the ledger, once per event however many
             // channels reported it.
             Record::Xid(_) => {}
-            Record::Event(_) => self.ingest_event(&ev, device),
+            Record::Event(_) => Self::ingest_event(d, &ev),
         }
     }
 
-    fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
-        let d = self.device(device);
+    /// One plain event into its device's tables (looked up once per record
+    /// by `ingest`: the name lookup is a string search of `devices`).
+    fn ingest_event(d: &mut DeviceStats, ev: &Event) {
         match ev.kind {
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);

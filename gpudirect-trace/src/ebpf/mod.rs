@@ -132,7 +132,13 @@ pub struct Tracer {
     maps: maps::Maps,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
-    names: HashMap<u64, Arc<str>>,
+    /// Device names by `struct device` address, looked up once per record:
+    /// foldhash, not SipHash (SipHash was ~8% of the live path's CPU per
+    /// event, `cargo xtask bench` reader_cpu).
+    names: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
+    /// Stand-in names of devices whose name could not be read (yet).
+    unnamed: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
+    unattributed: Arc<str>,
 }
 
 /// Structure offsets from BTF, falling back to the defaults (documented in
@@ -234,7 +240,9 @@ impl Tracer {
             offsets,
             maps,
             module_hooks,
-            names: HashMap::new(),
+            names: HashMap::default(),
+            unnamed: HashMap::default(),
+            unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
         })
     }
 
@@ -272,18 +280,34 @@ impl Tracer {
     /// The device's name (`dev_name()`), as read in-kernel. Devices whose
     /// name could not be read show as `dev@<address>`.
     pub fn device_name(&mut self, dev: u64) -> Arc<str> {
+        self.device_name_ref(dev).clone()
+    }
+
+    /// `device_name` without the reference count's two atomic operations
+    /// (the session's per-record path). A name that could not be read is
+    /// looked up again next time (the kernel may learn it later); its
+    /// `dev@<address>` stand-in is kept so that it too is made once.
+    pub fn device_name_ref(&mut self, dev: u64) -> &Arc<str> {
         if dev == 0 {
-            return Arc::from(crate::aggregate::UNATTRIBUTED);
+            return &self.unattributed;
         }
-        if let Some(n) = self.names.get(&dev) {
-            return n.clone();
+        // Two lookups on a first sighting only: returning the entry from
+        // inside an `if let` does not pass the borrow checker.
+        if self.names.contains_key(&dev) {
+            return &self.names[&dev];
         }
-        let name: Arc<str> = match self.maps.devices.get(&dev, 0) {
-            Ok(v) => Arc::from(c_str(&v.name)),
-            Err(_) => return Arc::from(format!("dev@{dev:#x}")),
-        };
-        self.names.insert(dev, name.clone());
-        name
+        match self.maps.devices.get(&dev, 0) {
+            Ok(v) => {
+                self.unnamed.remove(&dev);
+                self.names
+                    .entry(dev)
+                    .or_insert_with(|| Arc::from(c_str(&v.name)))
+            }
+            Err(_) => self
+                .unnamed
+                .entry(dev)
+                .or_insert_with(|| Arc::from(format!("dev@{dev:#x}"))),
+        }
     }
 
     /// The programs' self-metrics. Reads DEV_COUNTERS for the hit counts;
