@@ -12,6 +12,7 @@
 
 mod bench;
 mod bench_reader;
+mod bench_ring;
 mod deploy;
 mod flight;
 mod gpu_metrics;

@@ -19,7 +19,7 @@ pub struct TraceArgs {
     #[arg(long, requires = "aggregate_only")]
     pub no_lifetimes: bool,
     /// BPF ring buffer size in bytes (rounded up to a power of two).
-    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES")]
+    #[arg(long, default_value_t = crate::ebpf::DEFAULT_RING_BYTES, value_name = "BYTES")]
     pub ring_size: u32,
     /// Exit with status 3 if any probe failed to load or attach
     /// (unavailable ones are normal: kernels differ).

@@ -65,6 +65,32 @@ pub struct ProbeStatus {
     pub hot: bool,
 }
 
+/// The default ring buffer: 8 MiB, 116 508 records of 72 bytes (a 64-byte
+/// event and the ring's 8-byte header), with the reader woken at 256 KiB
+/// of backlog (`Config::DEFAULT.wakeup_bytes`) and draining on its own
+/// every 100 ms (`session::driver::DRAIN_EVERY`). Measured by `cargo xtask
+/// bench` (ring_* rows, docs/benchmarks.md "Ring size and wake-ups") on 2
+/// shared vCPUs, the reader pinned to one:
+/// - 10 k events/s: the ring covers 11.7 s of a reader that does not run;
+///   no threshold wake-up ever, 20 wake-ups/s (the timer), records wait
+///   ~50 ms (p99 98 ms), reader CPU 0.1%.
+/// - 1 M events/s: covers 117 ms; ~250 wake-ups/s; records wait ~2 ms
+///   (p99 4-7 ms); reader 7-8% of a core (75-80 ns/event); no loss; a
+///   staged 58 ms reader stall loses nothing, a 233 ms one loses exactly
+///   (stall - cover) x rate.
+/// - 10 M events/s (not offerable here: derived, and time-scaled at 8 M/s
+///   as 1 M/s into a ring and threshold 8x smaller): covers 11.7 ms,
+///   ~2 760 wake-ups/s (~0.4% of one traced CPU at ~1.4 us each), reader
+///   ~75-85% of a core. With the reader's core quiet no loss; when other
+///   work took its core for tens of ms, rings 4x larger lost too.
+///
+/// Not raised: 8 MiB already covers 100+ ms up to 1 M events/s; above
+/// that, loss depends on whether the reader gets its core (a 32 MiB ring
+/// did not save the busy run), every loss is counted in the stream and
+/// the file, and the in-kernel counters stay exact. `--ring-size` buys
+/// cover at 11.7 ms per 8 MiB per 10 M events/s.
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
 #[derive(Clone, Debug)]
 pub struct TracerOptions {
     /// Stream hot events through the ring buffer (false: aggregate-only).
@@ -86,7 +112,7 @@ impl Default for TracerOptions {
     fn default() -> Self {
         Self {
             stream: true,
-            ring_bytes: 8 << 20,
+            ring_bytes: DEFAULT_RING_BYTES,
             wakeup_bytes: Config::DEFAULT.wakeup_bytes,
             lifetimes: true,
             module_standin: None,
@@ -181,14 +207,18 @@ impl Tracer {
             None => KernelInfo::discover(),
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
+        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
         let config = Config {
             offsets,
-            wakeup_bytes: opts.wakeup_bytes,
+            // A ring smaller than 4x the threshold would fill before the
+            // reader is woken (or never wake it: threshold >= ring), leaving
+            // only its 100 ms timer: `--ring-size 256K` at 100 k events/s
+            // lost 62% of them (bench ring_small) before this clamp.
+            wakeup_bytes: opts.wakeup_bytes.min(u64::from(ring_bytes) / 4),
             stream: u32::from(opts.stream),
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
         };
-        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
         let mut ebpf = EbpfLoader::new()
             .set_global("CONFIG", &config, true)
             .set_max_entries("EVENTS", ring_bytes)
