@@ -13,6 +13,7 @@
 mod bench;
 mod bench_reader;
 mod bench_ring;
+mod bench_sg;
 mod deploy;
 mod flight;
 mod gpu_metrics;
