@@ -14,8 +14,52 @@ pub const DEV_NAME_LEN: usize = 32;
 pub const XID_MSG_LEN: usize = 160;
 /// Scatter-gather entry lengths carried per `dma_map_sg`/`dma_unmap_sg` event.
 pub const SG_LENS: usize = 16;
-/// Upper bound of scatterlist entries walked in-kernel for the byte total.
-pub const SG_WALK_MAX: u32 = 128;
+/// Scatterlist entries (chain entries included) walked by the first,
+/// inline part of the walk, which also records the first `SG_LENS` lengths.
+pub const SG_PREFIX: u32 = 32;
+/// Default bound of data entries walked per scatterlist (`runtime::SG_WALK_MAX`):
+/// 16 GiB of 4 KiB pages. A list longer than the bound is counted as
+/// truncated (`kind::SG_TRUNCATED`), never silently cut.
+pub const SG_WALK_DEFAULT: u32 = 1 << 22;
+/// The kernel's limit on bpf_loop() iterations (BPF_MAX_LOOPS, 5.17+).
+pub const BPF_MAX_LOOPS: u32 = 1 << 23;
+/// Entries walked after the prefix by programs for kernels without
+/// bpf_loop() (5.10 to 5.16): a bounded loop the verifier follows entry by
+/// entry. Measured on 5.10: 6000 loads (8100 does not: more than 8192
+/// pending branches), and each 1000 add ~3 s of verification per program
+/// under TCG; 5000 leaves margin (docs/benchmarks.md).
+pub const SG_BOUNDED_REST: u32 = 5000;
+/// Scatterlist-walk scratch slots, one per program that walks a list (also
+/// the index of its continuation in the `SG_CONT_*` program arrays).
+pub mod sg_scratch {
+    pub const TP_MAP: u32 = 0;
+    pub const TP_UNMAP: u32 = 1;
+    pub const FEXIT_MAP: u32 = 2;
+    pub const FENTRY_UNMAP: u32 = 3;
+    pub const KRET_MAP: u32 = 4;
+    pub const KPROBE_UNMAP: u32 = 5;
+    pub const FEXIT_SGTABLE: u32 = 6;
+    pub const KRET_SGTABLE: u32 = 7;
+    pub const TP_SYNC_CPU: u32 = 8;
+    pub const TP_SYNC_DEV: u32 = 9;
+    pub const BTF_SYNC_CPU: u32 = 10;
+    pub const BTF_SYNC_DEV: u32 = 11;
+    pub const REGS_SYNC_CPU: u32 = 12;
+    pub const REGS_SYNC_DEV: u32 = 13;
+    pub const COUNT: u32 = 14;
+}
+
+/// Tail calls the kernel allows one program run (MAX_TAIL_CALL_CNT: 32 on
+/// 5.10 to 5.16, the kernels that need them; 33 later): the bounded walk
+/// continues in up to that many chunks.
+pub const SG_TAIL_CALLS: u32 = 32;
+
+/// `DMA_MAPPING_ERROR` (include/linux/dma-mapping.h): what a failed
+/// dma_map_page/dma_map_resource returns.
+pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
+/// `DMA_ATTR_MMIO` (6.18+): dma_map_phys of MMIO space (what
+/// dma_map_resource became).
+pub const DMA_ATTR_MMIO: u64 = 1 << 10;
 
 /// Event kinds (first field of every record in the ring buffer).
 pub mod kind {
@@ -45,8 +89,25 @@ pub mod kind {
     /// `dev` = a tagged key (bit 0 set) of the DEVICES name map: the
     /// tracepoint names the device by string, not by `struct device *`.
     pub const AER: u16 = 18;
+    /// A DMA-API map that failed: dma_map_page/phys/resource returned
+    /// `DMA_MAPPING_ERROR`, or dma_alloc_attrs returned NULL (with
+    /// `flags::COHERENT`). `phys`, `size`, `dir`, `aux` (attrs) as for DMA_MAP.
+    pub const DMA_MAP_ERR: u16 = 19;
+    /// dma_sync_single_for_cpu / dma_sync_sg_for_cpu (`flags::SCATTERLIST`):
+    /// `addr` = DMA address (first entry's), `size` = bytes synced, `aux` =
+    /// entries (sg).
+    pub const DMA_SYNC_CPU: u16 = 20;
+    /// dma_sync_*_for_device, as DMA_SYNC_CPU.
+    pub const DMA_SYNC_DEVICE: u16 = 21;
+    /// Counter-only (never a record): scatter-gather MAPS whose walk stopped
+    /// before the end of the list (`--sg-walk-max`, a kernel limit or
+    /// an unreadable entry). `DEV_COUNTERS` count = such maps, bytes = what
+    /// was walked of them (their total is a lower bound).
+    pub const SG_TRUNCATED: u16 = 22;
+    /// Counter-only: the same for scatter-gather unmaps.
+    pub const SG_UNMAP_TRUNCATED: u16 = 23;
     /// One past the largest kind: sizes per-kind counter arrays.
-    pub const COUNT: u32 = 19;
+    pub const COUNT: u32 = 24;
 }
 
 /// Human names of the event kinds, as output and metric labels use them
@@ -71,6 +132,11 @@ pub const KIND_NAMES: [&str; kind::COUNT as usize] = [
     "nvidia_xid",
     "latency",
     "pcie_aer",
+    "dma_map_err",
+    "dma_sync_for_cpu",
+    "dma_sync_for_device",
+    "sg_map_truncated",
+    "sg_unmap_truncated",
 ];
 
 /// The name of event kind `k` ("unknown" outside the ABI).
@@ -122,8 +188,18 @@ pub mod maps {
     pub const MAPPINGS_CAP: u32 = 65536;
     /// Scatter-gather records under construction, one per program.
     pub const SG_SCRATCH: &str = "SG_SCRATCH";
+    /// Settings the loader writes after load (`runtime`).
+    pub const RUNTIME: &str = "RUNTIME";
+    /// Tail-call continuations of bounded scatterlist walks (kernels
+    /// without bpf_loop()), per program type: tracing, kprobe, raw tracepoint.
+    pub const SG_CONT_T: &str = "SG_CONT_T";
+    pub const SG_CONT_K: &str = "SG_CONT_K";
+    pub const SG_CONT_R: &str = "SG_CONT_R";
+    /// All-zero initial values of new task states and histograms.
+    pub const ZERO_TASK: &str = "ZERO_TASK";
+    pub const ZERO_HIST: &str = "ZERO_HIST";
     /// Every map of the object.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 17] = [
         EVENTS,
         STATS,
         HITS,
@@ -135,6 +211,12 @@ pub mod maps {
         LAT_HIST,
         MAPPINGS,
         SG_SCRATCH,
+        RUNTIME,
+        SG_CONT_T,
+        SG_CONT_K,
+        SG_CONT_R,
+        ZERO_TASK,
+        ZERO_HIST,
     ];
 }
 
@@ -165,7 +247,17 @@ pub mod op {
     /// Not a function: map-to-unmap lifetime of DMA-API mappings, kept
     /// in-kernel (`LAT_HIST`) in aggregate-only mode.
     pub const LIFETIME: u32 = 19;
-    pub const COUNT: u32 = 20;
+    /// DMA-API calls timed by the hooks that are also a DMA-API source on
+    /// kernels without the dma:* tracepoints.
+    pub const DMA_MAP_RESOURCE: u32 = 20;
+    pub const DMA_UNMAP_RESOURCE: u32 = 21;
+    pub const DMA_ALLOC: u32 = 22;
+    pub const DMA_FREE: u32 = 23;
+    /// All four dma_sync_* functions.
+    pub const DMA_SYNC: u32 = 24;
+    /// dma_map_sgtable where it does not call a hooked __dma_map_sg_attrs.
+    pub const DMA_MAP_SGTABLE: u32 = 25;
+    pub const COUNT: u32 = 26;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "dma_map",
@@ -188,6 +280,12 @@ pub mod op {
         "nvidia_p2p_dma_map_pages",
         "nvidia_p2p_dma_unmap_pages",
         "lifetime",
+        "dma_map_resource",
+        "dma_unmap_resource",
+        "dma_alloc",
+        "dma_free",
+        "dma_sync",
+        "dma_map_sgtable",
     ];
 }
 
@@ -245,6 +343,48 @@ pub struct TaskState {
     pub dev: [[u64; level::NEST]; level::COUNT],
     /// Address argument per level and depth, when the function has one.
     pub addr: [[u64; level::NEST]; level::COUNT],
+    /// Arguments 1 to 5 of the DMA-API call in flight per depth, kept by
+    /// the kprobe entry for its kretprobe (which sees only the return value).
+    pub args: [[u64; DMA_ARGS]; level::NEST],
+}
+
+/// Arguments kept per DMA-API call for the kretprobe (arg 0, the device, is
+/// in `TaskState::dev`).
+pub const DMA_ARGS: usize = 5;
+
+/// Slots of the `RUNTIME` array map (u32 each), written by the loader after
+/// load. Settings the verifier must not see as constants live here, not in
+/// `Config` (read-only data, whose values the verifier knows): a known walk
+/// bound makes each bpf_loop() iteration a distinct state, and the
+/// callback's verification never converges.
+pub mod runtime {
+    /// `hook_ops` bits.
+    pub const HOOK_OPS: u32 = 0;
+    /// Data entries walked per scatterlist at most (`--sg-walk-max`).
+    pub const SG_WALK_MAX: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+/// Bits of the `RUNTIME[HOOK_OPS]` value: which DMA-API operations the hooks
+/// turn into records (because no dma:* tracepoint reports them here, or
+/// `--dma-source hooks`). Set by the loader after attaching.
+pub mod hook_ops {
+    /// dma_map_page_attrs / dma_map_phys.
+    pub const MAP: u32 = 1 << 0;
+    /// dma_unmap_page_attrs / dma_unmap_phys.
+    pub const UNMAP: u32 = 1 << 1;
+    /// __dma_map_sg_attrs / dma_map_sg_attrs / dma_map_sgtable.
+    pub const MAP_SG: u32 = 1 << 2;
+    pub const UNMAP_SG: u32 = 1 << 3;
+    /// dma_map_resource and dma_unmap_resource.
+    pub const RESOURCE: u32 = 1 << 4;
+    /// dma_alloc_attrs and dma_free_attrs.
+    pub const COHERENT: u32 = 1 << 5;
+    /// The four dma_sync_* functions.
+    pub const SYNC: u32 = 1 << 6;
+    /// Failed scatter-gather maps (the return value of the sg map functions).
+    pub const MAP_SG_ERR: u32 = 1 << 7;
+    pub const ALL: u32 = (1 << 8) - 1;
 }
 
 /// Key of the in-kernel mapping table (`MAPPINGS`, a bounded hash), used for
@@ -276,7 +416,8 @@ pub mod flags {
     pub const RESOURCE: u16 = 1 << 1;
     /// A coherent allocation (dma_alloc*/dma_free*), not a streaming mapping.
     pub const COHERENT: u16 = 1 << 2;
-    /// The scatterlist had more entries than were walked (`SG_WALK_MAX`).
+    /// The scatterlist walk stopped before the list's end (`--sg-walk-max`,
+    /// a kernel limit, or an unreadable entry): `size` is a lower bound.
     pub const SG_TRUNCATED: u16 = 1 << 3;
     /// An IOMMU event attributed to the device of the DMA-API call that the
     /// same task was in (dma_map_* -> iommu_map).
@@ -284,6 +425,11 @@ pub mod flags {
     /// An IOMMU event attributed through its domain (domain -> device learnt
     /// from attach calls or from earlier DMA-API nesting), e.g. VFIO.
     pub const VIA_DOMAIN: u16 = 1 << 5;
+    /// A DMA-API record made by the fentry/fexit or kprobe/kretprobe hooks on
+    /// the DMA-API functions, not by a dma:* tracepoint.
+    pub const FROM_HOOK: u16 = 1 << 6;
+    /// A sync of a scatterlist (dma_sync_sg_*), not of a single range.
+    pub const SCATTERLIST: u16 = 1 << 7;
 }
 
 /// The common fixed-size event: 64 bytes, one per tracepoint hit.
@@ -380,6 +526,12 @@ pub struct KernelOffsets {
     /// offsetof(nv_dma_device_t, dev) in the NVIDIA driver (its module BTF),
     /// or `u32::MAX` when unknown: nv_dma_* timings then carry no device.
     pub nv_dma_device_dev: u32,
+    /// offsetof(struct sg_table, sgl / nents / orig_nents).
+    pub sgt_sgl: u32,
+    pub sgt_nents: u32,
+    pub sgt_orig_nents: u32,
+    /// sizeof(struct page), for page_to_phys() (0: unknown).
+    pub page_size: u32,
 }
 
 impl KernelOffsets {
@@ -392,6 +544,10 @@ impl KernelOffsets {
         sg_dma_address: 16,
         sg_dma_length: 24,
         nv_dma_device_dev: u32::MAX,
+        sgt_sgl: 0,
+        sgt_nents: 8,
+        sgt_orig_nents: 12,
+        page_size: 64,
     };
 }
 
@@ -409,6 +565,13 @@ pub struct Config {
     /// 1: keep DMA-API mappings in `MAPPINGS` for in-kernel lifetimes (the
     /// aggregate-only mode's substitute for userspace mapping tracking).
     pub track_lifetimes: u32,
+    /// Kernel address of the `vmemmap_base` variable (x86_64, from
+    /// kallsyms), for page_to_phys() in the dma_map_page_attrs hooks; 0 when
+    /// unknown (the hooks then report physical address 0).
+    pub vmemmap_base_ptr: u64,
+    pub _pad: u32,
+    /// log2 of the CPU page size (12 on x86_64).
+    pub page_shift: u32,
 }
 
 impl Config {
@@ -417,6 +580,9 @@ impl Config {
         wakeup_bytes: 256 * 1024,
         stream: 1,
         track_lifetimes: 0,
+        vmemmap_base_ptr: 0,
+        _pad: 0,
+        page_shift: 12,
     };
 }
 
@@ -440,6 +606,10 @@ pub struct CounterKey {
 /// the last copy takes every other writer, with atomic adds.
 pub const COUNTER_SLOTS: u32 = 4;
 
+/// Bit of `CounterKey::kind` set by the DMA-API hooks: the device's DMA
+/// level came from them rather than from the dma:* tracepoints.
+pub const COUNTER_FROM_HOOK: u32 = 1 << 24;
+
 impl CounterKey {
     /// The key of `kind`'s counter for `dev` and `dir`, in nesting copy `slot`.
     #[inline(always)]
@@ -458,12 +628,22 @@ impl CounterKey {
 
     /// The nesting copy (`COUNTER_SLOTS`) that wrote it.
     pub fn slot(&self) -> u32 {
-        self.kind >> 16
+        (self.kind >> 16) & 0xff
     }
 
-    /// The same counter with the slot summed away (userspace's view).
+    /// Whether the DMA-API hooks (not a tracepoint) counted this.
+    pub fn from_hook(&self) -> bool {
+        self.kind & COUNTER_FROM_HOOK != 0
+    }
+
+    /// The same counter with the slot summed away (userspace's view); the
+    /// source bit stays.
     pub fn merged(&self) -> Self {
-        Self::new(self.dev, self.event_kind(), 0, self.dir)
+        Self {
+            dev: self.dev,
+            kind: self.event_kind() as u32 | (self.kind & COUNTER_FROM_HOOK),
+            dir: self.dir,
+        }
     }
 }
 
@@ -492,7 +672,10 @@ pub mod stat {
     pub const LIFETIME_UNMATCHED: u32 = 4;
     /// DMA-API mappings not tracked in `MAPPINGS` because it was full.
     pub const MAPPINGS_FULL: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// DMA-API maps the kretprobe could not report: its kprobe entry kept
+    /// no arguments (both nesting slots busy, or the entry was missed).
+    pub const HOOK_ARGS_MISSING: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 const _: () = assert!(KIND_NAMES.len() == kind::COUNT as usize);
@@ -500,13 +683,16 @@ const _: () = assert!(core::mem::size_of::<Event>() == 64);
 const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 32);
-const _: () = assert!(core::mem::size_of::<Config>() == 48);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 48);
+const _: () = assert!(core::mem::size_of::<Config>() == 80);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
-const _: () = assert!(core::mem::size_of::<TaskState>() == 3 * 8 * level::NEST * level::COUNT);
+const _: () = assert!(
+    core::mem::size_of::<TaskState>()
+        == 3 * 8 * level::NEST * level::COUNT + 8 * DMA_ARGS * level::NEST
+);
 const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
 const _: () = assert!(core::mem::size_of::<MapValue>() == 24);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);

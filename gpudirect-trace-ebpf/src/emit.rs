@@ -10,7 +10,8 @@ use aya_ebpf::{
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
-    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_SLOTS,
+    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_FROM_HOOK,
+    COUNTER_SLOTS,
 };
 
 use crate::device::remember_device;
@@ -256,7 +257,10 @@ pub fn add_counter_atomic(ev: &Event) {
 /// is full.
 #[inline(always)]
 fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
-    let key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
+    let mut key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
+    if ev.flags & flags::FROM_HOOK != 0 {
+        key.kind |= COUNTER_FROM_HOOK;
+    }
     if let Some(c) = DEV_COUNTERS.get_ptr_mut(&key) {
         return Some(c);
     }
@@ -305,6 +309,17 @@ pub fn emit_rare(ev: &mut Event) {
         ev.flags |= flags::NO_DEVICE;
     }
     add_counter(ev);
+    stamp(ev);
+    output(ev, true);
+}
+
+/// `emit_rare` for programs that may be preempted (fentry/fexit).
+#[inline(always)]
+pub fn emit_rare_any(ev: &mut Event) {
+    if !remember_device(ev.dev, &config().offsets) {
+        ev.flags |= flags::NO_DEVICE;
+    }
+    add_counter_atomic(ev);
     stamp(ev);
     output(ev, true);
 }

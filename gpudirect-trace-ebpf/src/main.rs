@@ -14,6 +14,8 @@
 #![allow(internal_features)]
 
 mod device;
+mod dmaapi;
+mod dmarec;
 mod emit;
 mod lifetime;
 mod sg;
@@ -126,14 +128,16 @@ pub fn dma_map_resource(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn dma_map_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
-    let mut ev = base_event(kind::DMA_MAP, arg(ctx, 0), extra);
-    ev.phys = arg(ctx, 1);
-    ev.addr = arg(ctx, 2);
-    ev.size = arg(ctx, 3);
-    ev.dir = arg(ctx, 4) as u32;
-    ev.aux = arg(ctx, 5);
-    emit_hot(&mut ev);
-    lifetime::mapped(&ev);
+    dmarec::map(
+        arg(ctx, 0),
+        arg(ctx, 1),
+        arg(ctx, 2),
+        arg(ctx, 3),
+        arg(ctx, 4) as u32,
+        arg(ctx, 5),
+        extra,
+        false,
+    );
     0
 }
 
@@ -152,30 +156,36 @@ pub fn dma_unmap_resource(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
-    let mut ev = base_event(kind::DMA_UNMAP, arg(ctx, 0), extra);
-    ev.addr = arg(ctx, 1);
-    ev.size = arg(ctx, 2);
-    ev.dir = arg(ctx, 3) as u32;
-    ev.aux = arg(ctx, 4);
-    emit_hot(&mut ev);
-    lifetime::unmapped(&ev);
+    dmarec::unmap(
+        arg(ctx, 0),
+        arg(ctx, 1),
+        arg(ctx, 2),
+        arg(ctx, 3) as u32,
+        arg(ctx, 4),
+        extra,
+        false,
+    );
     0
 }
 
 /// dma:dma_map_sg(struct device *dev, struct scatterlist *sgl, int nents,
-/// int ents, enum dma_data_direction dir, unsigned long attrs)
+/// int ents, enum dma_data_direction dir, unsigned long attrs). 6.8+ only,
+/// so bpf_loop() (5.17+) is always there.
 #[raw_tracepoint]
 pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
-    let nents = arg(&ctx, 2) as u32;
-    let ents = arg(&ctx, 3) as u32;
-    sg::sg_event(
+    sg::sg_event::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
+        sg::scratch::TP_MAP,
         kind::DMA_MAP_SG,
         arg(&ctx, 0),
         arg(&ctx, 1),
-        nents,
-        ents,
+        arg(&ctx, 2) as u32,
+        arg(&ctx, 3) as u32,
         arg(&ctx, 4) as u32,
         arg(&ctx, 5),
+        false,
+        false,
     );
     0
 }
@@ -184,15 +194,19 @@ pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
 /// enum dma_data_direction dir, unsigned long attrs)
 #[raw_tracepoint]
 pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
-    let nents = arg(&ctx, 2) as u32;
-    sg::sg_event(
+    sg::sg_event::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
+        sg::scratch::TP_UNMAP,
         kind::DMA_UNMAP_SG,
         arg(&ctx, 0),
         arg(&ctx, 1),
-        nents,
+        arg(&ctx, 2) as u32,
         0,
         arg(&ctx, 3) as u32,
         arg(&ctx, 4),
+        false,
+        false,
     );
     0
 }
@@ -201,11 +215,18 @@ pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
 /// int err, enum dma_data_direction dir, unsigned long attrs)
 #[raw_tracepoint]
 pub fn dma_map_sg_err(ctx: RawTracePointContext) -> i32 {
-    let mut ev = base_event(kind::DMA_MAP_SG_ERR, arg(&ctx, 0), 0);
-    ev.size = arg(&ctx, 2) as u32 as u64;
-    ev.aux = arg(&ctx, 3) as i32 as i64 as u64;
-    ev.dir = arg(&ctx, 4) as u32;
-    emit_rare(&mut ev);
+    // It fires only for unexpected error codes; where the hooks see every
+    // failure's return value, they report this one too.
+    if dmaapi::reports(gpudirect_trace_common::hook_ops::MAP_SG_ERR) {
+        return 0;
+    }
+    dmarec::map_sg_err(
+        arg(&ctx, 0),
+        arg(&ctx, 2) as u32,
+        arg(&ctx, 3) as i32 as i64,
+        arg(&ctx, 4) as u32,
+        false,
+    );
     0
 }
 
@@ -226,11 +247,66 @@ pub fn dma_free(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
-    let mut ev = base_event(k, arg(ctx, 0), flags::COHERENT);
-    ev.phys = arg(ctx, 1);
-    ev.addr = arg(ctx, 2);
-    ev.size = arg(ctx, 3);
-    emit_hot(&mut ev);
+    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), false);
+    0
+}
+
+/// dma:dma_sync_single_for_cpu / _for_device (struct device *dev,
+/// dma_addr_t dma_addr, size_t size, enum dma_data_direction dir)
+#[raw_tracepoint]
+pub fn dma_sync_single_for_cpu(ctx: RawTracePointContext) -> i32 {
+    sync_single(&ctx, false)
+}
+
+#[raw_tracepoint]
+pub fn dma_sync_single_for_device(ctx: RawTracePointContext) -> i32 {
+    sync_single(&ctx, true)
+}
+
+#[inline(always)]
+fn sync_single(ctx: &RawTracePointContext, for_device: bool) -> i32 {
+    let (dev, addr, size, dir) = (arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3) as u32);
+    dmarec::sync(for_device, dev, addr, size, dir, None, true, false);
+    0
+}
+
+/// dma:dma_sync_sg_for_cpu / _for_device (struct device *dev, struct
+/// scatterlist *sgl, int nents, enum dma_data_direction dir)
+#[raw_tracepoint]
+pub fn dma_sync_sg_for_cpu(ctx: RawTracePointContext) -> i32 {
+    sync_sg(&ctx, false)
+}
+
+#[raw_tracepoint]
+pub fn dma_sync_sg_for_device(ctx: RawTracePointContext) -> i32 {
+    sync_sg(&ctx, true)
+}
+
+#[inline(always)]
+fn sync_sg(ctx: &RawTracePointContext, for_device: bool) -> i32 {
+    let slot = if for_device {
+        sg::scratch::TP_SYNC_DEV
+    } else {
+        sg::scratch::TP_SYNC_CPU
+    };
+    let (dev, sgl, nents, dir) = (
+        arg(ctx, 0),
+        arg(ctx, 1),
+        arg(ctx, 2) as u32,
+        arg(ctx, 3) as u32,
+    );
+    sg::sync_sg::<true>(
+        ctx.as_ptr(),
+        sg::Tail::No,
+        slot,
+        for_device,
+        dev,
+        sgl,
+        nents,
+        dir,
+        false,
+        false,
+    );
     0
 }
 
@@ -314,6 +390,38 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
 /// every program's ns/hit includes.
 #[raw_tracepoint]
 pub fn bench_floor(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// dma_map_sg's record built by the bounded walk of the programs for
+/// kernels without bpf_loop() (the `_nl` hooks), continued in tail calls
+/// when `bench_sg_bounded_cont` is registered, as a raw tracepoint that the
+/// host tests and benchmarks drive with BPF_PROG_TEST_RUN on any kernel;
+/// never attached. Same arguments as dma_map_sg.
+#[raw_tracepoint]
+pub fn bench_sg_bounded(ctx: RawTracePointContext) -> i32 {
+    sg::sg_event::<false>(
+        ctx.as_ptr(),
+        sg::Tail::RawTp,
+        sg::scratch::TP_MAP,
+        kind::DMA_MAP_SG,
+        arg(&ctx, 0),
+        arg(&ctx, 1),
+        arg(&ctx, 2) as u32,
+        arg(&ctx, 3) as u32,
+        arg(&ctx, 4) as u32,
+        arg(&ctx, 5),
+        false,
+        false,
+    );
+    0
+}
+
+/// The continuation of `bench_sg_bounded`'s walk (registered by the host
+/// tests in SG_CONT_R, as the loader registers the hooks' continuations).
+#[raw_tracepoint]
+pub fn bench_sg_bounded_cont(ctx: RawTracePointContext) -> i32 {
+    sg::cont(ctx.as_ptr(), sg::Tail::RawTp, sg::scratch::TP_MAP);
     0
 }
 

@@ -1,23 +1,115 @@
 //! Scatter-gather mappings: walk the scatterlist for the byte total and the
 //! per-entry lengths, following chained lists (sg_next() semantics).
+//!
+//! The walk ends at the entry marked SG_END (sg_mark_end()) or after
+//! `nents` data entries, whichever comes first (for_each_sg() stops at
+//! `nents`; a driver may map only a prefix of its table). Its first
+//! `SG_PREFIX` steps run inline and record the first `SG_LENS` lengths;
+//! the rest only sums, either in bpf_loop() (5.17+: up to
+//! `--sg-walk-max` entries, ~35 ns per entry, see docs/benchmarks.md) or,
+//! in the programs built for older kernels, in a jump-free bounded loop of
+//! `SG_BOUNDED_REST` steps continued in tail-called chunks (~28 ns per
+//! entry, 165,032 steps at most). A walk that stops anywhere else marks the
+//! record `SG_TRUNCATED` and counts it per device (`kind::SG_TRUNCATED`),
+//! so a short total is never silent.
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::map, maps::PerCpuArray};
-use gpudirect_trace_common::{flags, kind, SgEvent, SG_LENS, SG_WALK_MAX};
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_loop, bpf_probe_read_kernel},
+    macros::map,
+    maps::{PerCpuArray, ProgramArray},
+    EbpfContext,
+};
+use gpudirect_trace_common::{
+    flags, kind, Event, SgEvent, BPF_MAX_LOOPS, SG_BOUNDED_REST, SG_LENS, SG_PREFIX,
+};
 
 use crate::{
-    emit::{add_counter, base_event, cfg_stream, config, output_hot, stamp},
+    dmaapi::sg_walk_max,
+    dmarec,
+    emit::{add_counter, add_counter_atomic, base_event, cfg_stream, config, output_hot, stamp},
     lifetime,
+    timing::enter_dma,
 };
 
 /// The record is built in a per-CPU map value, not on the stack: the
 /// verifier tracks each stack slot's type (zero vs. written) per path, and a
 /// 16-entry array written on some paths only gives it 2^16 states to explore.
-/// One slot per program: dma_unmap_sg runs from the completion interrupt and
-/// can interrupt dma_map_sg's program on the same CPU mid-record (seen on
-/// 6.12: a map counted as an unmap). The kernel never nests a program in
-/// itself, so a slot per program is never shared.
+/// One slot per program (`scratch::*`): dma_unmap_sg runs from the
+/// completion interrupt and can interrupt dma_map_sg's program on the same
+/// CPU mid-record (seen on 6.12: a map counted as an unmap). The kernel
+/// never runs a program inside itself on one CPU (it counts a recursion
+/// miss instead), so a slot per program is never shared.
+///
+/// The walk's cursor lives there too, not on the stack: the verifier checks
+/// a bpf_loop() callback again for every iteration until its state repeats
+/// (within ranges), and a total or a countdown on the stack changes bounds
+/// every step, so it never would ("the sequence of 8193 jumps is too
+/// complex", 6.18); values read from map memory are unknown to it, and the
+/// callback's context (a pointer to the cursor) stays the same.
 #[map]
-static SG_SCRATCH: PerCpuArray<SgEvent> = PerCpuArray::with_max_entries(2, 0);
+static SG_SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(scratch::COUNT, 0);
+
+#[repr(C)]
+pub struct Scratch {
+    ev: SgEvent,
+    cur: Cursor,
+    fin: Finish,
+}
+
+pub use gpudirect_trace_common::sg_scratch as scratch;
+
+/// Continuations of the bounded walk (kernels without bpf_loop()), by
+/// scratch slot: a walk that used up its steps tail-calls the continuation
+/// of its program, which walks on with the same cursor, up to
+/// `SG_TAIL_CALLS` times. One array per program type (a program array takes
+/// programs of one type): tracing (fentry/fexit) and kprobe.
+#[map]
+static SG_CONT_T: ProgramArray = ProgramArray::with_max_entries(scratch::COUNT, 0);
+#[map]
+static SG_CONT_K: ProgramArray = ProgramArray::with_max_entries(scratch::COUNT, 0);
+/// Raw tracepoint programs: only the host tests' `bench_sg_bounded`.
+#[map]
+static SG_CONT_R: ProgramArray = ProgramArray::with_max_entries(scratch::COUNT, 0);
+
+/// Which continuation array a walk may tail-call into.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Tail {
+    /// None: a raw tracepoint (the bpf_loop() build never needs one).
+    No,
+    Tracing,
+    Kprobe,
+    /// The host tests' raw tracepoint build of the bounded walk.
+    RawTp,
+}
+
+/// A program's context, for bpf_tail_call().
+struct Ctx(*mut c_void);
+
+impl EbpfContext for Ctx {
+    fn as_ptr(&self) -> *mut c_void {
+        self.0
+    }
+}
+
+/// What to do once the walk is over, kept in the scratch slot across tail
+/// calls: build the sg record, or a sync record; and whether the program was
+/// an entry hook whose timing entry must still be taken (the continuation
+/// does it when the walk ended there).
+#[repr(C)]
+pub struct Finish {
+    what: u64,
+    then_enter: u64,
+    dev: u64,
+    addr: u64,
+    dir: u64,
+    nents: u64,
+}
+
+const FINISH_SG: u64 = 0;
+const FINISH_SYNC_CPU: u64 = 1;
+const FINISH_SYNC_DEV: u64 = 2;
 
 /// `page_link` bit 0: this entry is a chain pointer to the next array.
 const SG_CHAIN: u64 = 0x01;
@@ -42,17 +134,332 @@ fn read_u32(addr: u64) -> Option<u32> {
     unsafe { bpf_probe_read_kernel(addr as *const u32) }.ok()
 }
 
+/// Where the walk is (in the program's scratch slot). The layout offsets
+/// are copied in once: the callback then reads no configuration.
+#[repr(C)]
+pub struct Cursor {
+    /// The next entry to read (0: none).
+    sg: u64,
+    total: u64,
+    /// Data entries still allowed: min(nents, sg_walk_max) minus those walked.
+    left: u64,
+    /// 1 once the walk reached the list's end (SG_END or `nents` entries).
+    ended: u64,
+    /// 1 when `sg_walk_max` < nents: running out of `left` is then a cut,
+    /// not the end.
+    cut: u64,
+    stride: u64,
+    page_link: u64,
+    /// offsetof(length) when it is not in the entry's first 16 bytes, else 0.
+    length: u64,
+    /// Bit shift of `length` in the second u64 of the entry's head.
+    len_shift: u64,
+    /// The entry being read (`step_bounded`).
+    head: [u64; 2],
+    /// Where `opaque` passes values through.
+    tmp: u64,
+}
+
+/// What one step found.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// A data entry of this length; the walk goes on.
+    Data(u32),
+    /// A chain entry: the walk continues in the next array.
+    Chain,
+    /// A data entry of this length that ended the walk.
+    Last(u32),
+    /// No entry: the walk was over, or the entry could not be read.
+    Stop,
+}
+
+/// One entry of the walk. Every x86_64 kernel has page_link and length in
+/// the entry's first 16 bytes (offsets 0 and 12): one read covers both.
 #[inline(always)]
-pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, attrs: u64) {
-    let cfg = config();
-    let off = cfg.offsets;
-    let slot = u32::from(k == kind::DMA_UNMAP_SG);
+fn step(c: &mut Cursor) -> Step {
+    // A NULL list (or chain pointer) has nothing more to walk: its end.
+    if c.sg == 0 {
+        c.ended = 1;
+        return Step::Stop;
+    }
+    if c.left == 0 {
+        return Step::Stop;
+    }
+    let Some(head) = read_2u64(c.sg + c.page_link) else {
+        return Step::Stop;
+    };
+    let page_link = head[0];
+    if page_link & SG_CHAIN != 0 {
+        c.sg = page_link & !(SG_CHAIN | SG_END);
+        return Step::Chain;
+    }
+    let len = if c.length == 0 {
+        (head[1] >> (c.len_shift & 63)) as u32
+    } else {
+        match read_u32(c.sg + c.length) {
+            Some(l) => l,
+            None => return Step::Stop,
+        }
+    };
+    c.total += len as u64;
+    c.left -= 1;
+    c.sg += c.stride;
+    if page_link & SG_END != 0 {
+        c.ended = 1;
+        return Step::Last(len);
+    }
+    if c.left == 0 {
+        c.ended = 1 - c.cut;
+        return Step::Last(len);
+    }
+    Step::Data(len)
+}
+
+/// `v`, hidden from the compiler: a volatile store and load through map
+/// memory, so that it cannot turn the masks below back into `select`s,
+/// which the BPF backend lowers to conditional jumps.
+#[inline(always)]
+fn opaque(slot: &mut u64, v: u64) -> u64 {
+    // SAFETY: `slot` is a field of this CPU's scratch value.
+    unsafe {
+        core::ptr::write_volatile(slot, v);
+        core::ptr::read_volatile(slot)
+    }
+}
+
+/// One entry of the bounded walk (kernels without bpf_loop()), without
+/// conditional jumps: the verifier checks a bounded loop by following every
+/// iteration and keeps each branch it did not take pending, and more than
+/// 8192 pending branches fail the load ("the sequence of 8193 jumps is too
+/// complex"). With one branch per entry (the loop's exit) instead of seven,
+/// the walk gets that many more entries. Returns 0 when the walk is over.
+#[inline(always)]
+fn step_bounded(c: &mut Cursor) -> u64 {
+    // SAFETY: the destination is this CPU's scratch value; the helper
+    // zeroes it and returns a negative errno where the source is unreadable.
+    let ret = unsafe {
+        aya_ebpf::helpers::gen::bpf_probe_read_kernel(
+            c.head.as_mut_ptr() as *mut c_void,
+            16,
+            (c.sg + c.page_link) as *const c_void,
+        )
+    };
+    let ok = opaque(&mut c.tmp, ((ret as u64) >> 63) ^ 1);
+    let page_link = c.head[0];
+    let chain = opaque(&mut c.tmp, page_link & SG_CHAIN & ok);
+    let data = opaque(&mut c.tmp, ((page_link & SG_CHAIN) ^ 1) & ok);
+    let dmask = 0u64.wrapping_sub(data);
+    let cmask = 0u64.wrapping_sub(chain);
+    let len = (c.head[1] >> (c.len_shift & 63)) & 0xffff_ffff;
+    c.total += len & dmask;
+    let left = c.left - data;
+    c.left = left;
+    // A chain entry jumps, a data entry steps, an unreadable one ends at 0.
+    c.sg = ((page_link & !(SG_CHAIN | SG_END)) & cmask) | ((c.sg + c.stride) & dmask);
+    let end = (page_link >> 1) & data;
+    // 1 when this entry used the last one allowed (`left` < 2^63).
+    let spent = (left.wrapping_sub(1) >> 63) & data;
+    c.ended |= end | (spent & (c.cut ^ 1));
+    ok & (end ^ 1) & (spent ^ 1)
+}
+
+/// bpf_loop()'s context, on the caller's stack (ARG_PTR_TO_STACK).
+#[repr(C)]
+struct LoopCtx {
+    cur: *mut Cursor,
+}
+
+/// bpf_loop() callback: one step per iteration; 1 stops the loop.
+unsafe extern "C" fn loop_step(_index: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the caller's `LoopCtx` (bpf_loop hands the pointer
+    // through unchanged); its cursor is the caller's map value.
+    let c = unsafe { &mut *(*(ctx as *mut LoopCtx)).cur };
+    match step(c) {
+        Step::Data(_) | Step::Chain => 0,
+        _ => 1,
+    }
+}
+
+/// Walks the list from `sgl` with the cursor `c`: the first lengths into
+/// `lens`, the total into the cursor. Returns how many lengths it wrote and
+/// whether the bounded walk used up its steps with the list going on (a
+/// continuation may walk on). `LOOP`: the kernel has bpf_loop().
+#[inline(always)]
+fn walk<const LOOP: bool>(
+    c: &mut Cursor,
+    sgl: u64,
+    nents: u32,
+    mut lens: Option<&mut [u32; SG_LENS]>,
+) -> (u32, bool) {
+    let off = config().offsets;
+    // From a map, not read-only data: the verifier must not know it (see
+    // `runtime`).
+    let walk_max = sg_walk_max();
+    let (max, cut) = if nents <= walk_max {
+        (nents, 0)
+    } else {
+        (walk_max, 1)
+    };
+    let in_head =
+        off.sg_length >= off.sg_page_link + 8 && off.sg_length + 4 <= off.sg_page_link + 16;
+    c.sg = sgl;
+    c.total = 0;
+    c.left = max as u64;
+    c.ended = u64::from(max == 0);
+    c.cut = cut;
+    c.stride = off.sg_stride as u64;
+    c.page_link = off.sg_page_link as u64;
+    c.length = if in_head { 0 } else { off.sg_length as u64 };
+    c.len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) as u64 * 8;
+    c.head = [0; 2];
+    c.tmp = 0;
+    let mut n_lens: u32 = 0;
+    // One loop counter only: a second counter that diverges from it at chain
+    // entries multiplies the verifier's states past its 1M-instruction limit.
+    for i in 0..SG_PREFIX {
+        let s = step(c);
+        let len = match s {
+            Step::Data(l) | Step::Last(l) => l,
+            // Chain entries leave a 0 here; userspace skips zero lengths.
+            Step::Chain => 0,
+            Step::Stop => return (n_lens, false),
+        };
+        if let Some(lens) = lens.as_deref_mut() {
+            if (i as usize) < SG_LENS {
+                lens[i as usize] = len;
+                n_lens = i + 1;
+            }
+        }
+        if matches!(s, Step::Last(_)) {
+            return (n_lens, false);
+        }
+    }
+    if LOOP {
+        // Iterations: every data entry left, plus at most one chain entry
+        // per data entry (an array holds at least one data entry).
+        let left = c.left.saturating_mul(2);
+        let n = if left < BPF_MAX_LOOPS as u64 {
+            left as u32
+        } else {
+            BPF_MAX_LOOPS
+        };
+        let mut ctx = LoopCtx { cur: c };
+        // SAFETY: the callback is a static function of the program; the
+        // context is this stack frame's, alive for the call.
+        unsafe {
+            bpf_loop(
+                n,
+                loop_step as *mut c_void,
+                &mut ctx as *mut LoopCtx as *mut c_void,
+                0,
+            )
+        };
+        (n_lens, false)
+    } else {
+        (n_lens, walk_bounded(c))
+    }
+}
+
+/// `SG_BOUNDED_REST` jump-free steps; true when they ran out with the walk
+/// going on.
+#[inline(always)]
+fn walk_bounded(c: &mut Cursor) -> bool {
+    // Lists whose length is not in the entry's head (no such x86_64
+    // kernel) are not walked further here: cut, and counted so.
+    if c.length != 0 {
+        return false;
+    }
+    for _ in 0..SG_BOUNDED_REST {
+        if step_bounded(c) == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Tail-calls the continuation of slot `slot`; returns only if there is
+/// none (not loaded, or the kernel's tail-call limit reached).
+#[inline(always)]
+fn tail_call(ctx: *mut c_void, tail: Tail, slot: u32) {
+    let c = Ctx(ctx);
+    // SAFETY: the context is the running program's own.
+    let _ = unsafe {
+        match tail {
+            Tail::Tracing => SG_CONT_T.tail_call(&c, slot),
+            Tail::Kprobe => SG_CONT_K.tail_call(&c, slot),
+            Tail::RawTp => SG_CONT_R.tail_call(&c, slot),
+            Tail::No => return,
+        }
+    };
+}
+
+/// A continuation program's body: walk on from the slot's cursor, then go
+/// on again or finish.
+#[inline(always)]
+pub fn cont(ctx: *mut c_void, tail: Tail, slot: u32) {
+    let Some(scratch) = SG_SCRATCH.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: this CPU's slot; the program that tail-called us is still
+    // this same program run, so nothing else uses it.
+    let sc = unsafe { &mut *scratch };
+    if walk_bounded(&mut sc.cur) {
+        tail_call(ctx, tail, slot);
+    }
+    finish(sc);
+}
+
+#[inline(always)]
+fn finish(sc: &mut Scratch) {
+    let hook = sc.ev.event.flags & flags::FROM_HOOK != 0;
+    if sc.fin.what == FINISH_SG {
+        sg_record(&mut sc.ev, &sc.cur, hook);
+    } else {
+        dmarec::sync(
+            sc.fin.what == FINISH_SYNC_DEV,
+            sc.fin.dev,
+            sc.fin.addr,
+            sc.cur.total,
+            sc.fin.dir as u32,
+            Some(sc.fin.nents as u32),
+            sc.cur.ended != 0,
+            hook,
+        );
+    }
+    if sc.fin.then_enter != 0 {
+        enter_dma(sc.fin.dev, None);
+    }
+}
+
+/// A dma_map_sg / dma_unmap_sg record from a tracepoint (`hook` false, a
+/// program that runs with preemption off) or a DMA-API hook. `tail`: where a
+/// bounded walk may continue; `then_enter`: the caller is an entry hook that
+/// takes its timing entry after this returns (a continuation takes it where
+/// the walk ends in one).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn sg_event<const LOOP: bool>(
+    ctx: *mut c_void,
+    tail: Tail,
+    slot: u32,
+    k: u16,
+    dev: u64,
+    sgl: u64,
+    nents: u32,
+    ents: u32,
+    dir: u32,
+    attrs: u64,
+    hook: bool,
+    then_enter: bool,
+) {
+    let off = config().offsets;
     let Some(scratch) = SG_SCRATCH.get_ptr_mut(slot) else {
         return;
     };
     // SAFETY: this CPU's slot, used only for the duration of this program.
-    let ev = unsafe { &mut *scratch };
-    ev.event = base_event(k, dev, 0);
+    let sc = unsafe { &mut *scratch };
+    let ev = &mut sc.ev;
+    ev.event = base_event(k, dev, if hook { flags::FROM_HOOK } else { 0 });
     ev.nents = nents;
     ev.ents = ents;
     ev.n_lens = 0;
@@ -61,57 +468,42 @@ pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, att
     if let Some(a) = read_u64(sgl + off.sg_dma_address as u64) {
         ev.event.addr = a;
     }
-    // One loop counter only: a second counter that diverges from it at chain
-    // entries multiplies the verifier's states past its 1M-instruction limit.
-    // The list ends at the entry marked SG_END (sg_mark_end(), set on the
-    // last entry of every table); `nents` is kept for the record only.
-    let len_in_head =
-        off.sg_length >= off.sg_page_link + 8 && off.sg_length + 4 <= off.sg_page_link + 16;
-    let len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) * 8;
-    let mut sg = sgl;
-    let mut total: u64 = 0;
-    let mut ended = false;
-    let mut n_lens: u32 = 0;
-    for i in 0..SG_WALK_MAX {
-        if sg == 0 {
-            ended = true;
-            break;
-        }
-        // One read covers page_link and length when they share 16 bytes
-        // (every x86_64 kernel: offsets 0 and 12), else two reads.
-        let Some(head) = read_2u64(sg + off.sg_page_link as u64) else {
-            ended = true;
-            break;
-        };
-        let page_link = head[0];
-        let mut len: u32 = 0;
-        if page_link & SG_CHAIN != 0 {
-            sg = page_link & !(SG_CHAIN | SG_END);
-        } else {
-            len = if len_in_head {
-                (head[1] >> len_shift) as u32
-            } else {
-                read_u32(sg + off.sg_length as u64).unwrap_or(0)
-            };
-            total += len as u64;
-            sg += off.sg_stride as u64;
-        }
-        if (i as usize) < SG_LENS {
-            // Chain entries leave a 0 here; userspace skips zero lengths.
-            ev.lens[i as usize] = len;
-            n_lens = i + 1;
-        }
-        if page_link & (SG_END | SG_CHAIN) == SG_END {
-            ended = true;
-            break;
-        }
+    let (n_lens, more) = walk::<LOOP>(&mut sc.cur, sgl, nents, Some(&mut ev.lens));
+    ev.n_lens = n_lens;
+    if more {
+        sc.fin.what = FINISH_SG;
+        sc.fin.then_enter = u64::from(then_enter);
+        sc.fin.dev = dev;
+        tail_call(ctx, tail, slot);
+        // No continuation: the walk stops here, counted as truncated.
+        sc.fin.then_enter = 0;
     }
-    if !ended {
+    sg_record(&mut sc.ev, &sc.cur, hook);
+}
+
+/// The record of a finished walk: its total, truncation, counters,
+/// lifetime, stream.
+#[inline(always)]
+fn sg_record(ev: &mut SgEvent, cur: &Cursor, hook: bool) {
+    let k = ev.event.kind;
+    let truncated = cur.ended == 0;
+    if truncated {
         ev.event.flags |= flags::SG_TRUNCATED;
     }
-    ev.n_lens = n_lens;
-    ev.event.size = total;
-    add_counter(&ev.event);
+    ev.event.size = cur.total;
+    count(&ev.event, hook);
+    if truncated {
+        // The walked part, counted per device: userspace shows the device's
+        // bytes as a lower bound. (The kind is swapped in place: a copy of
+        // the event would not fit the stack of the kprobe programs.)
+        ev.event.kind = if k == kind::DMA_MAP_SG {
+            kind::SG_TRUNCATED
+        } else {
+            kind::SG_UNMAP_TRUNCATED
+        };
+        count(&ev.event, hook);
+        ev.event.kind = k;
+    }
     if k == kind::DMA_MAP_SG {
         lifetime::mapped(&ev.event);
     } else {
@@ -120,5 +512,61 @@ pub fn sg_event(k: u16, dev: u64, sgl: u64, nents: u32, ents: u32, dir: u32, att
     if cfg_stream() {
         stamp(&mut ev.event);
         output_hot(ev);
+    }
+}
+
+/// The DMA address of a list's first entry.
+#[inline(always)]
+pub fn first_dma_address(sgl: u64) -> u64 {
+    read_u64(sgl + config().offsets.sg_dma_address as u64).unwrap_or(0)
+}
+
+/// A dma_sync_sg_* record: the list's byte total from the walk (`slot` is
+/// the program's scratch slot; `tail`, `then_enter` as for `sg_event`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn sync_sg<const LOOP: bool>(
+    ctx: *mut c_void,
+    tail: Tail,
+    slot: u32,
+    for_device: bool,
+    dev: u64,
+    sgl: u64,
+    nents: u32,
+    dir: u32,
+    hook: bool,
+    then_enter: bool,
+) {
+    let Some(scratch) = SG_SCRATCH.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: this CPU's slot, used only for the duration of this program.
+    let sc = unsafe { &mut *scratch };
+    sc.ev.event.flags = if hook { flags::FROM_HOOK } else { 0 };
+    sc.fin.what = if for_device {
+        FINISH_SYNC_DEV
+    } else {
+        FINISH_SYNC_CPU
+    };
+    sc.fin.then_enter = 0;
+    sc.fin.dev = dev;
+    sc.fin.addr = first_dma_address(sgl);
+    sc.fin.dir = dir as u64;
+    sc.fin.nents = nents as u64;
+    let (_, more) = walk::<LOOP>(&mut sc.cur, sgl, nents, None);
+    if more {
+        sc.fin.then_enter = u64::from(then_enter);
+        tail_call(ctx, tail, slot);
+        sc.fin.then_enter = 0;
+    }
+    finish(sc);
+}
+
+#[inline(always)]
+fn count(ev: &Event, hook: bool) {
+    if hook {
+        add_counter_atomic(ev);
+    } else {
+        add_counter(ev);
     }
 }

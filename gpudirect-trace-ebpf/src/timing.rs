@@ -18,17 +18,25 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::{HashMap, LruHashMap, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuHashMap},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 use gpudirect_trace_common::{
-    flags, kind, level, maps, op, stat, LatHist, LatKey, TaskState, LAT_BUCKETS,
+    flags, kind, level, maps, op, stat, LatHist, LatKey, TaskState, DMA_ARGS, LAT_BUCKETS,
 };
 
 use crate::emit::{atomic_add, base_event, config, emit_hot_any, stat_inc};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(maps::TASKS_CAP, 0);
+
+/// One all-zero TaskState, never written: the initial value of new tasks.
+#[map]
+static ZERO_TASK: Array<TaskState> = Array::with_max_entries(1, 0);
+
+/// One all-zero LatHist, never written: the initial value of new histograms.
+#[map]
+static ZERO_HIST: Array<LatHist> = Array::with_max_entries(1, 0);
 
 /// IOMMU domain -> device, learnt from attach calls and DMA-API nesting.
 #[map]
@@ -96,7 +104,14 @@ pub fn current_iommu_device() -> (u64, u16) {
 fn state() -> Option<&'static mut TaskState> {
     let t = tid();
     if TASKS.get_ptr_mut(&t).is_none() {
-        let _ = TASKS.insert(&t, &TaskState::default(), BPF_NOEXIST as u64);
+        // A new task's zeroed state comes from a map value, not the stack:
+        // TaskState (320 bytes) plus a scatterlist walk's frame would pass
+        // the 512-byte stack limit.
+        let zero = ZERO_TASK.get_ptr(0);
+        if let Some(z) = zero {
+            // SAFETY: map value pointer, valid for this program run.
+            let _ = TASKS.insert(&t, unsafe { &*z }, BPF_NOEXIST as u64);
+        }
     }
     // SAFETY: map value pointer, valid for this program run.
     TASKS.get_ptr_mut(&t).map(|p| unsafe { &mut *p })
@@ -111,6 +126,18 @@ const STALE_NS: u64 = 10_000_000_000;
 /// argument (0 if it has none), `domain` its `struct iommu_domain *` (0 if none).
 #[inline(always)]
 fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
+    enter_args(lvl, dev, domain, addr, None);
+}
+
+/// A DMA-API call's entry; `args` (its arguments 1 to 5) are kept for the
+/// kretprobe, which sees only the return value.
+#[inline(always)]
+pub fn enter_dma(dev: u64, args: Option<&[u64; DMA_ARGS]>) {
+    enter_args(level::DMA_API, dev, 0, 0, args);
+}
+
+#[inline(always)]
+fn enter_args(lvl: usize, dev: u64, domain: u64, addr: u64, args: Option<&[u64; DMA_ARGS]>) {
     if lvl >= level::COUNT {
         return;
     }
@@ -150,26 +177,42 @@ fn enter(lvl: usize, dev: u64, domain: u64, addr: u64) {
     st.ts[lvl][slot] = t;
     st.dev[lvl][slot] = d;
     st.addr[lvl][slot] = addr;
+    if let Some(a) = args {
+        st.args[slot] = *a;
+    }
 }
 
 /// Exit of a timed function: records its duration for (device, op).
 #[inline(always)]
 fn exit(lvl: usize, o: u32) {
+    let _ = exit_args(lvl, o);
+}
+
+/// Exit of a DMA-API call: its device and the arguments its entry kept
+/// (None when the entry was not seen or found no free nesting slot).
+#[inline(always)]
+pub fn exit_dma(o: u32) -> Option<(u64, [u64; DMA_ARGS])> {
+    exit_args(level::DMA_API, o)
+}
+
+#[inline(always)]
+fn exit_args(lvl: usize, o: u32) -> Option<(u64, [u64; DMA_ARGS])> {
     if lvl >= level::COUNT {
-        return;
+        return None;
     }
-    let Some(st) = TASKS.get_ptr_mut(&tid()) else {
-        return;
-    };
+    let st = TASKS.get_ptr_mut(&tid())?;
     // SAFETY: map value pointer, valid for this program run.
     let st = unsafe { &mut *st };
-    let Some(slot) = innermost(st, lvl) else {
-        return;
-    };
+    let slot = innermost(st, lvl)?;
     let start = st.ts[lvl][slot];
     let ns = now().saturating_sub(start);
     let dev = st.dev[lvl][slot];
     let addr = st.addr[lvl][slot];
+    let args = if lvl == level::DMA_API {
+        st.args[slot]
+    } else {
+        [0; DMA_ARGS]
+    };
     st.ts[lvl][slot] = 0;
     st.dev[lvl][slot] = 0;
     record_latency(dev, o, ns);
@@ -178,6 +221,13 @@ fn exit(lvl: usize, o: u32) {
     ev.aux = o as u64;
     ev.addr = addr;
     emit_hot_any(&mut ev);
+    Some((dev, args))
+}
+
+/// Exit of a DMA-API call timed by fexit (arguments in its context).
+#[inline(always)]
+pub fn exit_dma_timing(o: u32) {
+    exit(level::DMA_API, o);
 }
 
 #[inline(always)]
@@ -221,13 +271,13 @@ pub fn record_latency(dev: u64, o: u32, ns: u64) {
         b = LAT_BUCKETS - 1;
     }
     if LAT_HIST.get_ptr_mut(&key).is_none() {
-        let empty = LatHist {
-            count: 0,
-            sum_ns: 0,
-            max_ns: 0,
-            buckets: [0; LAT_BUCKETS],
-        };
-        let _ = LAT_HIST.insert(&key, &empty, BPF_NOEXIST as u64);
+        // The empty histogram (344 bytes) comes from a map value: on the
+        // stack it pushed the scatterlist hooks past the 512-byte limit
+        // (program + bpf_loop callback frames).
+        if let Some(empty) = ZERO_HIST.get_ptr(0) {
+            // SAFETY: map value pointer, valid for this program run.
+            let _ = LAT_HIST.insert(&key, unsafe { &*empty }, BPF_NOEXIST as u64);
+        }
     }
     if let Some(h) = LAT_HIST.get_ptr_mut(&key) {
         // SAFETY: this CPU's value; no concurrent writer.
@@ -336,42 +386,6 @@ macro_rules! slot {
     };
 }
 
-slot!(
-    t_dma_map_in,
-    t_dma_map_out,
-    k_dma_map_in,
-    k_dma_map_out,
-    level::DMA_API,
-    op::DMA_MAP,
-    DEV0
-);
-slot!(
-    t_dma_unmap_in,
-    t_dma_unmap_out,
-    k_dma_unmap_in,
-    k_dma_unmap_out,
-    level::DMA_API,
-    op::DMA_UNMAP,
-    DEV0
-);
-slot!(
-    t_dma_map_sg_in,
-    t_dma_map_sg_out,
-    k_dma_map_sg_in,
-    k_dma_map_sg_out,
-    level::DMA_API,
-    op::DMA_MAP_SG,
-    DEV0
-);
-slot!(
-    t_dma_unmap_sg_in,
-    t_dma_unmap_sg_out,
-    k_dma_unmap_sg_in,
-    k_dma_unmap_sg_out,
-    level::DMA_API,
-    op::DMA_UNMAP_SG,
-    DEV0
-);
 slot!(
     t_iommu_map_in,
     t_iommu_map_out,

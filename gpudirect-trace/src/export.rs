@@ -4,7 +4,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
     io::{self, BufWriter, Write},
-    os::unix::fs::OpenOptionsExt as _,
     path::PathBuf,
     process::ExitCode,
     sync::Arc,
@@ -20,8 +19,9 @@ use hdrhistogram::{
 use serde_json::{json, Map, Value};
 
 use crate::{
-    aggregate::record as hist_record,
+    aggregate::record_within as hist_record,
     decode::{c_string, dir_name, kind_name, Record},
+    outfile,
     tracefile::{self, Header, Item, Loss},
 };
 
@@ -45,26 +45,23 @@ pub struct ExportOptions {
     pub output: Option<PathBuf>,
     /// Pseudonyms for physical addresses.
     pub redact: bool,
+    /// How the output file is created.
+    pub out: outfile::Options,
 }
 
 pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     let mut reader = tracefile::open(&args.file)?;
     let path = args.file.display().to_string();
-    let out: Box<dyn Write> = match &args.output {
-        Some(p) => {
-            // Like recordings: unredacted exports hold physical addresses.
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(p)
-                .with_context(|| format!("cannot create {}", p.display()))?;
-            Box::new(f)
-        }
+    // Like recordings: unredacted exports hold physical addresses (0600).
+    let mut file = match &args.output {
+        Some(p) => Some(outfile::create(p, args.out)?),
+        None => None,
+    };
+    let sink: Box<dyn Write + '_> = match file.as_mut() {
+        Some(f) => Box::new(f),
         None => Box::new(io::stdout().lock()),
     };
-    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let mut out = BufWriter::with_capacity(1 << 20, sink);
     let header = reader.header().clone();
     let mut items = std::iter::from_fn(|| reader.next_item().transpose());
     let result = match args.format {
@@ -73,16 +70,31 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
         Format::Hdr => hdr(&header, &mut items, &mut out),
     }
     .and_then(|()| out.flush());
+    drop(out);
     match result {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        // A failed export leaves no partial file (and an old one in place).
         other => other.with_context(|| format!("exporting {path}"))?,
+    }
+    if let Some(f) = file {
+        f.commit()?;
     }
     let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     for w in crate::report::read_warnings(&path, reader.stats(), len) {
-        eprintln!("gpudirect-trace: warning: {w}");
+        crate::output::warn(&w);
+    }
+    let clamped = crate::aggregate::hist_clamped();
+    if clamped > 0 {
+        crate::output::warn(&format!(
+            "{clamped} sizes past the histograms' memory limit were recorded at their \
+             histogram's top"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// Distinct physical addresses given their own pseudonym (~48 MiB).
+pub const MAX_PSEUDONYMS: usize = 1 << 20;
 
 /// Stable per-file pseudonyms for physical addresses.
 #[derive(Default)]
@@ -102,6 +114,11 @@ impl Redactor {
     pub fn phys(&mut self, v: u64) -> String {
         if !self.on || v == 0 {
             return format!("{v:#x}");
+        }
+        // Bounded (a crafted file may hold any number of distinct addresses):
+        // past the limit new ones share one pseudonym, never their value.
+        if self.ids.len() >= MAX_PSEUDONYMS && !self.ids.contains_key(&v) {
+            return "p-more".to_owned();
         }
         let next = self.ids.len() as u64 + 1;
         format!("p{}", self.ids.entry(v).or_insert(next))
@@ -330,7 +347,14 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
         .with_start_time(start)
         .with_base_time(start)
         .begin_log_with(out, &mut ser)?;
+    // Bounded per interval (the file may name any number of devices and
+    // feed u64-range sizes: 23.4 GB for a 138 KB file of 65 536 devices):
+    // at most HDR_TAGS histograms, the rest folded into one per operation,
+    // and HDR_GROWTH bytes of histogram growth.
+    const HDR_TAGS: usize = 1024;
+    const HDR_GROWTH: usize = 64 << 20;
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
+    let mut growth_left = HDR_GROWTH;
     let mut interval = 0u64;
     let mut flush =
         |hists: &mut BTreeMap<String, Histogram<u64>>, interval: u64| -> io::Result<()> {
@@ -362,19 +386,24 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
         let i = e.ts_ns.saturating_sub(h.start_ts_ns) / INTERVAL_NS;
         if i > interval {
             flush(&mut hists, interval)?;
+            growth_left = HDR_GROWTH;
             interval = i;
         }
+        let mut tag = hdr_tag(&device, op);
+        if hists.len() >= HDR_TAGS && !hists.contains_key(&tag) {
+            tag = hdr_tag(crate::aggregate::FOLDED_DEVICES, op);
+        }
         let hist = hists
-            .entry(hdr_tag(&device, op))
+            .entry(tag)
             .or_insert_with(|| Histogram::new(3).expect("3 significant digits is valid"));
         match &record {
             Record::Sg(sg) => {
                 let n = (sg.n_lens as usize).min(sg.lens.len());
                 for &l in sg.lens[..n].iter().filter(|&&l| l > 0) {
-                    hist_record(hist, u64::from(l));
+                    hist_record(hist, u64::from(l), &mut growth_left);
                 }
             }
-            _ => hist_record(hist, e.size),
+            _ => hist_record(hist, e.size, &mut growth_left),
         }
     }
     flush(&mut hists, interval)

@@ -93,14 +93,66 @@ pub fn raise_memlock() {
     }
 }
 
+/// Mount points of tracefs in /proc/self/mountinfo text (field 5 is the
+/// mount point, octal-escaped; the file system type follows " - ").
+pub fn tracefs_mounts(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (mount, fs) = l.split_once(" - ")?;
+            if fs.split_whitespace().next()? != "tracefs" {
+                return None;
+            }
+            let point = mount.split_whitespace().nth(4)?;
+            Some(PathBuf::from(
+                point
+                    .replace("\\040", " ")
+                    .replace("\\011", "\t")
+                    .replace("\\012", "\n")
+                    .replace("\\134", "\\"),
+            ))
+        })
+        .collect()
+}
+
+/// The note when tracefs is mounted but this process cannot read it
+/// (tracefs is mode 0700 root by default: an unprivileged user with
+/// CAP_BPF+CAP_PERFMON attaches, but cannot list the tracepoints).
+fn unreadable_note(dir: &Path, e: &std::io::Error) -> String {
+    format!(
+        "tracefs is mounted at {} but not readable by this user ({e}); tracepoints still \
+         attach, only discovery of what this kernel offers is poorer (run as root for it)",
+        dir.display()
+    )
+}
+
 /// Where tracefs is, mounting it at /sys/kernel/tracing if it is not mounted
 /// anywhere. Returns None (with the reason) when that fails: the raw
 /// tracepoints still attach without tracefs, only discovery is poorer.
 pub fn ensure_tracefs() -> Result<PathBuf, String> {
-    for dir in [TRACEFS, DEBUGFS_TRACING] {
-        if Path::new(dir).join("events").is_dir() {
-            return Ok(PathBuf::from(dir));
+    let mounted = tracefs_mounts(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    let mut candidates: Vec<PathBuf> = vec![TRACEFS.into(), DEBUGFS_TRACING.into()];
+    candidates.extend(mounted.iter().cloned());
+    let mut denied = None;
+    for dir in &candidates {
+        match fs::metadata(dir.join("events")) {
+            Ok(m) if m.is_dir() => return Ok(dir.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                denied.get_or_insert((dir.clone(), e));
+            }
+            _ => {}
         }
+    }
+    // Mounted but unreadable: mounting again would not help (and fails
+    // for the same lack of privilege); say what is really wrong.
+    if let Some((dir, e)) = denied {
+        return Err(unreadable_note(&dir, &e));
+    }
+    if let Some(dir) = mounted.first() {
+        return Err(format!(
+            "tracefs is mounted at {} but has no events directory",
+            dir.display()
+        ));
     }
     let target = std::ffi::CString::new(TRACEFS).map_err(|e| e.to_string())?;
     let fstype = std::ffi::CString::new("tracefs").map_err(|e| e.to_string())?;
@@ -221,5 +273,34 @@ mod tests {
         assert_eq!(parse_version("5.10.226-1"), Some((5, 10)));
         assert_eq!(parse_version("6.18.44-fc-v657"), Some((6, 18)));
         assert_eq!(parse_version("garbage"), None);
+    }
+
+    #[test]
+    fn tracefs_mount_points_from_mountinfo() {
+        let mi = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+42 23 0:13 / /sys/kernel/tracing rw,relatime - tracefs nodev rw
+43 23 0:14 / /sys/kernel/debug rw,relatime - debugfs debugfs rw
+44 22 0:13 / /mnt/my\\040trace rw - tracefs nodev rw
+";
+        assert_eq!(
+            tracefs_mounts(mi),
+            vec![
+                PathBuf::from("/sys/kernel/tracing"),
+                PathBuf::from("/mnt/my trace")
+            ]
+        );
+        assert!(tracefs_mounts("").is_empty());
+    }
+
+    #[test]
+    fn unreadable_tracefs_is_not_called_unmounted() {
+        let e = std::io::Error::from_raw_os_error(libc::EACCES);
+        let n = unreadable_note(Path::new(TRACEFS), &e);
+        assert!(n.contains("is mounted at /sys/kernel/tracing"), "{n}");
+        assert!(
+            n.contains("not readable") && !n.contains("not mounted"),
+            "{n}"
+        );
     }
 }

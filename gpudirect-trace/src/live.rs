@@ -78,6 +78,7 @@ impl Sink for LiveSink {
 pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyhow::Result<()> {
     s.resolve_names(&mut |_| Ok(()))?;
     let stats = s.refresh_counters();
+    s.confirm_findings(stats.lost_events + stats.missed_events, &mut |_| Ok(()))?;
     let devices = s.analysis.agg.snapshot(interval, &o.devices);
     let long_lived = s.analysis.agg.long_lived(
         crate::kernel::monotonic_ns(),
@@ -118,6 +119,9 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
     text.push_str(&render::processes_text(&devices));
     text.push_str(&render::latency_text(&devices));
     text.push_str(&render::translation_text(&devices));
+    text.push_str(&render::misuse_text(
+        s.analysis.checker.as_ref().map(|c| &c.stats),
+    ));
     text.push_str(&render::long_lived_text(&long_lived));
     let all = s.analysis.ledger.incidents();
     let shown = if last { 32 } else { 8 };
@@ -126,6 +130,10 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
         all.iter().skip(skip),
         skip as u64 + s.analysis.ledger.evicted(),
     ));
+    // Device names, Xid messages, process names and fault lines come from
+    // the kernel and from whatever runs on the host: no control character
+    // of theirs reaches the terminal (our own clear-screen is added after).
+    let text = crate::sanitize::multiline(&text);
     if o.tty && !last {
         output::write(&format!("\x1b[H\x1b[2J{text}\n"))
     } else {

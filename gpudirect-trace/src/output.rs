@@ -1,5 +1,8 @@
-//! Writing to stdout without panicking when the reader goes away
-//! (`gpudirect-trace live | head`): a closed pipe ends the command cleanly.
+//! Writing to stdout and stderr without panicking when the reader goes away
+//! (`gpudirect-trace live | head`, `record ... 2>&1 | head -1`): a closed
+//! stdout ends the command cleanly; a closed stderr loses the message but
+//! never the command (`eprintln!` panics with exit 101 there, which hid the
+//! exit status of `record -- CMD`).
 
 use std::io::{self, Write as _};
 
@@ -26,6 +29,18 @@ pub fn write(text: &str) -> anyhow::Result<()> {
 
 pub fn line(text: &str) -> anyhow::Result<()> {
     write(&format!("{text}\n"))
+}
+
+/// Writes `text` to stderr as it is; any error (EPIPE: nobody reads stderr
+/// any more) is ignored.
+pub fn eprint(text: &str) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_all(text.as_bytes()).and_then(|()| err.flush());
+}
+
+/// `text` and a newline to stderr, errors ignored.
+pub fn eprintln(text: &str) {
+    eprint(&format!("{text}\n"));
 }
 
 /// One line on stderr, prefixed `gpudirect-trace: `. Never panics: a closed
@@ -80,6 +95,12 @@ pub fn bytes(n: u64) -> String {
     } else {
         format!("{v:.1}{}", UNITS[u])
     }
+}
+
+/// A saturating sum: totals of values read from trace files, which may be
+/// crafted to overflow any plain `sum()`.
+pub fn sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0u64, u64::saturating_add)
 }
 
 #[cfg(test)]

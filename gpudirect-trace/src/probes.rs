@@ -1,12 +1,29 @@
 //! The probe table on this kernel, as text.
 
-use crate::ebpf::{ProbeStatus, Status};
+use crate::{
+    ebpf::{DmaOpSource, ProbeStatus, Status},
+    sanitize::text as clean,
+};
+
+/// One line: which programs report each DMA-API operation.
+pub fn dma_plan_text(plan: &[DmaOpSource]) -> String {
+    let ops: Vec<String> = plan
+        .iter()
+        .map(|o| format!("{} {}", o.op, o.source))
+        .collect();
+    format!(
+        "DMA-API records (per-device level \"dma\"): {} (tracepoint: dma:*; hook: the time:dma_* \
+         hooks on the DMA-API functions; none: not reported on this kernel)",
+        ops.join(", ")
+    )
+}
 
 /// The probe table as `probes` prints it.
 pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
     let width = probes.iter().map(|p| p.name.len()).max().unwrap_or(10);
     let mut out = format!(
-        "kernel {release}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        "kernel {}, BTF {}\n{:<width$}  {:<14}  {:<11}  REASON\n",
+        clean(release),
         if btf { "yes" } else { "no" },
         "PROBE",
         "KIND",
@@ -18,7 +35,8 @@ pub fn render(probes: &[ProbeStatus], release: &str, btf: bool) -> String {
             p.name,
             p.kind,
             p.status.as_str(),
-            p.reason
+            // Kernel and loader messages: one line, no control characters.
+            clean(&p.reason)
         ));
     }
     let attached = probes

@@ -3,9 +3,8 @@
 //! the command given after `--`.
 
 use std::{
-    fs::{self, File, OpenOptions},
+    fs::{self, File},
     io::{BufWriter, IsTerminal as _, Write},
-    os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
@@ -15,7 +14,7 @@ use anyhow::Context as _;
 
 use crate::{
     ebpf::SelfStats,
-    kernel, output,
+    kernel, outfile, output,
     output::bytes,
     session::{Ending, Observed, Session, Sink},
     summary,
@@ -26,32 +25,17 @@ use crate::{
 /// with a checkpoint of the kernel's counters.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
-/// Creates the output file: refuses to replace one unless `force`; 0600.
-pub fn create_output(path: &Path, force: bool) -> anyhow::Result<File> {
-    let mut opts = OpenOptions::new();
-    opts.write(true).mode(0o600);
-    if force {
-        opts.create(true).truncate(true);
-    } else {
-        opts.create_new(true);
-    }
-    let f = opts.open(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            anyhow::anyhow!("{} exists; pass --force to overwrite it", path.display())
-        } else {
-            anyhow::anyhow!("cannot create {}: {e}", path.display())
-        }
-    })?;
-    // An overwritten file keeps its old mode; traces may hold addresses.
-    f.set_permissions(fs::Permissions::from_mode(0o600))?;
-    Ok(f)
+/// Creates the output file (crate::outfile): a new 0600 file, or with
+/// `--force` a temporary one that replaces the old file only when
+/// [`outfile::Output::commit`] is called, once the recording has started.
+pub fn create_output(path: &Path, opts: outfile::Options) -> anyhow::Result<outfile::Output> {
+    outfile::create(path, opts)
 }
 
 /// What `record` writes and how it ends.
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub output: PathBuf,
-    pub force: bool,
     /// Print the session's final summary as `live --json` would.
     pub json: bool,
     /// The command traced (for the header).
@@ -79,6 +63,7 @@ impl RecordSink {
             &opts.command,
         );
         header.gpus = session.gpus.identities.clone();
+        header.checks = session.check.clone();
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
         let path = opts.output.display().to_string();
@@ -101,6 +86,7 @@ impl Sink for RecordSink {
             Observed::LogFault(f) => self.writer.log_fault(f),
             Observed::Nvml(s) => self.writer.nvml(s),
             Observed::Names(n) => self.writer.names(n),
+            Observed::Driver(c) => self.writer.driver(c),
             Observed::Incident { .. } => Ok(()),
         };
         r.with_context(|| format!("writing {}", self.path))
@@ -113,7 +99,11 @@ impl Sink for RecordSink {
     fn tick(&mut self, s: &mut Session) -> anyhow::Result<bool> {
         s.resolve_names(&mut |o| self.observe(o))?;
         checkpoint(s, &mut self.writer, &mut self.lost_seen)
-            .and_then(|_| self.writer.flush())
+            .with_context(|| format!("writing {}", self.path))?;
+        // After the checkpoint, as a replay of the file does it.
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
+        self.writer
+            .flush()
             .with_context(|| format!("writing {}", self.path))?;
         if self.tty {
             let mut err = std::io::stderr().lock();
@@ -132,6 +122,7 @@ impl Sink for RecordSink {
     fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)
             .with_context(|| format!("writing {}", self.path))?;
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
         let events = self.writer.events_written();
         let block = End {
             ts_ns: kernel::monotonic_ns(),

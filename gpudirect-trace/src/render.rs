@@ -80,6 +80,12 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
         let _ = writeln!(s, "(no DMA activity seen yet)");
     }
     for d in devices {
+        // A scatterlist not walked to its end: the bytes are a lower bound.
+        let lower = if d.sg_truncated + d.sg_unmap_truncated > 0 {
+            ">="
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
             "{:<22} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9} {:>8} {:>6} {:>9.0}",
@@ -87,7 +93,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             d.level,
             d.maps,
             d.unmaps,
-            bytes(d.bytes_mapped),
+            format!("{lower}{}", bytes(d.bytes_mapped)),
             bytes(d.bytes_to_device),
             bytes(d.bytes_from_device),
             format!("{}/{}", bytes(d.map_size.p50), bytes(d.map_size.p99)),
@@ -98,6 +104,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             d.events_per_sec
         );
     }
+    s.push_str(&device_notes(devices));
     s
 }
 
@@ -110,7 +117,7 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
         if s.is_empty() {
             let _ = writeln!(
                 s,
-                "\nincidents (faults, Xids, AER, mapping failures, IOMMU changes):"
+                "\nincidents (faults, Xids, AER, mapping failures, IOMMU changes, DMA misuse):"
             );
         }
         let _ = writeln!(s, "  {i}");
@@ -120,9 +127,49 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
         if let Some(c) = i.context_line() {
             let _ = writeln!(s, "      {c}");
         }
+        for l in i.misuse_lines() {
+            let _ = writeln!(s, "      {l}");
+        }
     }
     if more > 0 && !s.is_empty() {
         let _ = writeln!(s, "  ({more} earlier ones: --json lists them)");
+    }
+    s
+}
+
+/// Where each device's DMA-API level came from, and which byte counts are
+/// lower bounds.
+pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
+    let mut s = String::new();
+    let mut by_source: Vec<(&str, Vec<&str>)> = Vec::new();
+    for d in devices.iter().filter(|d| d.dma_source != "none") {
+        match by_source.iter_mut().find(|(src, _)| *src == d.dma_source) {
+            Some((_, list)) => list.push(&d.device),
+            None => by_source.push((d.dma_source, vec![&d.device])),
+        }
+    }
+    if !by_source.is_empty() {
+        let parts: Vec<String> = by_source
+            .iter()
+            .map(|(src, list)| format!("{src} ({})", list.join(", ")))
+            .collect();
+        let _ = writeln!(
+            s,
+            "DMA-API level from: {} (tracepoints: dma:*; hooks: fentry/kprobe on the DMA-API \
+             functions)",
+            parts.join("; ")
+        );
+    }
+    for d in devices {
+        if d.sg_truncated + d.sg_unmap_truncated > 0 {
+            let _ = writeln!(
+                s,
+                "note: {}: {} scatter-gather map(s) and {} unmap(s) not walked to the end of \
+                 their list (--sg-walk-max, or a bounded walk without bpf_loop()): its bytes \
+                 are a lower bound (>=)",
+                d.device, d.sg_truncated, d.sg_unmap_truncated
+            );
+        }
     }
     s
 }
@@ -289,5 +336,33 @@ pub fn processes_text(devices: &[DeviceSnapshot]) -> String {
             );
         }
     }
+    s
+}
+
+/// The misuse checks' counts (`--check`): findings by device and check,
+/// and what could not be checked.
+pub fn misuse_text(stats: Option<&crate::analysis::misuse::CheckStats>) -> String {
+    let Some(st) = stats else {
+        return String::new();
+    };
+    let mut s = String::from("\nDMA-API misuse checks (--check):\n");
+    if st.findings.is_empty() {
+        s.push_str("  no misuse proven\n");
+    }
+    for (dev, checks) in &st.findings {
+        let list: Vec<String> = checks.iter().map(|(c, n)| format!("{c} {n}")).collect();
+        let _ = writeln!(s, "  {dev:<14}  {}", list.join(", "));
+    }
+    for (dev, callers) in &st.map_failures {
+        for (caller, n) in callers {
+            let _ = writeln!(s, "  {dev:<14}  map failures: {n} ({caller})");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  not checkable: {} unmaps and {} syncs of handles mapped before tracing, {} maps \
+         untracked; {} findings unproven after lost events ({} restarts)",
+        st.unknown_unmaps, st.unknown_syncs, st.untracked_maps, st.unproven, st.resets
+    );
     s
 }

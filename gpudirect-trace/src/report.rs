@@ -28,6 +28,18 @@ pub struct Window {
     pub devices: Vec<String>,
 }
 
+/// Devices a report keeps apart; the rest are one row, `(other devices)`,
+/// with a warning. A GPU server's DMA-active devices (GPUs, NICs, NVMe,
+/// switches' functions) are a few dozen; each kept device costs up to
+/// ~0.9 MB (its histograms, 20 KB each before they grow, and its page
+/// series), measured with heaptrack on a crafted 4096-device file: 128 of
+/// them keep `report` of any file under its 256 MiB bound.
+pub const MAX_DEVICES: usize = 128;
+/// Growth of the aggregator's histograms in a report (aggregate::
+/// limit_hist_growth): with the device cap, what a crafted file can make
+/// them take stays under ~100 MiB.
+pub const HIST_GROWTH: usize = 32 << 20;
+
 /// Everything a report shows, from one pass over the file: the same
 /// analysis (tables and ledger) the live session built, fed the same
 /// inputs in the same order.
@@ -57,6 +69,13 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Events lost in the window (saturating: LOSS blocks may be crafted).
+    pub fn losses_total(&self) -> u64 {
+        self.losses
+            .iter()
+            .fold(0u64, |a, l| a.saturating_add(l.lost))
+    }
+
     pub fn clock(&self) -> &TraceClock {
         self.analysis.clock()
     }
@@ -97,9 +116,20 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     if to.is_some() && to_ns <= from_ns {
         anyhow::bail!("--to must be later than --from");
     }
+    crate::aggregate::limit_hist_growth(HIST_GROWTH);
     let mut analysis = Analysis::new(clock_of(&header));
+    analysis.agg = crate::aggregate::Aggregator::with_max_devices(MAX_DEVICES);
     analysis.agg.gpus = header.gpus.clone();
     analysis.agg.policies = crate::tracefile::policies(&header.devices);
+    if let Some(setup) = &header.checks {
+        analysis.enable_checks(
+            setup,
+            header
+                .devices
+                .iter()
+                .map(|d| (d.bus_id.as_str(), d.driver.as_deref())),
+        );
+    }
     let mut r = Replay {
         analysis,
         header,
@@ -149,15 +179,25 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::End(e) => e.ts_ns,
             Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
             Item::Trigger(t) => t.at_ns,
+            Item::Driver(c) => c.ts_ns,
             Item::Names(_) | Item::Nvml(_) => 0,
         };
         // The recording's last timestamp, whatever the window.
         end_seen = end_seen.max(ts);
+        // The loss checks the recorder made, at the same places: misuse
+        // findings become incidents here as they did live.
+        match &item {
+            Item::Checkpoint(cp) => drop(r.analysis.confirm(cp.lost_total)),
+            Item::End(e) => drop(r.analysis.confirm(e.lost_total)),
+            _ => {}
+        }
         match item {
             Item::Event { record, device } => {
                 if !in_window(ts) {
                     continue;
                 }
+                // Past MAX_DEVICES, one "(other devices)" row everywhere.
+                let device = r.analysis.agg.admit(&device);
                 if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
                     if ts > at {
                         let incidents: Vec<&Incident> =
@@ -200,6 +240,11 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 }
             }
             Item::Nvml(s) => r.analysis.nvml(*s),
+            Item::Driver(c) => {
+                let device: std::sync::Arc<str> = std::sync::Arc::from(c.device.as_str());
+                r.analysis
+                    .driver_change(&device, c.driver.as_deref(), c.ts_ns);
+            }
             _ => {}
         }
     }
@@ -216,10 +261,11 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
     // window (whole file), or where they are the only data (aggregate-only).
     if let Some(last) = last {
         let whole = from.is_none() && to.is_none();
-        let hits = |c: &Checkpoint| c.hits.iter().sum::<u64>();
+        // Saturating: a crafted file's counters must not panic or wrap.
+        let hits = |c: &Checkpoint| c.hits.iter().fold(0u64, |a, &x| a.saturating_add(x));
         // A snapshot with a single checkpoint has no window to count over.
         let base = base.filter(|b| b.ts_ns != last.ts_ns || !is_snapshot);
-        r.kernel_hits = Some(hits(&last) - base.as_ref().map_or(0, hits));
+        r.kernel_hits = Some(hits(&last).saturating_sub(base.as_ref().map_or(0, hits)));
         if whole || r.header.aggregate_only {
             let rows = counter_delta(base.as_ref(), &last);
             r.analysis.agg.apply_kernel_counters(&rows);
@@ -305,7 +351,7 @@ pub fn json(
 ) -> serde_json::Value {
     let incidents: Vec<&Incident> = r.incidents().collect();
     let faults: Vec<_> = incidents.iter().filter_map(|i| i.fault.as_ref()).collect();
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     serde_json::json!({
         "file": path,
         "header": r.header,
@@ -321,6 +367,7 @@ pub fn json(
         "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
             "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
         "counters": r.counters,
+        "misuse": r.analysis.checker.as_ref().map(|c| &c.stats),
         "gpus": r.analysis.agg.gpus,
         "nvml": {"first": r.analysis.nvml_first, "latest": r.analysis.nvml_latest},
         "lead": r.lead,
@@ -376,7 +423,7 @@ pub fn text(
             ));
         }
     }
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     let attached = h.probes.iter().filter(|p| p.status == "attached").count();
     s.push_str(&crate::render::live_text(
         devices,
@@ -403,6 +450,9 @@ pub fn text(
     s.push_str(&crate::render::processes_text(devices));
     s.push_str(&crate::render::latency_text(devices));
     s.push_str(&crate::render::translation_text(devices));
+    s.push_str(&crate::render::misuse_text(
+        r.analysis.checker.as_ref().map(|c| &c.stats),
+    ));
     let incidents: Vec<&Incident> = r.incidents().collect();
     let skip = incidents.len().saturating_sub(64);
     s.push_str(&crate::render::incidents_text(

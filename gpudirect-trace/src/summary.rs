@@ -49,11 +49,15 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "timing_nest_full": v.stats.timing_nest_full,
         "lifetime_unmatched": v.stats.lifetime_unmatched,
         "mappings_untracked": v.stats.mappings_untracked,
+        // DMA-API maps a kretprobe could not report (docs/probes.md).
+        "hook_args_missing": v.stats.hook_args_missing,
+        "dma_plan": s.tracer.dma_plan,
         "incidents": incidents,
         "incidents_total": all.back().map_or(0, |i| i.id),
         "incidents_evicted": ledger.evicted(),
         "faults": faults,
         "fault_counts": fault_counts(s),
+        "misuse": s.analysis.checker.as_ref().map(|c| &c.stats),
         "long_lived": v.long_lived.iter().map(|(dev, lvl, m)| json!({
             "device": dev, "level": lvl, "address": m.address,
             "size": m.size, "age_s": m.age_s, "pid": m.pid})).collect::<Vec<_>>(),

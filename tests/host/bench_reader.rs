@@ -132,10 +132,17 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
         }
         Reader::Record => {
             let path = dir.join(format!("bench-{pass}.gdt"));
-            let file = gpudirect_trace::record::create_output(&path, true).expect("create");
+            let out = gpudirect_trace::record::create_output(
+                &path,
+                gpudirect_trace::outfile::Options {
+                    force: true,
+                    allow_special: false,
+                },
+            )
+            .expect("create");
+            let file = out.commit().expect("commit");
             let opts = RecordOptions {
                 output: path,
-                force: true,
                 json: false,
                 command: Vec::new(),
             };

@@ -1,43 +1,23 @@
 //! The scatter-gather walk's cost per entry (issue 17, item 3), from the
-//! kernel's own accounting (kernel.bpf_stats_enabled).
-//!
-//! BPF_PROG_TEST_RUN cannot hand the program a scatterlist a driver built,
-//! but the walk only needs kernel memory laid out as `struct scatterlist`
-//! entries: the unused bottom of the boot CPU's idle stack (`init_stack`, a
-//! real kernel region the program reads with bpf_probe_read_kernel as it
-//! reads any list) is zeros, i.e. entries that are neither chained nor
-//! last, so the walk reads all `SG_WALK_MAX` of them. The streamed record
-//! proves it (SG_TRUNCATED set, 0 bytes); against the same program given no
-//! list (sgl = NULL: no entry read) the difference is the walk.
+//! kernel's own accounting (kernel.bpf_stats_enabled): the REAL dma_map_sg
+//! program over real `struct scatterlist` chains in kernel memory (the
+//! arena of `sg_walk`: arrays of 128 entries joined by chain entries, as
+//! sg_alloc_table lays them out), of 1 to 4096 entries, against the same
+//! program given no list. The streamed record must show every entry's
+//! bytes, so a walk cut short cannot pass for a cheap one.
 
 use std::os::fd::{AsRawFd as _, BorrowedFd};
 
 use gpudirect_trace::{
     decode::{decode, Record},
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
-    kernel,
 };
-use gpudirect_trace_common::{flags, SG_WALK_MAX};
+use gpudirect_trace_common::flags;
 
-use crate::inject::known_kernel_object;
-
-/// A kernel address with `SG_WALK_MAX` zeroed 32-byte entries after it, if
-/// the walk from there proves to read them all.
-fn zeroed_entries(tracer: &mut Tracer, dev: u64) -> Option<u64> {
-    let base = kernel::kallsyms_lookup("__start_init_stack")?;
-    // Past STACK_END_MAGIC at the very bottom; the stack grows down from
-    // the top, 16 KiB away.
-    let sgl = base + 1024;
-    let fd = tracer.program_fd("dma_map_sg").ok()?;
-    run_raw_tracepoint(fd, &[dev, sgl, 1, 1, 1, 0], None).ok()?;
-    let mut ok = false;
-    tracer.drain(|b| {
-        if let Ok(Record::Sg(sg)) = decode(b) {
-            ok = sg.event.flags & flags::SG_TRUNCATED != 0 && sg.event.size == 0;
-        }
-    });
-    ok.then_some(sgl)
-}
+use crate::{
+    inject::known_kernel_object,
+    sg_walk::{lengths, Arena},
+};
 
 fn run_stats(tracer: &Tracer, program: &str) -> (u64, u64) {
     tracer
@@ -46,6 +26,8 @@ fn run_stats(tracer: &Tracer, program: &str) -> (u64, u64) {
         .find(|s| s.program == program)
         .map_or((0, 0), |s| (s.run_count, s.run_time_ns))
 }
+
+const SIZES: [usize; 5] = [1, 16, 128, 1024, 4096];
 
 #[test]
 #[ignore = "benchmark: cargo xtask bench"]
@@ -60,37 +42,47 @@ fn bench_sg_walk() {
             ..Default::default()
         })
         .expect("load");
-        // The check needs the streamed record: made in streaming mode, the
-        // same kernel memory serves the aggregate-only run.
-        let probe = if stream {
-            zeroed_entries(&mut tracer, dev)
-        } else {
-            let mut t = Tracer::load(&TracerOptions {
-                attach: false,
-                ring_bytes: 1 << 20,
-                ..Default::default()
-            })
-            .expect("load");
-            zeroed_entries(&mut t, dev)
-        };
-        let Some(sgl) = probe else {
-            println!("BENCH sg_walk mode={mode} skipped=no-zeroed-kernel-region");
-            continue;
-        };
+        // One arena per list size (the lists are laid out from its start).
+        let mut lists = vec![(0usize, 0u64, 0u64)];
+        let mut arenas = Vec::new();
+        for n in SIZES {
+            let mut arena = Arena::new(tracer.offsets);
+            let lens = lengths(n);
+            let (sgl, _) = arena.chained(&lens, 128, 0);
+            lists.push((n, sgl, lens.iter().map(|&l| u64::from(l)).sum()));
+            arenas.push(arena);
+        }
         let fd = tracer
             .program_fd("dma_map_sg")
             .expect("program")
             .as_raw_fd();
+        let run = |sgl: u64, n: usize| {
+            // SAFETY: the tracer owning the fd outlives every call.
+            let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+            run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 1, 0], None).expect("run");
+        };
+        // The walk must be whole: checked on the streamed record.
+        if stream {
+            for &(n, sgl, bytes) in &lists[1..] {
+                run(sgl, n);
+                let mut seen = None;
+                tracer.drain(|b| {
+                    if let Ok(Record::Sg(sg)) = decode(b) {
+                        seen = Some((sg.event.size, sg.event.flags & flags::SG_TRUNCATED));
+                    }
+                });
+                assert_eq!(seen, Some((bytes, 0)), "{n} entries walked whole");
+            }
+        }
         std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").expect("bpf_stats");
-        // Interleaved batches: drift on the shared host hits both alike.
-        let mut acc = [(0u64, 0u64); 2];
-        for _ in 0..20 {
-            for (v, list) in [0, sgl].into_iter().enumerate() {
+        // Interleaved batches: drift on the shared host hits every size alike.
+        let mut acc = vec![(0u64, 0u64); lists.len()];
+        for _ in 0..10 {
+            for (v, &(n, sgl, _)) in lists.iter().enumerate() {
                 let before = run_stats(&tracer, "dma_map_sg");
-                for _ in 0..5_000 {
-                    // SAFETY: the tracer owning the fd outlives the loop.
-                    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-                    run_raw_tracepoint(fd, &[dev, list, 1, 1, 1, 0], None).expect("test run");
+                let reps = (20_000 / n.max(1)).clamp(200, 5_000);
+                for _ in 0..reps {
+                    run(sgl, n);
                 }
                 let after = run_stats(&tracer, "dma_map_sg");
                 acc[v].0 += after.0 - before.0;
@@ -100,13 +92,16 @@ fn bench_sg_walk() {
         }
         std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "0").expect("bpf_stats");
         let ns = |v: usize| acc[v].1 as f64 / acc[v].0.max(1) as f64;
-        println!(
-            "BENCH sg_walk mode={mode} program=dma_map_sg runs={} ns_no_list={:.1} \
-             ns_{SG_WALK_MAX}_entries={:.1} ns_per_entry={:.2}",
-            acc[0].0,
-            ns(0),
-            ns(1),
-            (ns(1) - ns(0)) / f64::from(SG_WALK_MAX)
-        );
+        for (v, &(n, _, _)) in lists.iter().enumerate().skip(1) {
+            println!(
+                "BENCH sg_walk mode={mode} program=dma_map_sg entries={n} runs={} ns_per_hit={:.1} \
+                 ns_no_list={:.1} ns_per_entry={:.2}",
+                acc[v].0,
+                ns(v),
+                ns(0),
+                (ns(v) - ns(0)) / n as f64
+            );
+        }
+        drop(arenas);
     }
 }

@@ -59,7 +59,15 @@ fn daemonset_has_capabilities_host_mounts_probes_and_scrape_annotations() {
     let c = &pod["containers"][0];
     let args = strs(&c["args"]);
     assert_eq!(args.first(), Some(&"serve"), "{args:?}");
-    assert!(args.contains(&"--listen=0.0.0.0:9435"), "{args:?}");
+    // One address, the pod IP from the downward API; never every address.
+    assert!(args.contains(&"--listen=$(POD_IP):9435"), "{args:?}");
+    assert!(!args.iter().any(|a| a.contains("0.0.0.0")), "{args:?}");
+    let env = c["env"].as_sequence().expect("env");
+    let pod_ip = env
+        .iter()
+        .find(|e| e["name"] == "POD_IP")
+        .expect("POD_IP from the downward API");
+    assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
     assert_eq!(c["ports"][0]["containerPort"], 9435);
     assert_eq!(c["ports"][0]["name"], "metrics");
     for probe in ["readinessProbe", "livenessProbe"] {

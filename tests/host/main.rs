@@ -17,15 +17,18 @@ mod bench_sg;
 mod deploy;
 mod flight;
 mod gpu_metrics;
+mod hostile;
+mod hostile_bounds;
 mod inject;
 mod record;
 mod serve;
+mod sg_walk;
 
 use std::process::Command;
 
 use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
-    catalog::{CATALOG, NVIDIA_TIMING, TIMING},
+    catalog::{CATALOG, DMA_API_TIMING, NVIDIA_TIMING, TIMING},
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
@@ -67,7 +70,7 @@ fn every_program_passes_the_verifier() {
     );
     assert_eq!(
         tracer.probes.len(),
-        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+        CATALOG.len() + DMA_API_TIMING.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
     );
 }
 
@@ -88,7 +91,7 @@ fn probe_table_matches_what_the_kernel_offers() {
     let all = doc["probes"].as_array().expect("probes array");
     assert_eq!(
         all.len(),
-        CATALOG.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
+        CATALOG.len() + DMA_API_TIMING.len() + TIMING.len() + NVIDIA_TIMING.len() + 2
     );
     let probes: Vec<_> = all
         .iter()

@@ -17,7 +17,7 @@ pub struct TestArgs {
     /// validated).
     #[arg(long)]
     pub no_dist: bool,
-    /// Skip the short fuzz run of the trace-file reader.
+    /// Skip the short fuzz run of the trace-file reader and the readers' memory bound.
     #[arg(long)]
     pub no_fuzz: bool,
     /// Seconds of fuzzing per target.
@@ -31,7 +31,8 @@ pub struct TestArgs {
 /// gpudirect-trace/fuzz/artifacts.
 fn fuzz(seconds: u32) -> anyhow::Result<()> {
     crate::bootstrap::cargo_fuzz()?;
-    for target in ["reader", "columns"] {
+    // memory: the readers' 256 MiB bound on any input (counting allocator).
+    for target in ["reader", "columns", "memory"] {
         let scratch =
             std::env::temp_dir().join(format!("gdt-fuzz-{target}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;

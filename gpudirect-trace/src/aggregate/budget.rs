@@ -56,10 +56,12 @@ pub fn budget(
     bytes_mapped: u64,
 ) -> Option<Budget> {
     let total = |ops: &[&str]| -> u64 {
-        ops.iter()
-            .filter_map(|o| latency.get(o))
-            .map(|l| l.total_ns)
-            .sum()
+        // Saturating: latencies from a trace file may be crafted.
+        crate::output::sum(
+            ops.iter()
+                .filter_map(|o| latency.get(o))
+                .map(|l| l.total_ns),
+        )
     };
     let dma = total(DMA_API_OPS);
     let iommu = total(IOMMU_OPS);

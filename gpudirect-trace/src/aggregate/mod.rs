@@ -11,6 +11,7 @@
 //! IOMMU view, and say which in `level`.
 
 pub mod budget;
+mod dma_api;
 mod kernel_tables;
 mod latency;
 mod level;
@@ -24,14 +25,19 @@ use std::{
 use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
 use serde::Serialize;
 
+use self::dma_api::is_sync;
 use crate::{
     gpu::GpuIdentity,
     model::{MapLevel, MappingState, Process},
 };
 
 pub use self::{
+    dma_api::DmaApiStats,
     latency::{sum_log2, LatencySnapshot, OpLatency},
-    level::{record, Level, LevelSnapshot, LongLived, Percentiles},
+    level::{
+        hist_clamped, limit_hist_growth, record, record_within, Level, LevelSnapshot, LongLived,
+        Percentiles,
+    },
 };
 use crate::decode::Record;
 
@@ -72,6 +78,8 @@ pub struct DeviceStats {
     /// Times of the device's first and last streamed events.
     pub first_ts: u64,
     pub last_ts: u64,
+    /// The DMA-API level's source, truncated walks, syncs (dma_api.rs).
+    pub dma_api: DmaApiStats,
 }
 
 /// An unmap kept for fault correlation.
@@ -105,8 +113,12 @@ impl DeviceStats {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct DeviceSnapshot {
     pub device: String,
-    /// "dma" or "iommu": which level the flat fields below report.
+    /// "dma", "iommu" or "none": which level the flat fields below report
+    /// (the DMA API where it was seen, else the IOMMU's page-table maps).
     pub level: &'static str,
+    /// Where the DMA-API level came from: "tracepoints" (dma:*), "hooks"
+    /// (fentry/kprobe on the DMA-API functions), both, or "none".
+    pub dma_source: &'static str,
     pub maps: u64,
     pub unmaps: u64,
     pub bytes_mapped: u64,
@@ -119,6 +131,14 @@ pub struct DeviceSnapshot {
     pub bytes_bidirectional: u64,
     pub sg_maps: u64,
     pub sg_entries: u64,
+    /// Scatter-gather maps (unmaps) not walked to the end of their list
+    /// (`--sg-walk-max` or a kernel limit): the byte counts are then a
+    /// lower bound.
+    pub sg_truncated: u64,
+    pub sg_unmap_truncated: u64,
+    /// dma_sync_single/sg_for_cpu/device calls and their bytes.
+    pub dma_syncs: u64,
+    pub dma_sync_bytes: u64,
     pub swiotlb_bounces: u64,
     pub swiotlb_bounced_bytes: u64,
     pub coherent_allocs: u64,
@@ -210,15 +230,52 @@ pub struct Aggregator {
     pub gpus: Vec<GpuIdentity>,
     /// IOMMU group types by device (sysfs, at the start).
     pub policies: std::collections::HashMap<String, String>,
+    /// Devices kept apart at most (None: every one); later ones are counted
+    /// together under [`FOLDED_DEVICES`]. Each device's histograms take up
+    /// to ~400 KiB each when fed values across the u64 range: a 138 KB
+    /// crafted file naming 65 536 devices made `report` use 23.8 GB.
+    pub max_devices: Option<usize>,
+    /// Updates that went to [`FOLDED_DEVICES`] because of `max_devices`.
+    pub folded: u64,
 }
+
+/// The row of the devices beyond `Aggregator::max_devices`.
+pub const FOLDED_DEVICES: &str = "(other devices)";
 
 impl Aggregator {
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// An aggregator that keeps at most `n` devices apart (input that may
+    /// name any number of them: trace files).
+    pub fn with_max_devices(n: usize) -> Self {
+        Self {
+            max_devices: Some(n),
+            ..Self::default()
+        }
+    }
+
+    /// The name `name`'s data goes under: its own while the aggregator has
+    /// room for it (`max_devices`), [`FOLDED_DEVICES`] after. Callers that
+    /// keep per-device state of their own (a report's series, the ledger)
+    /// use it so that they are bounded alike.
+    pub fn admit(&mut self, name: &Arc<str>) -> Arc<str> {
+        let room = self.max_devices.is_none_or(|n| self.devices.len() < n);
+        if room || self.devices.contains_key(name) || &**name == FOLDED_DEVICES {
+            return name.clone();
+        }
+        self.folded += 1;
+        Arc::from(FOLDED_DEVICES)
+    }
+
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
         if !self.devices.contains_key(name) {
+            let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);
+            if full && &**name != FOLDED_DEVICES {
+                self.folded += 1;
+                return self.devices.entry(Arc::from(FOLDED_DEVICES)).or_default();
+            }
             self.devices.insert(name.clone(), DeviceStats::default());
         }
         self.devices.get_mut(name).expect("inserted above")
@@ -236,9 +293,10 @@ impl Aggregator {
         d.last_ts = d.last_ts.max(ev.ts_ns);
         match record {
             Record::Sg(sg) => {
+                d.dma_api.note_record(&ev);
                 if ev.kind == kind::DMA_MAP_SG {
                     d.sg_maps += 1;
-                    d.sg_entries += u64::from(sg.nents);
+                    d.sg_entries = d.sg_entries.saturating_add(u64::from(sg.nents));
                     let lens = &sg.lens[..(sg.n_lens as usize).min(sg.lens.len())];
                     d.dma.map_entries(
                         ev.addr,
@@ -248,7 +306,7 @@ impl Aggregator {
                         ev.pid,
                     );
                     if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
-                        *b += ev.size;
+                        *b = b.saturating_add(ev.size);
                     }
                 } else {
                     d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
@@ -258,18 +316,27 @@ impl Aggregator {
             // Xids are counted by the ledger, once per event however many
             // channels reported it.
             Record::Xid(_) => {}
-            Record::Event(_) => Self::ingest_event(d, &ev),
+            Record::Event(_) => {
+                if !Self::ingest_event(d, &ev) {
+                    self.decode_errors += 1;
+                }
+            }
         }
     }
 
     /// One plain event into its device's tables (looked up once per record
     /// by `ingest`: the name lookup is a string search of `devices`).
-    fn ingest_event(d: &mut DeviceStats, ev: &Event) {
+    /// Returns false for a record no event can be (counted as undecodable).
+    fn ingest_event(d: &mut DeviceStats, ev: &Event) -> bool {
+        d.dma_api.note_record(ev);
         match ev.kind {
+            // A failed map (dma:dma_map_page fires for it too, with
+            // DMA_MAPPING_ERROR as the handle) mapped nothing.
+            kind::DMA_MAP if ev.addr == u64::MAX => d.map_errors += 1,
             kind::DMA_MAP => {
                 d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
                 if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
-                    *b += ev.size;
+                    *b = b.saturating_add(ev.size);
                 }
             }
             kind::DMA_UNMAP => {
@@ -294,10 +361,18 @@ impl Aggregator {
                 d.coherent.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                 d.note_unmap(ev, ev.size, MapLevel::Coherent);
             }
-            kind::LATENCY => d.latency.entry(ev.aux as u32).or_default().record(ev.size),
+            // Only the ops that exist: one histogram per distinct op, and a
+            // crafted file could name 2^32 of them.
+            kind::LATENCY if ev.aux < u64::from(op::COUNT) => {
+                d.latency.entry(ev.aux as u32).or_default().record(ev.size)
+            }
+            kind::LATENCY => return false,
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
-                d.swiotlb_bytes += ev.size;
+                d.swiotlb_bytes = d.swiotlb_bytes.saturating_add(ev.size);
+            }
+            kind::DMA_MAP_ERR => {
+                d.map_errors += 1;
             }
             kind::DMA_MAP_SG_ERR => d.map_errors += 1,
             kind::GROUP_ADD_DEVICE => d.iommu_group = Some(ev.aux as u32),
@@ -305,6 +380,7 @@ impl Aggregator {
             // Faults (io_page_fault, AER) are counted by the ledger.
             _ => {}
         }
+        true
     }
 
     /// Replaces stream-derived counts with the kernel's per-CPU counters,
@@ -318,52 +394,68 @@ impl Aggregator {
         }
         for (name, list) in per_dev {
             let d = self.device(&name);
-            let mut dma = (0, 0, 0, 0);
+            // Saturating sums: the counters may come from a crafted file.
+            let mut dma = (0u64, 0u64, 0u64, 0u64);
             let mut by_dir = [0u64; 4];
-            let mut iommu = (0, 0, 0, 0);
-            let mut coherent = (0, 0, 0, 0);
-            let mut sg_maps = 0;
-            let mut hits = 0;
+            let mut iommu = (0u64, 0u64, 0u64, 0u64);
+            let mut coherent = (0u64, 0u64, 0u64, 0u64);
+            let mut sg_maps = 0u64;
+            let mut hits = 0u64;
+            let (mut truncated, mut unmap_truncated, mut syncs) = (0u64, 0u64, (0u64, 0u64));
             for (k, c) in list {
-                hits += c.count;
-                match k.kind as u16 {
+                hits = hits.saturating_add(c.count);
+                let k16 = k.kind as u16;
+                d.dma_api.note_source(k16, k.from_hook());
+                match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
-                        dma.0 += c.count;
-                        dma.2 += c.bytes;
+                        dma.0 = dma.0.saturating_add(c.count);
+                        dma.2 = dma.2.saturating_add(c.bytes);
                         if let Some(b) = by_dir.get_mut(k.dir as usize) {
-                            *b += c.bytes;
+                            *b = b.saturating_add(c.bytes);
                         }
                         if k.kind as u16 == kind::DMA_MAP_SG {
-                            sg_maps += c.count;
+                            sg_maps = sg_maps.saturating_add(c.count);
                         }
                     }
                     kind::DMA_UNMAP | kind::DMA_UNMAP_SG => {
-                        dma.1 += c.count;
-                        dma.3 += c.bytes;
+                        dma.1 = dma.1.saturating_add(c.count);
+                        dma.3 = dma.3.saturating_add(c.bytes);
                     }
                     kind::IOMMU_MAP => {
-                        iommu.0 += c.count;
-                        iommu.2 += c.bytes;
+                        iommu.0 = iommu.0.saturating_add(c.count);
+                        iommu.2 = iommu.2.saturating_add(c.bytes);
                     }
                     kind::IOMMU_UNMAP => {
-                        iommu.1 += c.count;
-                        iommu.3 += c.bytes;
+                        iommu.1 = iommu.1.saturating_add(c.count);
+                        iommu.3 = iommu.3.saturating_add(c.bytes);
                     }
                     kind::DMA_ALLOC => {
-                        coherent.0 += c.count;
-                        coherent.2 += c.bytes;
+                        coherent.0 = coherent.0.saturating_add(c.count);
+                        coherent.2 = coherent.2.saturating_add(c.bytes);
                     }
                     kind::DMA_FREE => {
-                        coherent.1 += c.count;
-                        coherent.3 += c.bytes;
+                        coherent.1 = coherent.1.saturating_add(c.count);
+                        coherent.3 = coherent.3.saturating_add(c.bytes);
                     }
                     kind::SWIOTLB_BOUNCED => {
                         d.swiotlb_bounces = c.count;
                         d.swiotlb_bytes = c.bytes;
                     }
+                    k if is_sync(k) => {
+                        syncs.0 = syncs.0.saturating_add(c.count);
+                        syncs.1 = syncs.1.saturating_add(c.bytes);
+                    }
+                    // Counter-only kinds: maps (unmaps) whose walk stopped early.
+                    kind::SG_TRUNCATED => truncated = truncated.saturating_add(c.count),
+                    kind::SG_UNMAP_TRUNCATED => {
+                        unmap_truncated = unmap_truncated.saturating_add(c.count)
+                    }
                     _ => {}
                 }
             }
+            let x = &mut d.dma_api;
+            (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
+            (x.syncs, x.sync_bytes) = syncs;
             for (level, (m, u, bm, bu)) in [
                 (&mut d.dma, dma),
                 (&mut d.iommu, iommu),
@@ -393,10 +485,11 @@ impl Aggregator {
     pub fn count_fault(&mut self, device: &Arc<str>, xid: Option<u32>, n: u64) {
         let d = self.device(device);
         if let Some(x) = xid {
-            d.xids += n;
-            *d.xid_counts.entry(x).or_default() += n;
+            d.xids = d.xids.saturating_add(n);
+            let c = d.xid_counts.entry(x).or_default();
+            *c = c.saturating_add(n);
         } else {
-            d.faults += n;
+            d.faults = d.faults.saturating_add(n);
         }
     }
 
@@ -515,10 +608,14 @@ impl Aggregator {
                 }
             }
             let iommu = d.iommu.snapshot();
+            // Never "iommu" for a device the IOMMU did not map for (no
+            // IOMMU, or passthrough): "none" until one level has activity.
             let (level, primary, procs) = if d.dma.maps > 0 || d.dma.unmaps > 0 {
                 ("dma", &dma, &d.dma.procs)
-            } else {
+            } else if d.iommu.maps > 0 || d.iommu.unmaps > 0 {
                 ("iommu", &iommu, &d.iommu.procs)
+            } else {
+                ("none", &dma, &d.dma.procs)
             };
             let mut processes: Vec<ProcessRow> = procs
                 .iter()
@@ -551,6 +648,7 @@ impl Aggregator {
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
+                dma_source: d.dma_api.source(),
                 maps: primary.maps,
                 unmaps: primary.unmaps,
                 bytes_mapped: primary.bytes_mapped,
@@ -563,6 +661,10 @@ impl Aggregator {
                 bytes_bidirectional: d.bytes_by_dir[0],
                 sg_maps: d.sg_maps,
                 sg_entries: d.sg_entries,
+                sg_truncated: d.dma_api.sg_truncated,
+                sg_unmap_truncated: d.dma_api.sg_unmap_truncated,
+                dma_syncs: d.dma_api.syncs,
+                dma_sync_bytes: d.dma_api.sync_bytes,
                 swiotlb_bounces: d.swiotlb_bounces,
                 swiotlb_bounced_bytes: d.swiotlb_bytes,
                 coherent_allocs: d.coherent.maps,

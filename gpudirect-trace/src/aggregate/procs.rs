@@ -73,14 +73,15 @@ impl Procs {
     pub fn map(&mut self, pid: u32, size: u64, ts_ns: u64, tracked: bool) {
         let r = self.row(pid);
         r.maps += 1;
-        r.bytes_mapped += size;
+        // Saturating: sizes come from trace files too, which may be crafted.
+        r.bytes_mapped = r.bytes_mapped.saturating_add(size);
         if tracked {
             r.outstanding += 1;
-            r.outstanding_bytes += size;
+            r.outstanding_bytes = r.outstanding_bytes.saturating_add(size);
         }
         let b = r.bucket(ts_ns);
         b.maps += 1;
-        b.bytes += size;
+        b.bytes = b.bytes.saturating_add(size);
     }
 
     /// The mapping `owner` made (of `size` bytes) ended.

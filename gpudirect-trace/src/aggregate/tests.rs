@@ -262,3 +262,117 @@ fn fault_mapping_state_distinguishes_live_unmapped_and_never_mapped() {
         MappingState::NeverMapped { device_seen: false }
     );
 }
+
+/// Input from trace files is untrusted (issue 19): devices past the cap
+/// share one row, latency ops that do not exist are not kept, histogram
+/// growth stays within its budget, and totals saturate.
+#[test]
+fn crafted_input_is_bounded() {
+    let mut agg = Aggregator::with_max_devices(2);
+    for d in ["a", "b", "c", "d"] {
+        agg.ingest(&ev(kind::DMA_MAP, 0x1000, u64::MAX, 1), &Arc::from(d));
+        agg.ingest(&ev(kind::DMA_MAP, 0x2000, u64::MAX, 1), &Arc::from(d));
+    }
+    let names: Vec<_> = agg.devices.keys().map(|k| k.to_string()).collect();
+    assert_eq!(names, vec![FOLDED_DEVICES, "a", "b"]);
+    assert!(agg.folded >= 4, "{}", agg.folded);
+    assert_eq!(agg.devices["a"].dma.bytes_mapped, u64::MAX, "saturated");
+
+    let mut lat = Aggregator::new();
+    let mut e = Event {
+        kind: kind::LATENCY,
+        size: 100,
+        ..Default::default()
+    };
+    for aux in [0, u64::from(op::COUNT), u64::from(u32::MAX) + 7] {
+        e.aux = aux;
+        lat.ingest(&Record::Event(e), &Arc::from("x"));
+    }
+    assert_eq!(lat.devices["x"].latency.len(), 1);
+    assert_eq!(lat.decode_errors, 2);
+
+    // On a thread of its own: the budget is per thread.
+    std::thread::spawn(|| {
+        limit_hist_growth(0);
+        let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
+        let size = h.distinct_values();
+        record(&mut h, u64::MAX >> 1);
+        assert_eq!(h.distinct_values(), size, "no growth past the budget");
+        assert_eq!((h.len(), hist_clamped()), (1, 1));
+    })
+    .join()
+    .expect("budget thread");
+}
+
+/// The DMA-API source of a device's level (hook records and counters carry
+/// their mark), a failed map as an error rather than a mapping, syncs, and
+/// "none" (never "iommu") for a device without IOMMU activity.
+#[test]
+fn dma_source_map_errors_syncs_and_level_none() {
+    use gpudirect_trace_common::{flags, COUNTER_FROM_HOOK, DMA_MAPPING_ERROR};
+    let mut agg = Aggregator::new();
+    let nvme: Arc<str> = Arc::from("0000:00:04.0");
+    let gpu: Arc<str> = Arc::from("0000:00:06.0");
+    let edu: Arc<str> = Arc::from("0000:00:03.0");
+    let hooked = |k, addr, size| {
+        Record::Event(Event {
+            kind: k,
+            flags: flags::FROM_HOOK,
+            addr,
+            size,
+            dir: 2,
+            ..Default::default()
+        })
+    };
+    agg.ingest(&hooked(kind::DMA_MAP, 0x1000, 4096), &nvme);
+    agg.ingest(&hooked(kind::DMA_MAP_ERR, DMA_MAPPING_ERROR, 4096), &nvme);
+    agg.ingest(&hooked(kind::DMA_SYNC_CPU, 0x1000, 4096), &nvme);
+    agg.ingest(&ev(kind::DMA_MAP, 0x9000, 8192, 1), &gpu);
+    // Only a coherent allocation: no streaming or IOMMU level at all.
+    agg.ingest(&ev(kind::DMA_ALLOC, 0x5000, 4096, 0), &edu);
+    let snap = agg.snapshot(1.0, &[]);
+    let get = |name: &str| snap.iter().find(|d| d.device == name).expect(name);
+    let n = get("0000:00:04.0");
+    assert_eq!((n.level, n.dma_source), ("dma", "hooks"));
+    assert_eq!((n.maps, n.bytes_mapped, n.map_errors), (1, 4096, 1));
+    assert_eq!((n.dma_syncs, n.dma_sync_bytes), (1, 4096));
+    assert_eq!(
+        n.outstanding_mappings, 1,
+        "the failed map is not outstanding"
+    );
+    assert_eq!(get("0000:00:06.0").dma_source, "tracepoints");
+    assert_eq!(get("0000:00:03.0").level, "none");
+    // The counters' source bit says the same in aggregate-only mode.
+    let key = |k: u16, from_hook: bool| CounterKey {
+        dev: 0,
+        kind: u32::from(k) | if from_hook { COUNTER_FROM_HOOK } else { 0 },
+        dir: 2,
+    };
+    let mut agg = Aggregator::new();
+    let c = Counter {
+        count: 3,
+        bytes: 3 << 12,
+    };
+    agg.apply_kernel_counters(&[
+        (nvme.clone(), key(kind::DMA_MAP_SG, true), c),
+        (
+            nvme.clone(),
+            key(kind::SG_TRUNCATED, true),
+            Counter {
+                count: 1,
+                bytes: 4096,
+            },
+        ),
+    ]);
+    let snap = agg.snapshot(1.0, &[]);
+    let n = snap
+        .iter()
+        .find(|d| d.device == "0000:00:04.0")
+        .expect("nvme");
+    assert_eq!((n.dma_source, n.maps, n.sg_truncated), ("hooks", 3, 1));
+    assert_eq!(
+        n.bytes_mapped,
+        3 << 12,
+        "the truncation counter adds no bytes"
+    );
+}

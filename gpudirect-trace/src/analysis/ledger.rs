@@ -221,6 +221,7 @@ impl Ledger {
             fault: Some(f),
             change: None,
             map_error: None,
+            misuse: None,
             context: None,
         };
         refresh(&mut inc);
@@ -258,6 +259,27 @@ impl Ledger {
             fault: None,
             change: None,
             map_error: Some(e),
+            misuse: None,
+            context: None,
+        };
+        self.push(inc)
+    }
+
+    /// A DMA-API misuse the checker proved.
+    pub fn misuse(&mut self, m: crate::model::misuse::Misuse) -> u64 {
+        let ts = m.call.at.mono_ns;
+        let inc = Incident {
+            id: 0,
+            at: self.clock.stamp(ts),
+            category: Category::Misuse,
+            device: m.device.clone(),
+            process: m.call.process.clone(),
+            address: m.call.address,
+            text: m.text(),
+            fault: None,
+            change: None,
+            map_error: None,
+            misuse: Some(m),
             context: None,
         };
         self.push(inc)
@@ -276,6 +298,7 @@ impl Ledger {
             fault: None,
             change: Some(c),
             map_error: None,
+            misuse: None,
             context: None,
         };
         self.push(inc)

@@ -7,6 +7,7 @@
 //! events tell the same story in every view.
 
 pub mod ledger;
+pub mod misuse;
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ use crate::{
 pub struct Analysis {
     pub agg: Aggregator,
     pub ledger: Ledger,
+    /// The misuse checks (`--check`), when on.
+    pub checker: Option<misuse::Checker>,
     /// NVML's first and latest readings (live: taken by the session;
     /// replay: from the file's NVML blocks, in the same order).
     pub nvml_first: Option<Sample>,
@@ -41,8 +44,46 @@ impl Analysis {
         Self {
             agg: Aggregator::new(),
             ledger: Ledger::new(clock),
+            checker: None,
             nvml_first: None,
             nvml_latest: None,
+        }
+    }
+
+    /// Turns the misuse checks on, with the kernel image's ranges and the
+    /// devices' drivers as the trace started.
+    pub fn enable_checks<'a>(
+        &mut self,
+        setup: &crate::model::misuse::CheckSetup,
+        drivers: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) {
+        let mut c = misuse::Checker::new(*self.clock(), setup.kernel_image.clone());
+        for (dev, drv) in drivers {
+            c.set_driver(dev, drv);
+        }
+        self.checker = Some(c);
+    }
+
+    /// The loss check: `lost_total` events lost since the start. Findings
+    /// made since the last check become incidents when nothing was lost
+    /// (see analysis::misuse); returns them.
+    pub fn confirm(&mut self, lost_total: u64) -> Vec<Outcome> {
+        let Some(c) = self.checker.as_mut() else {
+            return Vec::new();
+        };
+        c.confirm(lost_total)
+            .into_iter()
+            .map(|m| Outcome::New(self.ledger.misuse(m)))
+            .collect()
+    }
+
+    /// A device's driver bound (`driver`) or let go (None) of it.
+    pub fn driver_change(&mut self, device: &Arc<str>, driver: Option<&str>, ts_ns: u64) {
+        if let Some(c) = self.checker.as_mut() {
+            if driver.is_none() {
+                c.unbind(device, ts_ns);
+            }
+            c.set_driver(device, driver);
         }
     }
 
@@ -86,6 +127,9 @@ impl Analysis {
     /// it created or merged into.
     pub fn record(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
         self.agg.ingest(record, device);
+        if let Some(c) = self.checker.as_mut() {
+            c.record(record, device);
+        }
         let ev = record.event();
         let fault = match record {
             Record::Xid(x) => Some(tracepoint::from_xid_event(device, x.xid, &c_string(&x.msg))),
@@ -98,6 +142,31 @@ impl Analysis {
                     "iommu:io_page_fault",
                 )),
                 kind::AER => Some(tracepoint::from_aer_event(device, ev.addr as u32, ev.aux)),
+                // A failed dma_map_page/phys/resource (DMA_MAPPING_ERROR)
+                // or dma_alloc_attrs (NULL). Older recordings have them as
+                // DMA_MAP with the error as handle.
+                kind::DMA_MAP_ERR | kind::DMA_MAP
+                    if ev.addr == misuse::DMA_MAPPING_ERROR || ev.kind == kind::DMA_MAP_ERR =>
+                {
+                    let f = gpudirect_trace_common::flags::COHERENT;
+                    let r = gpudirect_trace_common::flags::RESOURCE;
+                    let e = MapError {
+                        api: if ev.flags & f != 0 {
+                            "dma_alloc_attrs"
+                        } else if ev.flags & r != 0 {
+                            "dma_map_resource"
+                        } else {
+                            "dma_map_page"
+                        }
+                        .into(),
+                        errno: None,
+                        entries: None,
+                        bytes: Some(ev.size),
+                        direction: dir_name(ev.dir).into(),
+                    };
+                    let id = self.ledger.map_error(device, ev.ts_ns, ev.pid, e);
+                    return Some(Outcome::New(id));
+                }
                 kind::DMA_MAP_SG_ERR => {
                     let e = MapError {
                         api: "dma_map_sg".into(),

@@ -25,6 +25,8 @@ pub struct DoctorArgs {
     /// nvml.json) to compare NVML counters against: PCIe replays since then.
     #[arg(long, value_name = "CAPTURE")]
     pub baseline: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: super::trace::OutputFlags,
 }
 
 pub fn exec(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -34,5 +36,6 @@ pub fn exec(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         verbose: args.verbose,
         capture: args.capture.clone(),
         baseline: args.baseline.clone(),
+        out: args.out.into(),
     })
 }

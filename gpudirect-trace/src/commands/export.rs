@@ -43,6 +43,8 @@ pub struct ExportArgs {
     /// addresses and bus ids stay.
     #[arg(long)]
     pub redact: bool,
+    #[command(flatten)]
+    pub out: super::trace::OutputFlags,
 }
 
 pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
@@ -51,5 +53,6 @@ pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         format: args.format.into(),
         output: args.output.clone(),
         redact: args.redact,
+        out: args.out.into(),
     })
 }

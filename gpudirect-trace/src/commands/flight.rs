@@ -16,9 +16,10 @@ pub struct FlightArgs {
     #[arg(long, value_name = "DURATION|SIZE", value_parser = parse_ring)]
     pub ring: Option<RingBound>,
     /// What writes a snapshot (repeatable): fault, xid[=N,N...],
-    /// aer[=corrected|nonfatal|fatal|uncorrected], map-error, signal
-    /// (SIGUSR1), exit (-- CMD exited non-zero). Default: fault, xid,
-    /// aer=uncorrected, map-error, signal, and exit when there is a CMD.
+    /// aer[=corrected|nonfatal|fatal|uncorrected], map-error,
+    /// misuse[=CHECK,...] (a --check finding), signal (SIGUSR1), exit (--
+    /// CMD exited non-zero). Default: fault, xid, aer=uncorrected,
+    /// map-error, misuse, signal, and exit when there is a CMD.
     #[arg(long = "trigger", value_name = "TRIGGER", value_parser = parse_trigger)]
     pub triggers: Vec<Trigger>,
     /// Keep recording this long after a trigger before the snapshot is
@@ -137,6 +138,8 @@ impl FlightArgs {
                 Trigger::Xid(Vec::new()),
                 Trigger::Aer(Some(crate::flight::trigger::AerSeverity::Uncorrected)),
                 Trigger::MapError,
+                // Fires only where --check finds something.
+                Trigger::Misuse(Vec::new()),
                 Trigger::Signal,
             ];
             if has_command {

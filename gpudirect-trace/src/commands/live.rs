@@ -4,7 +4,7 @@ use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
 
 use clap::Args;
 
-use super::trace::{parse_duration, TraceArgs};
+use super::trace::{parse_duration, parse_interval, TraceArgs};
 use crate::{
     live::{LiveOptions, LiveSink},
     session::{RunOptions, Session},
@@ -12,8 +12,8 @@ use crate::{
 
 #[derive(Args, Debug)]
 pub struct LiveArgs {
-    /// Refresh interval (e.g. 500ms, 1s, 2m).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Refresh interval (e.g. 500ms, 1s, 2m; at least 100ms).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Stop after this long (default: until Ctrl-C, SIGTERM or SIGHUP).
     #[arg(long, value_parser = parse_duration)]

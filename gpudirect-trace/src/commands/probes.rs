@@ -8,6 +8,7 @@ use serde_json::json;
 use crate::{
     ebpf::{Status, Tracer, TracerOptions},
     output, probes,
+    sanitize::text as clean,
     session::STRICT_EXIT,
 };
 
@@ -20,12 +21,23 @@ pub struct ProbesArgs {
     /// kernels differ).
     #[arg(long)]
     pub strict: bool,
+    /// As for `live`: which programs would report the DMA-API operations.
+    #[arg(long, value_enum, default_value_t = super::trace::DmaSourceArg::Auto, value_name = "SOURCE")]
+    pub dma_source: super::trace::DmaSourceArg,
 }
 
 pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
+    match print(args) {
+        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
+        other => other,
+    }
+}
+
+fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
         ring_bytes: 4096,
+        dma_source: args.dma_source.into(),
         ..Default::default()
     })?;
     let k = &tracer.kernel;
@@ -37,15 +49,17 @@ pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
             "tracefs_error": k.tracefs_error,
             "probes": tracer.probes,
+            "dma_plan": tracer.dma_plan,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
         output::line(&probes::render(&tracer.probes, &k.release, k.btf.is_some()))?;
+        output::line(&probes::dma_plan_text(&tracer.dma_plan))?;
         if let Some(e) = &k.tracefs_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
         if let Some(e) = &k.btf_error {
-            output::line(&format!("note: {e}"))?;
+            output::line(&format!("note: {}", clean(e)))?;
         }
     }
     let failed = tracer.probes.iter().any(|p| p.status == Status::Failed);

@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::{
     flight::FlightArgs,
-    trace::{parse_duration, TraceArgs},
+    trace::{parse_duration, OutputFlags, TraceArgs},
 };
 use crate::{
     flight::{FlightSink, Recorder},
@@ -24,9 +24,8 @@ pub struct RecordArgs {
     /// CMD's exit).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Overwrite FILE if it exists.
-    #[arg(long)]
-    pub force: bool,
+    #[command(flatten)]
+    pub out: OutputFlags,
     /// At the end, print the session's summary on stdout as `live --json`'s
     /// final object (the same devices, incidents and faults `report --json`
     /// of the file gives).
@@ -58,17 +57,13 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         let recorder = Recorder::new(&session, opts, &args.command)?;
         return session.run(FlightSink::new(recorder, args.json), run);
     }
-    let file = create_output(&args.output, args.force)?;
-    let session = match Session::start(&args.trace.session_options()) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_file(&args.output);
-            return Err(e);
-        }
-    };
+    let output = create_output(&args.output, args.out.into())?;
+    // A failed start drops `output`: the old file (with --force), a device
+    // node or a link's target stay untouched; only our new file goes.
+    let session = Session::start(&args.trace.session_options())?;
+    let file = output.commit()?;
     let opts = RecordOptions {
         output: args.output.clone(),
-        force: args.force,
         json: args.json,
         command: args.command.clone(),
     };

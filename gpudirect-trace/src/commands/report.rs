@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::Args;
 
-use super::trace::parse_offset;
+use super::trace::{parse_offset, OutputFlags};
 use crate::{
     output,
     report::{self, html, Window},
@@ -31,6 +31,8 @@ pub struct ReportArgs {
     /// Also write a self-contained HTML page with plots (no network needed).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: OutputFlags,
 }
 
 pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
@@ -54,38 +56,42 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     for w in report::read_warnings(&path, &r.stats, r.file_len) {
         output::warn(&w);
     }
+    let clamped = crate::aggregate::hist_clamped();
+    if clamped > 0 {
+        output::warn(&format!(
+            "{clamped} values past the histograms' memory limit were recorded at their \
+             histogram's top (counts and maxima stay exact; percentiles above it do not)"
+        ));
+    }
+    if r.analysis.agg.folded > 0 {
+        output::warn(&format!(
+            "the file names more than {} devices: the others are counted together as {}",
+            report::MAX_DEVICES,
+            crate::aggregate::FOLDED_DEVICES
+        ));
+    }
     let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
     let devices = r.analysis.agg.snapshot(window_s, &devices);
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices);
-        write_private(out, page.as_bytes())
+        let mut f = crate::outfile::create(out, args.out.into())?;
+        std::io::Write::write_all(f.file(), page.as_bytes())
             .with_context(|| format!("writing {}", out.display()))?;
+        f.commit()?;
         output::note(&format!("wrote {}", out.display()));
     }
     let result = if args.json {
         output::line(&serde_json::to_string(&report::json(&path, &r, &devices))?)
     } else {
-        output::line(&report::text(&path, &r, &devices, window_s))
+        // A trace file is untrusted input: no control character of its
+        // names or messages reaches the terminal.
+        output::line(&crate::sanitize::multiline(&report::text(
+            &path, &r, &devices, window_s,
+        )))
     };
     match result {
         Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e),
         Ok(()) => Ok(ExitCode::SUCCESS),
     }
-}
-
-/// Like recordings, 0600 (also when replacing a file): the page holds
-/// addresses, process ids and the kernel's log lines.
-fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::{
-        io::Write as _, os::unix::fs::OpenOptionsExt as _, os::unix::fs::PermissionsExt as _,
-    };
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(bytes)
 }

@@ -5,7 +5,29 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::session::SessionOptions;
+use crate::{outfile, session::SessionOptions};
+
+/// The flags every command that writes a file takes.
+#[derive(Args, Clone, Copy, Debug, Default)]
+pub struct OutputFlags {
+    /// Replace the output file if it exists (the new file takes its place
+    /// only once it is written; a symlink is replaced, never followed).
+    #[arg(long)]
+    pub force: bool,
+    /// Allow a device node, FIFO or socket as output (e.g. /dev/stdout);
+    /// it is written as it is, never truncated or chmod-ed.
+    #[arg(long)]
+    pub output_special: bool,
+}
+
+impl From<OutputFlags> for outfile::Options {
+    fn from(f: OutputFlags) -> Self {
+        Self {
+            force: f.force,
+            allow_special: f.output_special,
+        }
+    }
+}
 
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
@@ -18,13 +40,65 @@ pub struct TraceArgs {
     /// of mapping lifetimes, outstanding counts and long-lived listings.
     #[arg(long, requires = "aggregate_only")]
     pub no_lifetimes: bool,
-    /// BPF ring buffer size in bytes (rounded up to a power of two).
-    #[arg(long, default_value_t = crate::ebpf::DEFAULT_RING_BYTES, value_name = "BYTES")]
+    /// BPF ring buffer size in bytes (rounded up to a power of two; 4096 to
+    /// 2147483648).
+    #[arg(
+        long,
+        default_value_t = crate::ebpf::DEFAULT_RING_BYTES,
+        value_name = "BYTES",
+        value_parser = parse_ring_size
+    )]
     pub ring_size: u32,
     /// Exit with status 3 if any probe failed to load or attach
     /// (unavailable ones are normal: kernels differ).
     #[arg(long)]
     pub strict: bool,
+    /// Check DMA-API use as the kernel's dma-debug does (double unmaps,
+    /// size/direction/API mismatches, syncs after unmap or outside the
+    /// mapping, overlapping cachelines, leaks at driver unbind, maps of
+    /// kernel text), on kernels built without CONFIG_DMA_API_DEBUG. Only
+    /// what the trace proves is reported: handles mapped before the trace
+    /// started are counted as unknown.
+    #[arg(long, conflicts_with = "aggregate_only")]
+    pub check: bool,
+    /// With --check: take the kernel stack of each DMA-API call, so each
+    /// finding shows the code that mapped and the code that misused.
+    #[arg(long, requires = "check")]
+    pub stacks: bool,
+    /// Where DMA-API maps, unmaps and syncs come from: the dma:* tracepoints
+    /// (6.8+, cheaper), or the fentry/kprobe hooks on the DMA-API functions
+    /// (every kernel). auto takes the tracepoints where they exist and the
+    /// hooks for the rest; hooks forces them (to compare the two).
+    #[arg(long, value_enum, default_value_t = DmaSourceArg::Auto, value_name = "SOURCE")]
+    pub dma_source: DmaSourceArg,
+    /// Scatterlist entries walked per map at most, for its byte total. A
+    /// longer list is counted as truncated and its bytes shown as a lower
+    /// bound. Each entry costs ~30 ns (docs/benchmarks.md).
+    #[arg(long, default_value_t = gpudirect_trace_common::SG_WALK_DEFAULT, value_name = "ENTRIES",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub sg_walk_max: u32,
+}
+
+/// `--dma-source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DmaSourceArg {
+    /// The dma:* tracepoints where the kernel has them (6.8+, cheaper),
+    /// the hooks on the DMA-API functions for the operations they miss.
+    Auto,
+    /// Only the dma:* tracepoints (no DMA-API records before 6.8).
+    Tracepoints,
+    /// Only the hooks, even where the tracepoints exist (for comparing).
+    Hooks,
+}
+
+impl From<DmaSourceArg> for crate::ebpf::DmaSource {
+    fn from(a: DmaSourceArg) -> Self {
+        match a {
+            DmaSourceArg::Auto => Self::Auto,
+            DmaSourceArg::Tracepoints => Self::Tracepoints,
+            DmaSourceArg::Hooks => Self::Hooks,
+        }
+    }
 }
 
 impl TraceArgs {
@@ -35,9 +109,18 @@ impl TraceArgs {
             ring_bytes: self.ring_size,
             strict: self.strict,
             follow_kmsg: true,
+            check: self.check,
+            stacks: self.stacks,
+            dma_source: self.dma_source.into(),
+            sg_walk_max: self.sg_walk_max,
         }
     }
 }
+
+/// Longest duration accepted: far beyond any recording, far within what
+/// the clock can add (`--duration 18446744073709551615s` used to panic with
+/// "overflow when adding duration to instant" after attaching).
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // humantime: 1y = 365.25d
 
 /// A positive duration such as 500ms, 1s or 2m.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -45,7 +128,44 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if d.is_zero() {
         return Err("must be greater than zero".into());
     }
+    if d > MAX_DURATION || std::time::Instant::now().checked_add(d).is_none() {
+        return Err("too long: at most 100y".into());
+    }
     Ok(d)
+}
+
+/// Shortest refresh: each one reads every per-CPU counter map and redraws;
+/// below this the tool only burns a CPU (`--interval 1ns` did).
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!(
+            "too short: at least {}",
+            humantime::format_duration(MIN_INTERVAL)
+        ));
+    }
+    Ok(d)
+}
+
+/// Largest ring buffer: the kernel wants a power of two in the 32-bit
+/// max_entries (above 2^31 the rounding overflowed and the kernel answered
+/// "failed to create map EVENTS with code -1").
+pub const MAX_RING_SIZE: u64 = 1 << 31;
+
+pub fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of bytes (e.g. 8388608)"))?;
+    if n > MAX_RING_SIZE {
+        return Err(format!(
+            "at most {MAX_RING_SIZE} (2 GiB): the kernel's ring buffer size is a power of two \
+             that fits in 32 bits"
+        ));
+    }
+    u32::try_from(n).map_err(|e| e.to_string())
 }
 
 /// A time offset: like a duration, but zero is allowed.
@@ -72,4 +192,40 @@ pub fn resolve_devices(
             Ok(crate::faults::normalize_bdf(s).unwrap_or_else(|| s.to_owned()))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_too_long_for_the_clock_are_refused_at_parse_time() {
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("100y").is_ok());
+        for s in ["18446744073709551615s", "1000000000y", "101y"] {
+            let e = parse_duration(s).expect_err(s);
+            assert!(
+                e.contains("too long") || e.contains("too large"),
+                "{s}: {e}"
+            );
+        }
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn intervals_have_a_lower_bound() {
+        assert!(parse_interval("100ms").is_ok());
+        let e = parse_interval("1ns").expect_err("1ns");
+        assert!(e.contains("at least 100ms"), "{e}");
+    }
+
+    #[test]
+    fn ring_sizes_beyond_the_kernel_limit_are_refused() {
+        assert_eq!(parse_ring_size("4096"), Ok(4096));
+        assert_eq!(parse_ring_size("2147483648"), Ok(1 << 31));
+        let e = parse_ring_size("2147483649").expect_err("over");
+        assert!(e.contains("at most 2147483648"), "{e}");
+        assert!(parse_ring_size("4294967296").is_err());
+        assert!(parse_ring_size("lots").is_err());
+    }
 }

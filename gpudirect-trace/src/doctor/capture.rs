@@ -2,13 +2,7 @@
 //! the layout `--root` understands (see [`super::tree`]), to attach to a bug
 //! report. Files are stored with mode 0600 and the archive itself is 0600.
 
-use std::{
-    fs,
-    io::Write,
-    os::unix::fs::{OpenOptionsExt, PermissionsExt},
-    path::Path,
-    process::Command,
-};
+use std::{fs, io::Write, path::Path, process::Command};
 
 use anyhow::Context as _;
 
@@ -170,20 +164,13 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     Ok(files)
 }
 
-/// Write the snapshot of `tree` to `out` (gzip-compressed tar, mode 0600).
-pub fn write(tree: &Tree, out: &Path) -> anyhow::Result<usize> {
+/// Write the snapshot of `tree` to `out` (gzip-compressed tar, mode 0600,
+/// created by crate::outfile: an existing file is replaced only with
+/// `--force` and only once the archive is complete).
+pub fn write(tree: &Tree, out: &Path, opts: crate::outfile::Options) -> anyhow::Result<usize> {
     let files = collect(tree)?;
-    let file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(out)
-        .with_context(|| format!("creating {}", out.display()))?;
-    // An existing file keeps its mode on open: force 0600.
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("chmod 0600 {}", out.display()))?;
-    let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+    let mut file = crate::outfile::create(out, opts)?;
+    let gz = flate2::write::GzEncoder::new(&mut file, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let mtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -201,5 +188,6 @@ pub fn write(tree: &Tree, out: &Path) -> anyhow::Result<usize> {
     let mut gz = tar.into_inner().context("finishing tar")?;
     gz.flush()?;
     gz.finish().context("finishing gzip")?;
+    file.commit()?;
     Ok(files.len())
 }

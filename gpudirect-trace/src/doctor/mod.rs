@@ -59,6 +59,8 @@ pub struct DoctorOptions {
     pub capture: Option<PathBuf>,
     /// An earlier capture to compare NVML counters against.
     pub baseline: Option<PathBuf>,
+    /// How the capture file is created.
+    pub out: crate::outfile::Options,
 }
 
 /// Examine a tree and produce the report, with NVML read now (live host) or
@@ -119,11 +121,11 @@ pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
         None => Tree::live(),
     };
     if let Some(out) = &args.capture {
-        let n = capture::write(&tree, out)?;
-        eprintln!(
+        let n = capture::write(&tree, out, args.out)?;
+        crate::output::eprintln(&format!(
             "gpudirect-trace doctor: wrote {n} files to {}",
             out.display()
-        );
+        ));
         return Ok(ExitCode::SUCCESS);
     }
     // Read before gathering NVML, so a bad path fails at once.
@@ -134,10 +136,16 @@ pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let report = diagnose_with(&tree, &gpu_facts::gather(&tree), baseline.as_ref())?;
-    if args.json {
-        println!("{}", report.to_json()?);
+    let printed = if args.json {
+        crate::output::line(&report.to_json()?)
     } else {
-        print!("{}", report.to_text(args.verbose));
+        // Values read from /sys, /proc and a captured tree (which anyone
+        // may have crafted): no control character reaches the terminal.
+        crate::output::write(&crate::sanitize::multiline(&report.to_text(args.verbose)))
+    };
+    match printed {
+        Err(e) if e.is::<crate::output::StdoutClosed>() => return Ok(ExitCode::SUCCESS),
+        other => other?,
     }
     let problem = report
         .findings

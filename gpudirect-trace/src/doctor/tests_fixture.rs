@@ -249,7 +249,7 @@ fn capture_of_fixture_round_trips_with_mode_0600() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("snap.tar.gz");
-    let n = capture::write(&fixture(), &out).expect("capture");
+    let n = capture::write(&fixture(), &out, Default::default()).expect("capture");
     assert!(n > 100, "only {n} files");
     let mode = std::fs::metadata(&out).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);

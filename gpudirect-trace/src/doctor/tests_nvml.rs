@@ -356,7 +356,12 @@ fn recorded_nvml_capture_keeps_the_answers_and_root_gives_the_same_findings() {
     );
 
     let out = tmp.path().join("snap.tar.gz");
-    capture::write(&Tree::captured(&host).expect("tree"), &out).expect("capture");
+    capture::write(
+        &Tree::captured(&host).expect("tree"),
+        &out,
+        crate::outfile::Options::default(),
+    )
+    .expect("capture");
     let root = tmp.path().join("root");
     unpack(&out, &root);
     let kept = NvmlRecord::read(&root.join(NVML_FILE)).expect("nvml.json in the capture");

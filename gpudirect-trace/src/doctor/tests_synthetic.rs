@@ -421,6 +421,7 @@ fn missing_root_dir_is_an_error_not_a_report() {
         verbose: false,
         capture: None,
         baseline: None,
+        out: Default::default(),
     };
     let err = super::run(&args).expect_err("must fail").to_string();
     assert!(

@@ -1,11 +1,14 @@
 //! Loading the embedded eBPF object, attaching what the running kernel has,
 //! and reading back events and maps.
 
+mod dma_source;
 pub mod maps;
 pub mod module_fentry;
+mod sg_cont;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;
+mod tracepoints;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -13,20 +16,27 @@ use std::{
     sync::Arc,
 };
 
+use anyhow::Context as _;
 use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::{ProgramError, RawTracePoint},
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey, MapKey, MapValue,
-    DEV_NAME_LEN,
+    kind, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey, MapKey,
+    MapValue, DEV_NAME_LEN,
 };
 use serde::Serialize;
 
+use self::{
+    dma_source::dma_plan,
+    tracepoints::{attach_probe, load_program, tracepoint_exists},
+};
+pub use self::{
+    dma_source::{DmaOpSource, DmaSource},
+    tracepoints::offsets_from_btf,
+};
 use crate::{
-    btf::Btf,
-    catalog::{self, ProbeSpec, Provider},
+    catalog,
     kernel::{self, KernelInfo},
 };
 
@@ -106,6 +116,10 @@ pub struct TracerOptions {
     /// Attach to the kernel's tracepoints (false: load and verify only, for
     /// tests that drive the programs with BPF_PROG_TEST_RUN).
     pub attach: bool,
+    /// Where the DMA-API records come from (`--dma-source`).
+    pub dma_source: DmaSource,
+    /// Scatterlist entries walked per map at most (`--sg-walk-max`).
+    pub sg_walk_max: u32,
 }
 
 impl Default for TracerOptions {
@@ -117,6 +131,8 @@ impl Default for TracerOptions {
             lifetimes: true,
             module_standin: None,
             attach: true,
+            dma_source: DmaSource::Auto,
+            sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
         }
     }
 }
@@ -135,6 +151,9 @@ pub struct SelfStats {
     pub lifetime_unmatched: u64,
     /// DMA-API mappings the in-kernel table had no room for.
     pub mappings_untracked: u64,
+    /// DMA-API maps a kretprobe could not report (its kprobe entry kept no
+    /// arguments): lost, and counted here.
+    pub hook_args_missing: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
     /// Times the kernel skipped one of our programs because it was already
@@ -156,6 +175,8 @@ pub struct Tracer {
     pub probes: Vec<ProbeStatus>,
     pub offsets: KernelOffsets,
     maps: maps::Maps,
+    /// Per DMA-API operation, where its records come from.
+    pub dma_plan: Vec<DmaOpSource>,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
     /// Device names by `struct device` address, looked up once per record:
@@ -167,37 +188,6 @@ pub struct Tracer {
     unattributed: Arc<str>,
 }
 
-/// Structure offsets from BTF, falling back to the defaults (documented in
-/// `KernelOffsets::DEFAULT`) member by member.
-pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
-    let mut off = KernelOffsets::DEFAULT;
-    let Some(btf) = btf else { return off };
-    if let (Some(kobj), Some(name)) = (
-        btf.member_offset("device", "kobj"),
-        btf.member_offset("kobject", "name"),
-    ) {
-        off.device_name = kobj + name;
-    }
-    if let Some(o) = btf.member_offset("pci_dev", "dev") {
-        off.pci_dev_device = o;
-    }
-    if let Some(size) = btf.struct_size("scatterlist") {
-        off.sg_stride = size;
-        let m = |name| btf.member_offset("scatterlist", name);
-        off.sg_page_link = m("page_link").unwrap_or(off.sg_page_link);
-        off.sg_length = m("length").unwrap_or(off.sg_length);
-        off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
-        off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
-    }
-    if let Some(o) = btf
-        .member_offset("nv_dma_device", "dev")
-        .or_else(|| btf.typedef_member_offset("nv_dma_device_t", "dev"))
-    {
-        off.nv_dma_device_dev = o;
-    }
-    off
-}
-
 impl Tracer {
     pub fn load(opts: &TracerOptions) -> anyhow::Result<Self> {
         kernel::check_privileges()?;
@@ -207,7 +197,13 @@ impl Tracer {
             None => KernelInfo::discover(),
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
-        let ring_bytes = opts.ring_bytes.max(4096).next_power_of_two();
+        let hooks = timing::HookSupport::discover(&kernel);
+        // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
+        let ring_bytes = opts
+            .ring_bytes
+            .max(4096)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 31);
         let config = Config {
             offsets,
             // A ring smaller than 4x the threshold would fill before the
@@ -218,6 +214,9 @@ impl Tracer {
             stream: u32::from(opts.stream),
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
+            vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
+            _pad: 0,
+            page_shift: 12,
         };
         let mut ebpf = EbpfLoader::new()
             .set_global("CONFIG", &config, true)
@@ -228,10 +227,21 @@ impl Tracer {
         let mut probes = Vec::new();
         let mut load_errors: HashMap<&str, String> = HashMap::new();
         for name in catalog::programs() {
+            // A program whose tracepoints this kernel lacks is not loaded:
+            // the dma:* programs use bpf_loop() (6.8+ has it), which older
+            // verifiers reject.
+            let needed = !opts.attach
+                || catalog::CATALOG
+                    .iter()
+                    .any(|p| p.program == name && tracepoint_exists(&kernel, p));
+            if !needed {
+                continue;
+            }
             if let Err(e) = load_program(&mut ebpf, name) {
                 load_errors.insert(name, e);
             }
         }
+        let hooks_only = opts.dma_source == DmaSource::Hooks;
         for spec in catalog::CATALOG {
             let (status, reason) = match load_errors.get(spec.program) {
                 Some(e) => (
@@ -239,6 +249,10 @@ impl Tracer {
                     format!("program {} did not load: {e}", spec.program),
                 ),
                 None if !opts.attach => (Status::Loaded, "verified; not attached".to_owned()),
+                None if hooks_only && spec.group() == "dma" => (
+                    Status::Loaded,
+                    "not attached: --dma-source hooks (the DMA-API hooks report it)".to_owned(),
+                ),
                 None => attach_probe(&mut ebpf, &kernel, spec),
             };
             probes.push(ProbeStatus {
@@ -251,16 +265,25 @@ impl Tracer {
             });
         }
 
-        let (timing, module_hooks) = timing::attach_all(
+        let attached = timing::attach_all(
             &mut ebpf,
             EBPF_OBJECT,
             &kernel,
+            &hooks,
             opts.attach,
             opts.module_standin
                 .as_ref()
                 .map(|(m, f)| catalog::standin_spec(m, f)),
         );
-        probes.extend(timing);
+        let module_hooks = attached.module_hooks;
+        let (hook_mask, dma_plan) =
+            dma_plan(&probes, opts.dma_source, attached.dma_hooked, opts.attach);
+        let mut runtime = aya::maps::Array::<_, u32>::try_from(
+            ebpf.map_mut("RUNTIME").context("map RUNTIME missing")?,
+        )?;
+        runtime.set(runtime::HOOK_OPS, hook_mask, 0)?;
+        runtime.set(runtime::SG_WALK_MAX, opts.sg_walk_max.max(1), 0)?;
+        probes.extend(attached.statuses);
 
         let maps = maps::Maps::take(&mut ebpf)?;
         Ok(Self {
@@ -269,6 +292,7 @@ impl Tracer {
             probes,
             offsets,
             maps,
+            dma_plan,
             module_hooks,
             names: HashMap::default(),
             unnamed: HashMap::default(),
@@ -360,6 +384,10 @@ impl Tracer {
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.maps.hits, k)).collect();
         for (key, c) in counters {
+            // Counter-only kinds (truncated walks) are not hits.
+            if key.event_kind() >= kind::SG_TRUNCATED {
+                continue;
+            }
             if let Some(h) = hits.get_mut(key.event_kind() as usize) {
                 *h += c.count;
             }
@@ -371,6 +399,7 @@ impl Tracer {
             timing_nest_full: sum(&self.maps.stats, stat::TIMING_NEST_FULL),
             lifetime_unmatched: sum(&self.maps.stats, stat::LIFETIME_UNMATCHED),
             mappings_untracked: sum(&self.maps.stats, stat::MAPPINGS_FULL),
+            hook_args_missing: sum(&self.maps.stats, stat::HOOK_ARGS_MISSING),
             hits,
             missed_events: self.recursion_misses(),
         }
@@ -521,90 +550,6 @@ pub fn drain_ring(ring: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usiz
 fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
-    let prog: &mut RawTracePoint = ebpf
-        .program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from the object"))?
-        .try_into()
-        .map_err(|e: ProgramError| e.to_string())?;
-    prog.load().map_err(|e| match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            format!("verifier rejected it ({io_error}): {verifier_log}")
-        }
-        other => other.to_string(),
-    })
-}
-
-/// Decides whether `spec` exists on this kernel and attaches it.
-fn attach_probe(ebpf: &mut Ebpf, kernel: &KernelInfo, spec: &ProbeSpec) -> (Status, String) {
-    if let Provider::Module(module) = spec.provider {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return (
-                Status::Unavailable,
-                format!("module {module} is not loaded"),
-            );
-        }
-    }
-    let btf_args = kernel
-        .btf
-        .as_ref()
-        .and_then(|b| b.tracepoint_args(spec.event()));
-    let in_tracefs = kernel.tracefs_has(spec.group(), spec.event());
-    if btf_args.is_none() && in_tracefs == Some(false) {
-        return (
-            Status::Unavailable,
-            format!(
-                "this kernel ({}) has no tracepoint {}",
-                kernel.release, spec.name
-            ),
-        );
-    }
-    if let Some(n) = btf_args {
-        if n < spec.args_read {
-            return (
-                Status::Failed,
-                format!(
-                    "prototype mismatch: the kernel's {} has {n} arguments, the program reads {}",
-                    spec.name, spec.args_read
-                ),
-            );
-        }
-    }
-    let prog: &mut RawTracePoint = match ebpf.program_mut(spec.program).map(TryInto::try_into) {
-        Some(Ok(p)) => p,
-        _ => return (Status::Failed, format!("program {} missing", spec.program)),
-    };
-    match prog.attach(spec.event()) {
-        Ok(_) => {
-            let how = match btf_args {
-                Some(n) => format!("{n} args per BTF"),
-                None => "no BTF prototype; attached by name".to_owned(),
-            };
-            (Status::Attached, how)
-        }
-        Err(e) => {
-            let errno = match &e {
-                ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
-                _ => None,
-            };
-            if errno == Some(libc::ENOENT) {
-                (
-                    Status::Unavailable,
-                    format!(
-                        "this kernel ({}) has no tracepoint {}",
-                        kernel.release, spec.name
-                    ),
-                )
-            } else {
-                (Status::Failed, format!("attach failed: {e}"))
-            }
-        }
-    }
 }
 
 fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {

@@ -19,9 +19,13 @@ use super::{
     ProbeStatus, Status,
 };
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
+    catalog::{TimingSpec, ATTACH_LEARN, DMA_API_TIMING, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
     kernel::KernelInfo,
 };
+
+/// Environment variable that makes the timing and DMA-API hooks use
+/// kprobe/kretprobe even where fentry/fexit would work (for tests).
+pub const NO_FENTRY_ENV: &str = "GPUDIRECT_TRACE_NO_FENTRY";
 
 /// What the kernel offers for function hooks.
 pub struct HookSupport {
@@ -34,6 +38,9 @@ pub struct HookSupport {
     ftrace_hint: Option<String>,
     kprobes: bool,
     kallsyms: HashSet<String>,
+    /// Address of the kernel variable `vmemmap_base` (x86_64), for
+    /// page_to_phys() in the dma_map_page_attrs hooks.
+    pub vmemmap_base: Option<u64>,
 }
 
 impl HookSupport {
@@ -62,7 +69,11 @@ impl HookSupport {
                 }
             }
         };
+        // Test aid: exercise the kprobe/kretprobe programs on a kernel that
+        // has fentry too (the VM scenarios compare the two).
+        let no_fentry = std::env::var_os(NO_FENTRY_ENV).is_some_and(|v| v == "1");
         let (btf, fentry_reason) = match (&kernel.btf, ftrace) {
+            _ if no_fentry => (None, format!("not tried: {NO_FENTRY_ENV}=1")),
             (None, _) => (None, "no kernel BTF".to_owned()),
             (_, Err(why)) => (None, why),
             (Some(_), Ok(())) => match AyaBtf::from_sys_fs() {
@@ -70,23 +81,33 @@ impl HookSupport {
                 Err(e) => (None, format!("BTF unreadable for fentry: {e}")),
             },
         };
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms")
-            .map(|t| {
-                t.lines()
-                    .filter_map(|l| {
-                        let mut it = l.split_whitespace();
-                        let (_, ty, name) = (it.next()?, it.next()?, it.next()?);
-                        matches!(ty, "t" | "T").then(|| name.to_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let mut kallsyms = HashSet::new();
+        let mut vmemmap_base = None;
+        if let Ok(text) = std::fs::read_to_string("/proc/kallsyms") {
+            for l in text.lines() {
+                let mut it = l.split_whitespace();
+                let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
+                    continue;
+                };
+                match ty {
+                    "t" | "T" => {
+                        kallsyms.insert(name.to_owned());
+                    }
+                    // Addresses read as 0 under kptr_restrict: unknown.
+                    "d" | "D" | "b" | "B" if name == "vmemmap_base" => {
+                        vmemmap_base = u64::from_str_radix(addr, 16).ok().filter(|&a| a != 0);
+                    }
+                    _ => {}
+                }
+            }
+        }
         Self {
             btf,
             fentry_reason,
             ftrace_hint,
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
             kallsyms,
+            vmemmap_base,
         }
     }
 
@@ -95,7 +116,7 @@ impl HookSupport {
     }
 }
 
-fn errno_text(e: &ProgramError) -> String {
+pub(super) fn errno_text(e: &ProgramError) -> String {
     match e {
         ProgramError::LoadError {
             io_error,
@@ -126,31 +147,51 @@ pub fn refusal(e: &std::io::Error) -> String {
     }
 }
 
+/// What `attach_all` did.
+pub struct Attached {
+    pub statuses: Vec<ProbeStatus>,
+    /// Module hooks are loaded outside aya (`module_fentry`); these handles
+    /// keep them attached and must live as long as the tracer.
+    pub module_hooks: Vec<ModuleHook>,
+    /// `hook_ops` bits whose DMA-API hooks are attached.
+    pub dma_hooked: u32,
+}
+
 /// Attaches (or, with `attach` false, only verifies) every timing hook.
-/// Module hooks are loaded outside aya (`module_fentry`); the returned
-/// handles keep them attached and must live as long as the tracer.
 pub fn attach_all(
     ebpf: &mut Ebpf,
     object: &[u8],
     kernel: &KernelInfo,
+    support: &HookSupport,
     attach: bool,
     standin: Option<&'static TimingSpec>,
-) -> (Vec<ProbeStatus>, Vec<ModuleHook>) {
-    let support = HookSupport::discover(kernel);
+) -> Attached {
     let mut modules = ModuleLoader {
         object,
         relocated: None,
         btf_fds: HashMap::new(),
         hooks: Vec::new(),
     };
-    let statuses = TIMING
+    let mut dma_hooked = 0;
+    let statuses = DMA_API_TIMING
         .iter()
+        .chain(TIMING)
         .chain([&FAULT_HANDLER, &ATTACH_LEARN])
         .chain(NVIDIA_TIMING)
         .chain(standin)
-        .map(|spec| attach_one(ebpf, kernel, &support, &mut modules, spec, attach))
+        .map(|spec| {
+            let st = attach_one(ebpf, kernel, support, &mut modules, spec, attach);
+            if st.status == Status::Attached {
+                dma_hooked |= spec.dma_ops;
+            }
+            st
+        })
         .collect();
-    (statuses, modules.hooks)
+    Attached {
+        statuses,
+        module_hooks: modules.hooks,
+        dma_hooked,
+    }
 }
 
 /// State shared by the module hooks: the relocated object and each module's
@@ -192,8 +233,10 @@ impl ModuleLoader<'_> {
     }
 }
 
-fn names(spec: &TimingSpec) -> (String, String, String, String) {
-    if spec.slot == ATTACH_LEARN.slot {
+/// Program names (fentry, fexit, kprobe, kretprobe) of `slot`; `suffix`
+/// picks a build (`_nl`: the scatterlist walk without bpf_loop()).
+fn names(slot: &str, suffix: &str) -> (String, String, String, String) {
+    if slot == ATTACH_LEARN.slot {
         (
             "attach_fentry".into(),
             String::new(),
@@ -202,11 +245,62 @@ fn names(spec: &TimingSpec) -> (String, String, String, String) {
         )
     } else {
         (
-            format!("t_{}_in", spec.slot),
-            format!("t_{}_out", spec.slot),
-            format!("k_{}_in", spec.slot),
-            format!("k_{}_out", spec.slot),
+            format!("t_{slot}_in{suffix}"),
+            format!("t_{slot}_out{suffix}"),
+            format!("k_{slot}_in{suffix}"),
+            format!("k_{slot}_out{suffix}"),
         )
+    }
+}
+
+/// The builds of a spec's programs to try, in order: with bpf_loop() first
+/// (5.17+), then without, for the scatterlist walkers.
+fn builds(spec: &TimingSpec) -> &'static [&'static str] {
+    if spec.sg_walk {
+        &["", "_nl"]
+    } else {
+        &[""]
+    }
+}
+
+/// Runs `f` on each build until one works; the reason says which one.
+fn first_build(
+    spec: &TimingSpec,
+    mut f: impl FnMut(&(String, String, String, String)) -> Result<(), String>,
+    slot: &str,
+) -> Result<&'static str, String> {
+    let mut errors = Vec::new();
+    for &b in builds(spec) {
+        match f(&names(slot, b)) {
+            Ok(()) => return Ok(b),
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(errors.join("; without bpf_loop(): "))
+}
+
+/// After a walking spec's build attached: for the build without
+/// bpf_loop(), load the walk's continuation; says how far walks reach.
+fn build_note(
+    ebpf: &mut Ebpf,
+    spec: &TimingSpec,
+    build: &str,
+    func: &str,
+    btf: Option<&AyaBtf>,
+) -> String {
+    if build != "_nl" {
+        return String::new();
+    }
+    let bounded = gpudirect_trace_common::SG_PREFIX + gpudirect_trace_common::SG_BOUNDED_REST;
+    match super::sg_cont::load(ebpf, spec.slot, func, btf) {
+        Ok(()) => format!(
+            " (no bpf_loop(): scatterlists walked in tail-called chunks, up to {} entries)",
+            super::sg_cont::reach()
+        ),
+        Err(e) => format!(
+            " (no bpf_loop(): scatterlists walked up to {bounded} entries; the walk's \
+             continuation did not load: {e})"
+        ),
     }
 }
 
@@ -236,6 +330,14 @@ fn attach_one(
             );
         }
     }
+    if let Some(cover) = spec.unless.iter().find(|f| support.exists(kernel, f)) {
+        return status(
+            Status::Unavailable,
+            "fentry|kprobe",
+            "",
+            format!("not needed: {cover} exists here and its hook covers this operation"),
+        );
+    }
     let Some(func) = spec
         .candidates
         .iter()
@@ -252,16 +354,23 @@ fn attach_one(
             ),
         );
     };
-    let (fin, fout, kin, kout) = names(spec);
+    let slot = spec.slot_for(func);
     if !attach {
         // Verify the kprobe variant: it loads without a target function.
-        return match load_kprobes(ebpf, &kin, &kout) {
-            Ok(()) => status(
-                Status::Loaded,
-                "kprobe/kretprobe",
-                func,
-                "verified; not attached".into(),
-            ),
+        return match first_build(
+            spec,
+            |(_, _, kin, kout)| load_kprobes(ebpf, kin, kout),
+            slot,
+        ) {
+            Ok(b) => {
+                let note = build_note(ebpf, spec, b, func, None);
+                status(
+                    Status::Loaded,
+                    "kprobe/kretprobe",
+                    func,
+                    format!("verified; not attached{note}"),
+                )
+            }
             Err(e) => status(Status::Failed, "kprobe/kretprobe", func, e),
         };
     }
@@ -273,11 +382,26 @@ fn attach_one(
     let btf_id = kernel.btf.as_ref().and_then(|b| b.function_id(func));
     match (&support.btf, btf_id, spec.module) {
         (None, _, _) => why.push(format!("fentry: {}", support.fentry_reason)),
-        (Some(btf), Some((_, None)), None) => match attach_fentry(ebpf, btf, func, &fin, &fout) {
-            Ok(()) => return status(Status::Attached, "fentry/fexit", func, format!("on {func}")),
-            Err(e) => why.push(hint(e)),
-        },
+        (Some(btf), Some((_, None)), None) => {
+            match first_build(
+                spec,
+                |(fin, fout, _, _)| attach_fentry(ebpf, btf, func, fin, fout),
+                slot,
+            ) {
+                Ok(b) => {
+                    let note = build_note(ebpf, spec, b, func, Some(btf));
+                    return status(
+                        Status::Attached,
+                        "fentry/fexit",
+                        func,
+                        format!("on {func}{note}"),
+                    );
+                }
+                Err(e) => why.push(hint(e)),
+            }
+        }
         (Some(_), Some((id, Some(owner))), Some(module)) if owner == module => {
+            let (fin, fout, _, _) = names(slot, "");
             match modules.attach_pair(ebpf, module, id, &fin, &fout) {
                 Ok(()) => {
                     return status(
@@ -299,13 +423,20 @@ fn attach_one(
         why.push("kprobe: no kprobes (CONFIG_KPROBES)".into());
         return status(Status::Unavailable, "fentry|kprobe", func, why.join("; "));
     }
-    match attach_kprobes(ebpf, func, &kin, &kout) {
-        Ok(()) => status(
-            Status::Attached,
-            "kprobe/kretprobe",
-            func,
-            format!("on {func} ({})", why.join("; ")),
-        ),
+    match first_build(
+        spec,
+        |(_, _, kin, kout)| attach_kprobes(ebpf, func, kin, kout),
+        slot,
+    ) {
+        Ok(b) => {
+            let note = build_note(ebpf, spec, b, func, None);
+            status(
+                Status::Attached,
+                "kprobe/kretprobe",
+                func,
+                format!("on {func}{note} ({})", why.join("; ")),
+            )
+        }
         Err(e) => {
             why.push(format!("kprobe: {e}"));
             status(Status::Failed, "fentry|kprobe", func, why.join("; "))

@@ -123,7 +123,14 @@ pub struct AerPending {
     pub is_announce: bool,
     /// Root port that announced the error, when it is not the device itself.
     pub via: Option<String>,
+    /// Lines folded in so far (bounded: a log of endless continuation
+    /// lines must not grow one fault without limit).
+    lines: usize,
 }
+
+/// Continuation lines of one report at most (real ones have 3 to 8: status,
+/// bit names, TLP header, "Error of this Agent").
+pub const MAX_REPORT_LINES: usize = 64;
 
 fn announce_severity(rest: &str) -> Option<&'static str> {
     let r = rest.trim_start_matches("Multiple ");
@@ -174,6 +181,7 @@ pub fn start(body: &str, raw: &str) -> Option<AerPending> {
             names_from_lines: false,
             is_announce: false,
             via: None,
+            lines: 1,
         });
     }
     let severity = announce_severity(rest)?;
@@ -215,13 +223,14 @@ pub fn start(body: &str, raw: &str) -> Option<AerPending> {
         names_from_lines: false,
         is_announce: true,
         via: None,
+        lines: 1,
     })
 }
 
 impl AerPending {
     /// Fold a continuation line of the same device in; false if it is not one.
     pub fn continue_with(&mut self, body: &str, raw: &str) -> bool {
-        if self.is_announce {
+        if self.is_announce || self.lines >= MAX_REPORT_LINES {
             return false;
         }
         let Some((dev, rest)) = dev_prefix(body) else {
@@ -261,6 +270,7 @@ impl AerPending {
         }
         self.fault.raw.push('\n');
         self.fault.raw.push_str(raw.trim_end());
+        self.lines += 1;
         true
     }
 

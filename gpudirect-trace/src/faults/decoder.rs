@@ -260,8 +260,13 @@ fn continue_pending(p: Pending, body: &str, raw: &str) -> Step {
             mut dwords,
         } => {
             if let Some((pre, rest)) = smmu::smmu_prefix(body) {
-                if pre == prefix && smmu::apply_continuation(&mut fault, rest, &mut dwords) {
-                    fault.raw = format!("{}\n{raw}", fault.raw);
+                // Bounded like AER reports: endless continuation lines
+                // close the report instead of growing it.
+                let room = fault.raw.matches('\n').count() + 1 < aer::MAX_REPORT_LINES;
+                if pre == prefix && room && smmu::apply_continuation(&mut fault, rest, &mut dwords)
+                {
+                    fault.raw.push('\n');
+                    fault.raw.push_str(raw);
                     return Step::Pending(Pending::Smmu {
                         fault,
                         prefix,

@@ -4,7 +4,7 @@
 use std::{
     collections::BTreeMap,
     fmt::Write as _,
-    io::{self, Read as _, Write as _},
+    io::{self, BufRead},
     path::PathBuf,
     process::ExitCode,
 };
@@ -12,7 +12,12 @@ use std::{
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::{kmsg, xid, Decoder, Fault, Source};
+use super::{
+    kmsg,
+    lines::{BoundedLines, MAX_LINE},
+    xid, Decoder, Fault, Source,
+};
+use crate::{output, sanitize};
 
 /// What `explain` reads and how it answers.
 #[derive(Clone, Debug, Default)]
@@ -22,6 +27,15 @@ pub struct ExplainOptions {
     /// JSON `{"faults":[...],"summary":{...}}` instead of text.
     pub json: bool,
 }
+
+/// Fault records listed at most; later ones are counted in the summary only
+/// (an endless or crafted log must not grow memory without bound).
+pub const MAX_LISTED: usize = 10_000;
+/// Bytes of listed fault records at most (their raw lines dominate).
+pub const MAX_LISTED_BYTES: usize = 32 << 20;
+/// Distinct devices and causes in the summary; more fold into one entry.
+pub const MAX_SUMMARY_KEYS: usize = 1024;
+const OTHER: &str = "(other)";
 
 /// Counts per device and cause.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -34,6 +48,10 @@ pub struct Summary {
     /// Messages the kernel suppressed by rate limiting (details lost).
     pub suppressed: u64,
     pub lines_read: usize,
+    /// Lines longer than the limit (`lines::MAX_LINE`); only their head was decoded.
+    pub lines_truncated: u64,
+    /// Decoded records beyond the listing limit: counted here, not listed.
+    pub records_not_listed: usize,
     /// /dev/kmsg records overwritten while reading (input from /dev/kmsg only).
     pub kmsg_lost_records: u64,
     pub by_source: BTreeMap<String, u64>,
@@ -75,16 +93,36 @@ pub fn cause_label(f: &Fault) -> String {
     }
 }
 
-pub fn summarize(faults: &[Fault], lines_read: usize, kmsg_lost: u64) -> Summary {
-    let mut s = Summary {
-        records: faults.len(),
-        lines_read,
-        kmsg_lost_records: kmsg_lost,
-        ..Summary::default()
-    };
-    let mut causes: BTreeMap<(Source, Option<String>, Option<u32>, String), CauseCount> =
-        BTreeMap::new();
-    for f in faults {
+type CauseKey = (Source, Option<String>, Option<u32>, String);
+
+/// Faults decoded line by line into a bounded listing and a summary.
+#[derive(Default)]
+pub struct Collector {
+    decoder: Decoder,
+    faults: Vec<Fault>,
+    listed_bytes: usize,
+    summary: Summary,
+    causes: BTreeMap<CauseKey, CauseCount>,
+}
+
+fn weight(f: &Fault) -> usize {
+    256 + f.raw.len()
+        + f.explanation.len()
+        + f.reason.len()
+        + f.flags.iter().map(String::len).sum::<usize>()
+}
+
+impl Collector {
+    pub fn feed_line(&mut self, line: &str) {
+        self.summary.lines_read += 1;
+        for f in self.decoder.feed(line) {
+            self.add(f);
+        }
+    }
+
+    pub fn add(&mut self, f: Fault) {
+        let s = &mut self.summary;
+        s.records += 1;
         s.total += f.count;
         s.partial += usize::from(f.partial);
         if f.flags.iter().any(|x| x == super::SUPPRESSED_FLAG) {
@@ -93,26 +131,60 @@ pub fn summarize(faults: &[Fault], lines_read: usize, kmsg_lost: u64) -> Summary
         *s.by_source
             .entry(f.source.as_str().to_string())
             .or_default() += f.count;
-        let dev = f.device.clone().unwrap_or_else(|| "(unknown)".to_string());
+        let mut dev = f.device.clone().unwrap_or_else(|| "(unknown)".to_string());
+        if s.by_device.len() >= MAX_SUMMARY_KEYS && !s.by_device.contains_key(&dev) {
+            dev = OTHER.to_string();
+        }
         *s.by_device.entry(dev).or_default() += f.count;
-        let label = cause_label(f);
-        let key = (f.source, f.device.clone(), f.reason_code, label.clone());
-        let c = causes.entry(key).or_insert_with(|| CauseCount {
-            source: f.source,
-            device: f.device.clone(),
-            reason_code: f.reason_code,
-            cause: label,
-            count: 0,
-            first_ns: f.timestamp_ns,
-            last_ns: f.timestamp_ns,
-        });
+        let mut key = (f.source, f.device.clone(), f.reason_code, cause_label(&f));
+        if self.causes.len() >= MAX_SUMMARY_KEYS && !self.causes.contains_key(&key) {
+            key = (f.source, None, None, format!("{OTHER} causes"));
+        }
+        let c = self
+            .causes
+            .entry(key.clone())
+            .or_insert_with(|| CauseCount {
+                source: key.0,
+                device: key.1,
+                reason_code: key.2,
+                cause: key.3,
+                count: 0,
+                first_ns: f.timestamp_ns,
+                last_ns: f.timestamp_ns,
+            });
         c.count += f.count;
         c.first_ns = min_opt(c.first_ns, f.timestamp_ns);
         c.last_ns = c.last_ns.max(f.timestamp_ns);
+        let w = weight(&f);
+        if self.faults.len() < MAX_LISTED && self.listed_bytes + w <= MAX_LISTED_BYTES {
+            self.listed_bytes += w;
+            self.faults.push(f);
+        } else {
+            s.records_not_listed += 1;
+        }
     }
-    s.causes = causes.into_values().collect();
-    s.causes
-        .sort_by(|a, b| b.count.cmp(&a.count).then(a.cause.cmp(&b.cause)));
+
+    /// The listed faults and the summary of all of them.
+    pub fn finish(mut self) -> (Vec<Fault>, Summary) {
+        for f in self.decoder.finish() {
+            self.add(f);
+        }
+        let mut s = self.summary;
+        s.causes = self.causes.into_values().collect();
+        s.causes
+            .sort_by(|a, b| b.count.cmp(&a.count).then(a.cause.cmp(&b.cause)));
+        (self.faults, s)
+    }
+}
+
+pub fn summarize(faults: &[Fault], lines_read: usize, kmsg_lost: u64) -> Summary {
+    let mut c = Collector::default();
+    for f in faults {
+        c.add(f.clone());
+    }
+    let (_, mut s) = c.finish();
+    s.lines_read = lines_read;
+    s.kmsg_lost_records = kmsg_lost;
     s
 }
 
@@ -130,43 +202,59 @@ struct Report<'a> {
     summary: &'a Summary,
 }
 
+/// Decodes `src` line by line (bounded: `lines::MAX_LINE`, `MAX_LISTED`).
+pub fn collect_from<R: BufRead>(src: R) -> io::Result<(Vec<Fault>, Summary)> {
+    let mut lines = BoundedLines::new(src, MAX_LINE);
+    let mut c = Collector::default();
+    while let Some(line) = lines.next_line()? {
+        c.feed_line(&line);
+    }
+    let (faults, mut s) = c.finish();
+    s.lines_truncated = lines.truncated;
+    Ok((faults, s))
+}
+
 pub fn run_explain(args: &ExplainOptions) -> anyhow::Result<ExitCode> {
-    let (text, lost) = match args.input.as_deref() {
+    let (faults, summary) = match args.input.as_deref() {
         Some(p) if p.as_os_str() == "-" => {
-            let mut t = String::new();
-            io::stdin()
-                .read_to_string(&mut t)
-                .context("cannot read standard input")?;
-            (t, 0)
+            collect_from(io::stdin().lock()).context("cannot read standard input")?
         }
         Some(p) => {
-            let bytes = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
-            (String::from_utf8_lossy(&bytes).into_owned(), 0)
+            let f =
+                std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
+            collect_from(io::BufReader::with_capacity(1 << 16, f))
+                .with_context(|| format!("cannot read {}", p.display()))?
         }
         None => {
             let (lines, lost) = kmsg::read_kmsg_snapshot().context(
                 "cannot read /dev/kmsg (needs CAP_SYSLOG or kernel.dmesg_restrict=0); \
                  pass a file, e.g. `dmesg > log.txt; gpudirect-trace explain log.txt`",
             )?;
-            (lines.join("\n"), lost)
+            let mut c = Collector::default();
+            for l in &lines {
+                c.feed_line(l);
+            }
+            let (faults, mut s) = c.finish();
+            s.kmsg_lost_records = lost;
+            (faults, s)
         }
     };
-    let faults = decode_text(&text);
-    let summary = summarize(&faults, text.lines().count(), lost);
-    let mut stdout = io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(
-            &mut stdout,
-            &Report {
-                faults: &faults,
-                summary: &summary,
-            },
-        )?;
-        writeln!(stdout)?;
+    let result = if args.json {
+        serde_json::to_string_pretty(&Report {
+            faults: &faults,
+            summary: &summary,
+        })
+        .map_err(anyhow::Error::from)
+        .and_then(|j| output::line(&j))
     } else {
-        stdout.write_all(render_text(&faults, &summary).as_bytes())?;
+        // Log text is untrusted: no control character reaches the terminal.
+        output::write(&sanitize::multiline(&render_text(&faults, &summary)))
+    };
+    match result {
+        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e),
+        Ok(()) => Ok(ExitCode::SUCCESS),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn fmt_ts(ns: Option<u64>) -> String {
@@ -216,6 +304,23 @@ pub fn render_text(faults: &[Fault], s: &Summary) -> String {
         "{} fault(s) in {} record(s) from {} line(s); {} partially decoded; {} suppressed by rate limiting.",
         s.total, s.records, s.lines_read, s.partial, s.suppressed
     );
+    if s.records_not_listed > 0 {
+        let _ = writeln!(
+            out,
+            "Only the first {} records are listed below; {} more are counted in the summary.",
+            faults.len(),
+            s.records_not_listed
+        );
+    }
+    if s.lines_truncated > 0 {
+        let _ = writeln!(
+            out,
+            "{} line(s) over {} KiB: only their first {} KiB were decoded.",
+            s.lines_truncated,
+            MAX_LINE >> 10,
+            MAX_LINE >> 10
+        );
+    }
     if s.kmsg_lost_records > 0 {
         let _ = writeln!(
             out,
@@ -308,136 +413,5 @@ pub fn render_text(faults: &[Fault], s: &Summary) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Mixed real lines (sources cited in the per-family tests): one VT-d storm
-    // with rate limiting (patmagauran/i915ovmfPkg#23), the 6.1 line from
-    // environment.md, an Xid 79 with its echo line (pop-os/pop#3363) and an
-    // unrelated line that must be skipped.
-    const LOG: &str = "\
-[  139.513963] DMAR: DRHD: handling fault status reg 3
-[  144.480629] dmar_fault: 893 callbacks suppressed
-[  144.480638] DMAR: DRHD: handling fault status reg 3
-[  144.480641] DMAR: [DMA Read] Request device [00:02.0] PASID ffffffff fault addr 9c000000 [fault reason 06] PTE Read access is not set
-[  144.497296] DMAR: DRHD: handling fault status reg 3
-[  144.497303] DMAR: [DMA Read] Request device [00:02.0] PASID ffffffff fault addr 9c000000 [fault reason 06] PTE Read access is not set
-DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x123000 [fault reason 0x05] PTE Write access is not set
-Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
-Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.
-[    0.554378] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)
-";
-
-    #[test]
-    fn storm_is_counted_and_echo_dropped() {
-        let faults = decode_text(LOG);
-        let s = summarize(&faults, LOG.lines().count(), 0);
-        // status(139.5, no record) + suppressed(893) + 2 records + 6.1 record + Xid 79
-        assert_eq!(faults.len(), 6, "{faults:#?}");
-        assert!(faults[0].partial && faults[0].flags[0].starts_with("PFO"));
-        assert_eq!(faults[1].count, 893);
-        assert_eq!(s.suppressed, 893);
-        assert_eq!(s.total, 1 + 893 + 2 + 1 + 1);
-        assert_eq!(s.by_device.get("0000:00:02.0"), Some(&2));
-        assert_eq!(
-            s.by_device.get("0000:01:00.0"),
-            Some(&1),
-            "echo line deduplicated"
-        );
-        let top = &s.causes[0];
-        assert_eq!(top.count, 893);
-        let read = s
-            .causes
-            .iter()
-            .find(|c| c.reason_code == Some(6))
-            .expect("PTE read cause");
-        assert_eq!(read.count, 2);
-        assert_eq!(read.first_ns, Some(144_480_641_000));
-        assert_eq!(read.last_ns, Some(144_497_303_000));
-    }
-
-    #[test]
-    fn json_shape() {
-        let faults = decode_text(LOG);
-        let s = summarize(&faults, 10, 0);
-        let v = serde_json::to_value(Report {
-            faults: &faults,
-            summary: &s,
-        })
-        .expect("json");
-        assert_eq!(v["faults"][3]["address"], "0x9c000000");
-        assert_eq!(v["faults"][3]["source"], "vtd");
-        assert_eq!(v["faults"][3]["device"], "0000:00:02.0");
-        assert_eq!(v["faults"][3]["access"], "read");
-        assert!(v["faults"][3]["mapping"].is_null());
-        assert_eq!(v["summary"]["suppressed"], 893);
-    }
-
-    #[test]
-    fn text_has_summary_then_blocks() {
-        let faults = decode_text(LOG);
-        let s = summarize(&faults, 10, 0);
-        let t = render_text(&faults, &s);
-        let by_cause = t.find("By cause:").expect("summary");
-        let first_block = t.find("[1] vtd").expect("block");
-        assert!(by_cause < first_block);
-        assert!(t.contains("address:  0x123000  access: write"));
-        assert!(t.contains("Xid 79: GPU has fallen off the bus"));
-    }
-
-    // Measured in this project: Debian 6.1.0-57 under qemu intel-iommu, edu
-    // device DMA-ing 40 times to unmapped IOVAs (tests/vm/faults_vtd_kmsg.sh
-    // with a loop; docs/faults.md). The last interrupt has no record after it.
-    #[test]
-    fn qemu_fault_burst_keeps_the_bare_interrupt() {
-        let log = "\
-[    1.111105] DMAR: dmar0: Using Queued invalidation
-[    3.954400] DMAR: DRHD: handling fault status reg 2
-[    3.955804] DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x123000 [fault reason 0x05] PTE Write access is not set
-[    4.075264] DMAR: DRHD: handling fault status reg 2
-[    4.079241] DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x127000 [fault reason 0x05] PTE Write access is not set
-[    4.204035] DMAR: DRHD: handling fault status reg 2
-[    4.204109] DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x12b000 [fault reason 0x05] PTE Write access is not set
-[    4.311344] DMAR: DRHD: handling fault status reg 2
-";
-        let faults = decode_text(log);
-        assert_eq!(faults.len(), 4, "{faults:#?}");
-        assert_eq!(faults[2].address, Some(0x12b000));
-        let bare = &faults[3];
-        assert!(bare.partial);
-        assert_eq!(bare.device, None);
-        assert_eq!(bare.timestamp_ns, Some(4_311_344_000));
-        assert_eq!(bare.flags, vec!["PPF: primary fault pending".to_string()]);
-        let s = summarize(&faults, 8, 0);
-        assert_eq!(s.by_device.get("0000:00:03.0"), Some(&3));
-        assert_eq!(s.suppressed, 0);
-    }
-
-    // Real boot log of the project's H200 host (no faults in it): nothing
-    // may be reported. tests/fixtures/gpu-host-h200x2-snapshot/dmesg.txt
-    #[test]
-    fn clean_gpu_host_log_has_no_faults() {
-        let log = "\
-[    0.157454] iommu: Default domain type: Translated
-[    0.157456] iommu: DMA domain TLB invalidation policy: lazy mode
-[    0.554378] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)
-[    1.044000] NVRM: gpuClearFbhubPoisonIntrForBug2924523_GA100: FBHUB Interrupt detected. Clearing it.
-[    4.152501] NVRM: Persistence mode is deprecated and will be removed in a future release. Please use nvidia-persistenced instead.
-";
-        assert!(decode_text(log).is_empty());
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/gpu-host-h200x2-snapshot/dmesg.txt");
-        let full = std::fs::read_to_string(&path).expect("the H200 host's dmesg fixture");
-        assert!(decode_text(&full).is_empty());
-    }
-
-    #[test]
-    fn missing_file_is_an_error() {
-        let args = ExplainOptions {
-            input: Some(PathBuf::from("/nonexistent/dmesg.txt")),
-            json: false,
-        };
-        let err = run_explain(&args).expect_err("must fail");
-        assert!(format!("{err:#}").contains("cannot read /nonexistent/dmesg.txt"));
-    }
-}
+#[path = "explain_tests.rs"]
+mod tests;

@@ -172,25 +172,38 @@ pub fn record_to_lines(record: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// Undoes the kernel's `\xNN` escaping of /dev/kmsg text (it escapes bytes
+/// below 0x20, from 0x7f, and the backslash) so UTF-8 names and embedded
+/// newlines come back, but never re-creates a control character: `\x1b`
+/// stays the four characters `\x1b` (the kernel escaped an ESC so that no
+/// reader writes it raw to a terminal; an Xid's process name is chosen by
+/// any user). Only the newline is decoded among the controls (it splits a
+/// record into lines); C1 characters that a decoded UTF-8 sequence forms
+/// are escaped again by `sanitize::text`.
 fn unescape_kmsg(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    let mut rest = msg;
-    while let Some(pos) = rest.find("\\x") {
-        out.push_str(&rest[..pos]);
-        let hex = rest.get(pos + 2..pos + 4);
-        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-            Some(b) => {
-                out.push(b as char);
-                rest = &rest[pos + 4..];
-            }
-            None => {
-                out.push_str("\\x");
-                rest = &rest[pos + 2..];
+    let b = msg.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') {
+            let hex = msg.get(i + 2..i + 4);
+            if let Some(v) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                let control = v < 0x20 && v != b'\n' || v == 0x7f;
+                if !control {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
             }
         }
+        out.push(b[i]);
+        i += 1;
     }
-    out.push_str(rest);
-    out
+    let text = String::from_utf8_lossy(&out);
+    text.split('\n')
+        .map(|l| crate::sanitize::text(l).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 const KMSG_PATH: &str = "/dev/kmsg";
@@ -350,6 +363,19 @@ mod tests {
     fn message_brackets_are_kept() {
         let m = split_prefix("[fault reason 06] PTE Read access is not set");
         assert_eq!(m.body, "[fault reason 06] PTE Read access is not set");
+    }
+
+    #[test]
+    fn kmsg_escapes_never_become_raw_control_characters() {
+        // What the kernel writes for `printk("NVRM: Xid ... name=\e]0;x\a\xc2\x9b")`
+        // with a UTF-8 name: controls stay escaped, UTF-8 comes back, the
+        // C1 CSI it encodes is escaped again.
+        let rec = b"3,9,100,-;NVRM: Xid (PCI:0000:01:00): 31, pid=7, name=\\x1b]0;x\\x07caf\\xc3\\xa9\\xc2\\x9b\\x5c\\x7f";
+        let lines = record_to_lines(rec);
+        assert_eq!(lines.len(), 1);
+        let l = &lines[0];
+        assert!(!l.chars().any(crate::sanitize::is_control), "{l:?}");
+        assert!(l.ends_with("name=\\x1b]0;x\\x07café\\x9b\\\\x7f"), "{l:?}");
     }
 
     #[test]

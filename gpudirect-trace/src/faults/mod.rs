@@ -21,6 +21,7 @@ pub mod amd;
 mod decoder;
 pub mod explain;
 pub mod kmsg;
+pub mod lines;
 pub mod smmu;
 pub mod tracepoint;
 pub mod virtio;

@@ -109,6 +109,7 @@ impl Recorder {
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
         header.gpus = session.gpus.identities.clone();
+        header.checks = session.check.clone();
         Self::with_header(header, opts)
     }
 
@@ -161,6 +162,7 @@ impl Recorder {
             Observed::LogFault(f) => self.writer.log_fault(f)?,
             Observed::Nvml(s) => self.writer.nvml(s)?,
             Observed::Names(n) => self.writer.names(n)?,
+            Observed::Driver(c) => self.writer.driver(c)?,
             Observed::Incident {
                 incident,
                 merged: false,
@@ -200,6 +202,7 @@ impl Recorder {
     pub fn tick(&mut self, s: &mut Session) -> anyhow::Result<SelfStats> {
         s.resolve_names(&mut |o| self.observe(&o))?;
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(&o))?;
         self.writer.flush()?;
         self.tee();
         if self
@@ -225,6 +228,7 @@ impl Recorder {
             }
         }
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
+        s.confirm_findings(self.lost_seen, &mut |o| self.observe(&o))?;
         self.writer.flush()?;
         self.tee();
         if self.open.is_some() {

@@ -24,6 +24,8 @@ pub enum Trigger {
     Aer(Option<AerSeverity>),
     /// A DMA-API mapping that failed.
     MapError,
+    /// A DMA-API misuse (`--check`), of these checks only when given.
+    Misuse(Vec<crate::model::misuse::Check>),
     /// SIGUSR1.
     Signal,
     /// `-- CMD` exited with a non-zero status.
@@ -32,7 +34,8 @@ pub enum Trigger {
 
 /// The triggers `--trigger` takes, for help and errors.
 pub const KNOWN: &str = "fault, xid[=N,N...], aer[=corrected|nonfatal|fatal|uncorrected], \
-                         map-error, signal (SIGUSR1), exit (-- CMD exited non-zero)";
+                         map-error, misuse[=CHECK,CHECK...] (with --check), signal (SIGUSR1), \
+                         exit (-- CMD exited non-zero)";
 
 impl FromStr for Trigger {
     type Err = String;
@@ -51,6 +54,22 @@ impl FromStr for Trigger {
             "map-error" => no_arg(Trigger::MapError),
             "signal" => no_arg(Trigger::Signal),
             "exit" => no_arg(Trigger::Exit),
+            "misuse" => match arg {
+                None => Ok(Trigger::Misuse(Vec::new())),
+                Some(list) => list
+                    .split(',')
+                    .map(|c| {
+                        crate::model::misuse::Check::parse(c.trim()).ok_or_else(|| {
+                            let all: Vec<_> = crate::model::misuse::Check::ALL
+                                .iter()
+                                .map(|c| c.as_str())
+                                .collect();
+                            format!("unknown misuse check {c:?} (checks: {})", all.join(", "))
+                        })
+                    })
+                    .collect::<Result<_, _>>()
+                    .map(Trigger::Misuse),
+            },
             "xid" => match arg {
                 None => Ok(Trigger::Xid(Vec::new())),
                 Some(list) => list
@@ -104,6 +123,7 @@ impl Trigger {
             Trigger::Xid(_) => "xid",
             Trigger::Aer(_) => "aer",
             Trigger::MapError => "map-error",
+            Trigger::Misuse(_) => "misuse",
             Trigger::Signal => "signal",
             Trigger::Exit => "exit",
         }
@@ -115,6 +135,10 @@ impl Trigger {
         match (self, inc.category) {
             (Trigger::Fault, Category::IommuFault) => Some("fault".into()),
             (Trigger::MapError, Category::MapError) => Some("map-error".into()),
+            (Trigger::Misuse(list), Category::Misuse) => {
+                let c = inc.misuse.as_ref()?.check;
+                (list.is_empty() || list.contains(&c)).then(|| format!("misuse-{c}"))
+            }
             (Trigger::Xid(list), Category::Xid) => {
                 let x = f.and_then(|f| f.xid);
                 match x {

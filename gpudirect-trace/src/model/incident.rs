@@ -17,6 +17,8 @@ pub enum Category {
     MapError,
     /// A device joined or left an IOMMU group, or its domain changed.
     IommuChange,
+    /// A DMA-API misuse the trace proves (`--check`).
+    Misuse,
 }
 
 impl Category {
@@ -27,6 +29,7 @@ impl Category {
             Category::Aer => "aer",
             Category::MapError => "map-error",
             Category::IommuChange => "iommu-change",
+            Category::Misuse => "misuse",
         }
     }
 }
@@ -140,6 +143,8 @@ pub struct Incident {
     pub change: Option<IommuChange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub map_error: Option<MapError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub misuse: Option<super::misuse::Misuse>,
     /// What surrounded it (Xids: the process's DMA and the GPU's state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Context>,
@@ -173,6 +178,15 @@ impl Incident {
             .map(|c| c.to_string())
             .filter(|s| !s.is_empty())
             .map(|s| format!("context: {s}"))
+    }
+
+    /// The lines under a misuse finding: both calls, their stacks, the
+    /// driver.
+    pub fn misuse_lines(&self) -> Vec<String> {
+        self.misuse
+            .as_ref()
+            .map(|m| m.call_lines())
+            .unwrap_or_default()
     }
 
     /// The mapping line shown under a fault, where the history says something.

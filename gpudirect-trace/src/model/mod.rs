@@ -11,6 +11,7 @@ pub mod clock;
 pub mod fault;
 pub mod incident;
 pub mod mapping;
+pub mod misuse;
 pub mod pci;
 pub mod process;
 

@@ -1,4 +1,17 @@
-//! PCI device ids as the kernel and drivers print them.
+//! PCI device ids as the kernel and drivers print them, and drivers
+//! binding to and letting go of devices.
+
+use serde::{Deserialize, Serialize};
+
+/// A driver bound to a PCI device (`driver` is its name) or let it go
+/// (None), as its uevent said; recorded in trace files (DRIVERS blocks).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverChange {
+    /// CLOCK_MONOTONIC when the uevent arrived.
+    pub ts_ns: u64,
+    pub device: String,
+    pub driver: Option<String>,
+}
 
 /// Normalise a printed PCI address to `ssss:bb:dd.f` (lower-case hex).
 /// Accepts `bb:dd.f`, `0xbb:0xdd.f`, `ssss:bb:dd.f`, and NVRM's `ssss:bb:dd`

@@ -93,12 +93,12 @@ impl Merge for Bucket {
         for l in 0..3 {
             self.maps[l] += b.maps[l];
             self.unmaps[l] += b.unmaps[l];
-            self.bytes_mapped[l] += b.bytes_mapped[l];
+            self.bytes_mapped[l] = self.bytes_mapped[l].saturating_add(b.bytes_mapped[l]);
             Gauge::fold(&mut self.outstanding[l], &b.outstanding[l]);
             Gauge::fold(&mut self.outstanding_bytes[l], &b.outstanding_bytes[l]);
         }
         self.bounces += b.bounces;
-        self.bounce_bytes += b.bounce_bytes;
+        self.bounce_bytes = self.bounce_bytes.saturating_add(b.bounce_bytes);
     }
 }
 
@@ -331,14 +331,14 @@ impl Series {
         b.events += 1;
         if ev.kind == kind::SWIOTLB_BOUNCED {
             b.bounces += 1;
-            b.bounce_bytes += ev.size;
+            b.bounce_bytes = b.bounce_bytes.saturating_add(ev.size);
         }
         let Some((l, is_map)) = level_of(ev.kind) else {
             return;
         };
         if is_map {
             b.maps[l] += 1;
-            b.bytes_mapped[l] += ev.size;
+            b.bytes_mapped[l] = b.bytes_mapped[l].saturating_add(ev.size);
         } else {
             b.unmaps[l] += 1;
         }
@@ -360,7 +360,7 @@ impl Series {
         };
         if is_map {
             p.maps[l] += 1;
-            p.bytes_mapped[l] += ev.size;
+            p.bytes_mapped[l] = p.bytes_mapped[l].saturating_add(ev.size);
         } else {
             p.unmaps[l] += 1;
         }
@@ -376,14 +376,14 @@ impl Series {
             };
             let row = &mut counters.entry(c.device.clone()).or_default()[l];
             let (n, b) = if is_map { (0, 2) } else { (1, 3) };
-            row[n] += c.count;
-            row[b] += c.bytes;
+            row[n] = row[n].saturating_add(c.count);
+            row[b] = row[b].saturating_add(c.bytes);
         }
         put(&mut self.checkpoints, i).0 = Some(CpPoint {
             ts_ns: cp.ts_ns,
             events_written: cp.events_written,
             lost_total: cp.lost_total,
-            hits: cp.hits.iter().sum(),
+            hits: crate::output::sum(cp.hits.iter().copied()),
             counters,
         });
     }

@@ -139,6 +139,9 @@ pub fn text(
         if let Some(m) = i.mapping_line() {
             let _ = writeln!(s, "      {m}");
         }
+        for l in i.misuse_lines() {
+            let _ = writeln!(s, "      {l}");
+        }
     }
     let Some(l) = lead else { return s };
     let _ = writeln!(
@@ -179,7 +182,11 @@ pub fn text(
         .filter(|i| {
             matches!(
                 i.category,
-                Category::Aer | Category::MapError | Category::IommuFault | Category::Xid
+                Category::Aer
+                    | Category::MapError
+                    | Category::IommuFault
+                    | Category::Xid
+                    | Category::Misuse
             )
         })
         .collect();

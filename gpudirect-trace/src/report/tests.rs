@@ -148,6 +148,7 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
         format,
         output: Some(out.clone()),
         redact,
+        out: Default::default(),
     })
     .expect("export");
     std::fs::read_to_string(out).expect("output")
@@ -364,4 +365,46 @@ fn every_view_shows_one_clock() {
             assert_eq!(ft, t, "the fault's own time is the incident's");
         }
     }
+}
+
+/// A crafted file (issue 19): sizes that overflow any sum, and events
+/// stamped far after the start on many devices.
+#[test]
+fn crafted_sizes_and_far_timestamps_neither_panic_nor_bomb_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("crafted.gdt");
+    let h = header();
+    let t0 = h.start_ts_ns;
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&path).expect("create"), &h).expect("header");
+    for d in 0..64u64 {
+        for (kind, size) in [(kind::DMA_MAP, u64::MAX), (kind::DMA_MAP, u64::MAX)] {
+            let e = Event {
+                kind,
+                ts_ns: t0 + ((1 << 24) - 1) * 100_000_000,
+                addr: 0x1000 * (d + 1),
+                size,
+                dir: 1,
+                ..Default::default()
+            };
+            w.push(&Record::Event(e), &format!("0000:{d:02x}:00.0"))
+                .expect("push");
+        }
+    }
+    for lost in [u64::MAX, u64::MAX] {
+        w.loss(&Loss {
+            ts_ns: t0 + 1,
+            lost,
+            total: u64::MAX,
+        })
+        .expect("loss");
+    }
+    w.finish(&End::default()).expect("finish");
+    let mut r = replay(&path, &Window::default()).expect("replays");
+    assert_eq!(r.losses_total(), u64::MAX);
+    let devices = r.analysis.agg.snapshot(1.0, &[]);
+    assert!(devices.iter().any(|d| d.bytes_mapped == u64::MAX));
+    // The page renders too (its time labels add to the start).
+    let page = html::page("crafted.gdt", &r, &devices);
+    assert!(page.contains("</html>"));
 }

@@ -22,7 +22,16 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_swiotlb_bounced_bytes_total" => {
             "Bytes bounced through the swiotlb buffer (copied by the CPU)."
         }
-        "gpudirect_dma_map_errors_total" => "Failed dma_map_sg calls.",
+        "gpudirect_dma_map_errors_total" => {
+            "Failed DMA-API maps: dma_map_sg/dma_map_sgtable errors, DMA_MAPPING_ERROR from \
+             dma_map_page/phys/resource, NULL from dma_alloc_attrs."
+        }
+        "gpudirect_dma_syncs_total" => "dma_sync_single/sg_for_cpu/device calls.",
+        "gpudirect_dma_sync_bytes_total" => "Bytes covered by dma_sync_* calls.",
+        "gpudirect_sg_truncated_total" => {
+            "Scatter-gather maps (op=map) and unmaps whose list was not walked to its end \
+             (--sg-walk-max or a kernel limit): the device's byte counts are lower bounds."
+        }
         "gpudirect_nvidia_xid_total" => "NVIDIA Xid errors reported by the driver, by Xid number.",
         "gpudirect_iommu_faults_total" => "IOMMU faults, by where they were seen and their reason.",
         "gpudirect_iommu_map_latency_seconds" => {
@@ -100,6 +109,12 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_gpu_performance_state" => "P-state: 0 full performance .. 15 minimum.",
         "gpudirect_gpu_fact_unavailable" => {
             "1 for each NVML fact this GPU did not give (not supported, no permission)."
+        }
+        "gpudirect_dma_misuse_total" => {
+            "DMA-API misuse the trace proves (--check), by device and check (dma-debug's checks; map-failure: maps that returned an error)."
+        }
+        "gpudirect_dma_misuse_unchecked_total" => {
+            "DMA-API calls --check could not judge: unmaps and syncs of handles mapped before tracing, maps past the table, findings unproven after lost events."
         }
         "gpudirect_containers_folded_total" => {
             "Containers reported as container=\"other\" (past the container label cap)."

@@ -361,6 +361,19 @@ impl Model {
                 self.add("gpudirect_swiotlb_bounces", Counter, None, l.clone(), n);
                 self.add("gpudirect_swiotlb_bounced", Counter, bytes(), l.clone(), b);
             }
+            let x = &d.dma_api;
+            if x.syncs > 0 {
+                let (n, b) = (x.syncs, x.sync_bytes);
+                self.add("gpudirect_dma_syncs", Counter, None, l.clone(), n);
+                self.add("gpudirect_dma_sync", Counter, bytes(), l.clone(), b);
+            }
+            // Scatterlists not walked to the end: this device's byte counts
+            // are lower bounds.
+            for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
+                if n > 0 {
+                    self.add("gpudirect_sg_truncated", Counter, None, l1("op", op), n);
+                }
+            }
             if d.map_errors > 0 {
                 self.add("gpudirect_dma_map_errors", Counter, None, l, d.map_errors);
             }
@@ -437,7 +450,9 @@ impl Model {
             let up = u64::from(p.status == Status::Attached);
             self.add("gpudirect_probe_attached", Gauge, None, l, up);
         }
-        for (k, &n) in stats.hits.iter().enumerate().skip(1) {
+        // Counter-only kinds (SG_TRUNCATED and up) are not events.
+        let kinds = (stats.hits.iter()).take(gpudirect_trace_common::kind::SG_TRUNCATED as usize);
+        for (k, &n) in kinds.enumerate().skip(1) {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
             self.add("gpudirect_events", Counter, None, l, n);
         }
@@ -552,6 +567,8 @@ pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error
 mod flight;
 #[path = "metrics_gpu.rs"]
 pub mod gpu;
+#[path = "metrics_misuse.rs"]
+mod misuse;
 pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};
 
 #[cfg(test)]

@@ -103,6 +103,11 @@ impl ServeSink {
     pub fn refresh(&mut self, s: &mut Session) {
         let _ = s.resolve_names(&mut |_| Ok(()));
         let stats = s.refresh_counters();
+        // Misuse findings: the recorder proves them at its checkpoints
+        // (so its snapshots replay alike); without one, here.
+        if self.recorder.is_none() {
+            let _ = s.confirm_findings(stats.lost_events + stats.missed_events, &mut |_| Ok(()));
+        }
         let faults: Vec<FaultCount> = s
             .analysis
             .ledger
@@ -125,6 +130,9 @@ impl ServeSink {
         );
         if let Some(r) = &self.recorder {
             model.add_flight(&r.stats());
+        }
+        if let Some(c) = &s.analysis.checker {
+            model.add_misuse(&c.stats, &mut self.labels);
         }
         if !s.gpus.identities.is_empty() || s.gpus.nvml_available() {
             let empty = crate::gpu::Sample::default();

@@ -94,6 +94,7 @@ pub struct RunOptions {
 /// futures borrow the session and done once they are gone.
 enum Action<S> {
     Drain { kmsg: bool },
+    Drivers(Vec<crate::model::pci::DriverChange>),
     Nvml,
     UserSignal,
     Tick,
@@ -180,10 +181,14 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
+                let drivers_on = self.follows_drivers();
                 let Ring::Async(ring) = &self.ring else {
                     anyhow::bail!("the ring buffer is not in the driver's hands");
                 };
                 let action: Action<S> = tokio::select! {
+                    changes = super::checks::driver_changes(&mut self.uevents), if drivers_on => {
+                        Action::Drivers(changes)
+                    }
                     guard = ring.readable() => {
                         // Cleared before draining: what arrives after the
                         // drain signals readiness again.
@@ -211,6 +216,14 @@ impl Session {
                 };
                 match action {
                     Action::Drain { kmsg } => feed(&mut self, &mut sink, kmsg)?,
+                    Action::Drivers(changes) => {
+                        // What the driver's remove() unmapped is in the
+                        // ring already: take it first.
+                        feed(&mut self, &mut sink, false)?;
+                        for c in &changes {
+                            self.driver_change(c, &mut |o| sink.observe(o))?;
+                        }
+                    }
                     Action::Nvml => {
                         feed(&mut self, &mut sink, true)?;
                         self.sample_nvml(&mut |o| sink.observe(o))?;
@@ -237,6 +250,7 @@ impl Session {
                 command_status = end_command(c).await;
             }
             feed(&mut self, &mut sink, true)?;
+            self.last_driver_changes(&mut |o| sink.observe(o))?;
             self.flush_kmsg(&mut |o| sink.observe(o))?;
             self.resolve_names(&mut |o| sink.observe(o))?;
             let end = Ending {

@@ -3,8 +3,10 @@
 //! on one (`driver::run`), so they all see the same events, counts, losses
 //! and incidents.
 
+mod checks;
 pub mod driver;
 mod options;
+pub mod uevent;
 
 use std::{sync::Arc, time::Instant};
 
@@ -22,7 +24,7 @@ use crate::{
     ebpf::{SelfStats, Status, Tracer, TracerOptions},
     faults::KmsgFollower,
     gpu::{process::ProcCache, FactsSource as _, GpuIdentity, NvmlSource, NvmlStatus, Sample},
-    model::{Fault, Incident, TraceClock},
+    model::{misuse::CheckSetup, pci::DriverChange, Fault, Incident, TraceClock},
     output,
 };
 
@@ -46,6 +48,9 @@ pub enum Observed<'a> {
     Nvml(&'a Sample),
     /// Names of pids seen (resolved at each refresh, for trace files).
     Names(&'a [ProcName]),
+    /// A driver bound to or let go of a PCI device (`--check`), after
+    /// everything before it in the ring.
+    Driver(&'a DriverChange),
 }
 
 /// NVML is read this often (each reading is a few calls per GPU).
@@ -139,6 +144,10 @@ pub struct Session {
     procs: ProcCache,
     /// NVML's first reading, handed to the sink with the first drain.
     pending_nvml: Option<Sample>,
+    /// How DMA-API misuse is checked (`--check`), None when it is not.
+    pub check: Option<CheckSetup>,
+    /// Driver binds and unbinds (with `--check`).
+    uevents: Option<uevent::Uevents>,
 }
 
 impl Session {
@@ -148,6 +157,8 @@ impl Session {
             stream: opts.stream,
             lifetimes: opts.lifetimes,
             ring_bytes: opts.ring_bytes,
+            dma_source: opts.dma_source,
+            sg_walk_max: opts.sg_walk_max,
             ..Default::default()
         })?;
         let failed: Vec<String> = tracer
@@ -184,9 +195,11 @@ impl Session {
         let mut session = Self::from_tracer(tracer, opts.stream);
         let (gpus, first) = GpuState::discover();
         session.analysis.agg.gpus = gpus.identities.clone();
-        session.analysis.agg.policies = crate::tracefile::policies(
-            &crate::tracefile::pci_inventory(std::path::Path::new("/sys")),
-        );
+        let pci = crate::tracefile::pci_inventory(std::path::Path::new("/sys"));
+        session.analysis.agg.policies = crate::tracefile::policies(&pci);
+        if opts.check {
+            session.start_checks(opts, &pci)?;
+        }
         if let NvmlStatus::Unavailable { why } = &gpus.status {
             if !gpus.identities.is_empty() {
                 output::note(&format!(
@@ -232,6 +245,8 @@ impl Session {
             gpus: GpuState::none(),
             procs: ProcCache::live(),
             pending_nvml: None,
+            check: None,
+            uevents: None,
         }
     }
 

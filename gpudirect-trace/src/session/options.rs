@@ -14,6 +14,14 @@ pub struct SessionOptions {
     pub strict: bool,
     /// Follow /dev/kmsg for faults only the kernel log reports.
     pub follow_kmsg: bool,
+    /// Check DMA-API use (analysis::misuse); needs `stream`.
+    pub check: bool,
+    /// Take kernel stacks of DMA-API calls for the findings.
+    pub stacks: bool,
+    /// Which programs report DMA-API calls.
+    pub dma_source: crate::ebpf::DmaSource,
+    /// Scatterlist entries walked per map at most.
+    pub sg_walk_max: u32,
 }
 
 impl Default for SessionOptions {
@@ -24,6 +32,10 @@ impl Default for SessionOptions {
             ring_bytes: crate::ebpf::DEFAULT_RING_BYTES,
             strict: false,
             follow_kmsg: true,
+            check: false,
+            stacks: false,
+            dma_source: crate::ebpf::DmaSource::Auto,
+            sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
         }
     }
 }

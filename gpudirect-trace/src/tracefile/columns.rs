@@ -150,6 +150,9 @@ impl EventBatch {
 pub fn decode_events(payload: &[u8]) -> Result<Vec<(Record, u32)>, Malformed> {
     let mut c = Cursor::new(payload);
     let n = c.varint()? as usize;
+    if n > super::format::MAX_EVENTS_PER_BLOCK {
+        return Err(Malformed("more events than a block may hold"));
+    }
     // Every event takes at least one byte in each of 11 columns.
     if n.saturating_mul(11) > c.remaining() {
         return Err(Malformed("event count larger than the payload"));
@@ -166,6 +169,11 @@ pub fn decode_events(payload: &[u8]) -> Result<Vec<(Record, u32)>, Malformed> {
     let mut devs = vec![0u32; n];
     for d in devs.iter_mut() {
         *d = c.varint_u32()?;
+        // Beyond the table's limit: no writer wrote it; refusing it bounds
+        // the distinct "(device #N: name lost)" rows a reader can make.
+        if *d as usize >= super::format::MAX_DEVICES {
+            return Err(Malformed("device index beyond the format's limit"));
+        }
     }
     for e in ev.iter_mut() {
         e.flags = u16::try_from(c.varint()?).map_err(|_| Malformed("flags exceed 16 bits"))?;

@@ -14,17 +14,53 @@ pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
 pub const MAJOR: u16 = 1;
 /// 1.1: FAULTS blocks hold typed kernel-log faults only (1.0: untyped
 /// resolved faults, tracepoint ones included; see `legacy`).
-pub const MINOR: u16 = 1;
+pub const MINOR: u16 = 2;
 /// Magic (8) + major (2) + minor (2) + reserved (4).
 pub const PREAMBLE_LEN: usize = 16;
 /// Bytes before the payload: len u32, type u16, flags u16, crc32c u32.
 pub const BLOCK_HEAD: usize = 12;
 /// Head plus the trailing copy of len.
 pub const BLOCK_OVERHEAD: usize = BLOCK_HEAD + 4;
-/// Largest stored payload a reader accepts (writers stay far below).
-pub const MAX_PAYLOAD: usize = 64 << 20;
-/// Largest decompressed payload a reader accepts (bounds zstd bombs).
-pub const MAX_RAW: usize = 256 << 20;
+/// Largest stored payload a reader accepts: above the largest raw payload
+/// of any type (`max_raw`) plus zstd's worst-case expansion. It bounds what
+/// a reader buffers for one block candidate (format limit since 1.0; the
+/// writer stays far below: blocks are ~7 bytes per event, 65 536 events).
+pub const MAX_PAYLOAD: usize = 24 << 20;
+/// Events in one EVENTS block at most (the writer's batch).
+pub const MAX_EVENTS_PER_BLOCK: usize = 1 << 16;
+/// Most bytes one event can take in an EVENTS payload: 11 varint columns
+/// (kind 3, ts 10, device 5, flags 3, dir/pid/tid 5 each, addr/phys 10 each
+/// as 65-bit varints, size/aux 10 each: 76) plus the largest extra part (an
+/// Xid: 5 + 5 + 2 + 160 message bytes).
+pub const MAX_EVENT_BYTES: usize = 76 + 172;
+/// Entries of a file's device table at most (a host has hundreds; names
+/// past this are folded by the writer into one).
+pub const MAX_DEVICES: usize = 1 << 16;
+/// Bytes of one device name at most (the kernel's are below 32).
+pub const MAX_DEVICE_NAME: usize = 256;
+/// Faults in one FAULTS block at most (the writer splits longer lists).
+pub const MAX_FAULTS_PER_BLOCK: usize = 4096;
+
+/// Largest decompressed payload a reader accepts for a block type: what the
+/// largest valid block of that type needs, so that a zstd bomb or a forged
+/// length cannot make the reader allocate more (issue 19: one 9.8 KB block
+/// that expanded to 24 M events made `report` use 13.4 GB).
+pub const fn max_raw(typ: u16) -> usize {
+    match typ {
+        block::EVENTS => 16 + MAX_EVENTS_PER_BLOCK * MAX_EVENT_BYTES,
+        block::DEVICES => 32 + MAX_DEVICES * (MAX_DEVICE_NAME + 2),
+        block::HEADER => 8 << 20,
+        block::CHECKPOINT => 4 << 20,
+        block::FAULTS => 2 << 20,
+        block::LOSS | block::END => 1 << 10,
+        // JSON blocks: an incident, pids' names, one NVML reading of every
+        // GPU, one driver change.
+        block::TRIGGER | block::NVML => 1 << 20,
+        block::NAMES => 4 << 20,
+        block::DRIVERS => 64 << 10,
+        _ => 0,
+    }
+}
 
 /// Block types. Readers skip types they do not know.
 pub mod block {
@@ -42,6 +78,9 @@ pub mod block {
     pub const NAMES: u16 = 9;
     /// An NVML reading of the GPUs (JSON `gpu::Sample`).
     pub const NVML: u16 = 10;
+    /// A driver bound to or let go of a PCI device (JSON
+    /// `model::pci::DriverChange`), recorded with `--check`.
+    pub const DRIVERS: u16 = 11;
 }
 
 /// Bits of the block flags.
@@ -87,6 +126,10 @@ pub struct Header {
     /// The host's NVIDIA GPUs (index, UUID, name, bus id).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<crate::gpu::GpuIdentity>,
+    /// How DMA-API use was checked (`--check`); a report checks the same
+    /// way. Absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<crate::model::misuse::CheckSetup>,
     /// Set in a flight-recorder snapshot: why it was written and what the
     /// in-memory ring held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,6 +307,29 @@ pub fn check_block(b: &[u8]) -> Check {
     Check::Valid { typ, flags, total }
 }
 
+/// How many leading positions of `b` certainly start no block, judged from
+/// the bytes present (length over the limit, type 0, trailing length
+/// different): the scan over damage skips them in one tight loop (a damaged
+/// 2 GB tail took 300 s in a debug build one `check_block` per byte).
+pub fn implausible_prefix(b: &[u8]) -> usize {
+    let mut i = 0;
+    while i + BLOCK_HEAD <= b.len() {
+        let len = u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]) as usize;
+        let typ = u16::from_le_bytes([b[i + 4], b[i + 5]]);
+        if len > MAX_PAYLOAD || typ == 0 {
+            i += 1;
+            continue;
+        }
+        let end = i + len + BLOCK_OVERHEAD;
+        if end <= b.len() && b[end - 4..end] != (len as u32).to_le_bytes() {
+            i += 1;
+            continue;
+        }
+        break;
+    }
+    i
+}
+
 // ---- varints -------------------------------------------------------------
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -369,7 +435,17 @@ pub fn decode_devices(payload: &[u8]) -> Result<(u32, Vec<String>), Malformed> {
     if n > c.remaining() {
         return Err(Malformed("device count larger than the payload"));
     }
-    let names = (0..n).map(|_| c.string()).collect::<Result<_, _>>()?;
+    if first as usize + n > MAX_DEVICES {
+        return Err(Malformed("device table beyond the format's limit"));
+    }
+    let mut names = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = c.varint()? as usize;
+        if len > MAX_DEVICE_NAME {
+            return Err(Malformed("device name longer than the format allows"));
+        }
+        names.push(String::from_utf8_lossy(c.bytes(len)?).into_owned());
+    }
     Ok((first, names))
 }
 

@@ -15,6 +15,8 @@ pub mod writer;
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_bounds;
 
 use std::{fs, io::BufReader, path::Path};
 
@@ -99,6 +101,7 @@ pub fn host_header(
         start_unix_ns: unix,
         aggregate_only,
         command: command.to_vec(),
+        checks: None,
         probes: probes
             .iter()
             .map(|p| ProbeInfo {

@@ -90,11 +90,21 @@ pub enum Item {
     Trigger(Box<super::format::Trigger>),
     /// Names of pids seen.
     Names(Vec<crate::aggregate::ProcName>),
+    /// A driver bound to or let go of a device (`--check`).
+    Driver(crate::model::pci::DriverChange),
     /// An NVML reading of the GPUs.
     Nvml(Box<crate::gpu::Sample>),
 }
 
 const READ_CHUNK: usize = 256 << 10;
+/// Bytes one block candidate may need from its first byte.
+const WINDOW: usize = format::MAX_PAYLOAD + format::BLOCK_OVERHEAD;
+/// The reader's buffer never holds more: a candidate needs at most
+/// `WINDOW` bytes after `pos`, and twice that keeps compaction rare (each
+/// byte is moved O(1) times). A file cannot raise it: damage is scanned
+/// with `pos` moving forward, so scanned bytes are dropped (issue 19: a
+/// damaged 2 GB tail used to be held in memory whole).
+pub const MAX_BUFFER: usize = 2 * WINDOW + READ_CHUNK;
 
 pub struct TraceReader<R: Read> {
     src: R,
@@ -108,6 +118,8 @@ pub struct TraceReader<R: Read> {
     pending: VecDeque<Item>,
     stats: ReadStats,
     done: bool,
+    /// Reused for every compressed block.
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -123,6 +135,7 @@ impl<R: Read> TraceReader<R> {
             pending: VecDeque::new(),
             stats: ReadStats::default(),
             done: false,
+            zstd: None,
         };
         r.fill(format::PREAMBLE_LEN)?;
         if r.buf.is_empty() {
@@ -147,7 +160,8 @@ impl<R: Read> TraceReader<R> {
         r.pos = format::PREAMBLE_LEN;
         match r.block_at_pos()? {
             Some((block::HEADER, flags, payload)) => {
-                let raw = payload_bytes(flags, &payload)
+                let raw = r
+                    .payload_bytes(block::HEADER, flags, &payload)
                     .map_err(|e| OpenError::BadHeader(e.to_string()))?;
                 r.header = serde_json::from_slice(&raw)
                     .map_err(|e| OpenError::BadHeader(format!("header JSON: {e}")))?;
@@ -172,24 +186,38 @@ impl<R: Read> TraceReader<R> {
         &self.stats
     }
 
+    /// Capacity of the read buffer (tests of its bound).
+    #[cfg(test)]
+    pub(crate) fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The file's device table as read so far.
     pub fn devices(&self) -> &[Arc<str>] {
         &self.devices
     }
 
-    /// Makes at least `n` bytes available from `pos`, unless the file ends.
+    /// Makes at least `n` (at most `WINDOW`) bytes available from `pos`,
+    /// unless the file ends. The buffer stays within `MAX_BUFFER`.
     fn fill(&mut self, n: usize) -> io::Result<()> {
-        if self.pos > READ_CHUNK && self.pos * 2 > self.buf.len() {
-            self.buf.drain(..self.pos);
-            self.buf_off += self.pos as u64;
-            self.pos = 0;
-        }
+        debug_assert!(n <= WINDOW);
         while !self.eof && self.buf.len() - self.pos < n {
+            let full = self.buf.len() + READ_CHUNK > MAX_BUFFER;
+            if full || (self.pos > READ_CHUNK && self.pos * 2 > self.buf.len()) {
+                self.buf.drain(..self.pos);
+                self.buf_off += self.pos as u64;
+                self.pos = 0;
+            }
             // A chunk at a time: a damaged length field may ask for up to
-            // MAX_PAYLOAD bytes that the file does not have.
-            let want = READ_CHUNK;
+            // MAX_PAYLOAD bytes that the file does not have. Capacity grows
+            // by doubling but never past MAX_BUFFER.
             let old = self.buf.len();
-            self.buf.resize(old + want, 0);
+            let need = old + READ_CHUNK;
+            if self.buf.capacity() < need {
+                let target = (self.buf.capacity() * 2).clamp(need, MAX_BUFFER.max(need));
+                self.buf.reserve_exact(target - old);
+            }
+            self.buf.resize(need, 0);
             let got = loop {
                 match self.src.read(&mut self.buf[old..]) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -211,35 +239,36 @@ impl<R: Read> TraceReader<R> {
         Ok(())
     }
 
-    /// Checks for a block `rel` bytes after `pos`, reading as needed.
-    fn check_at(&mut self, rel: usize) -> io::Result<Check> {
+    /// Checks for a block at `pos`, reading as needed.
+    fn check_at_pos(&mut self) -> io::Result<Check> {
         loop {
-            match format::check_block(&self.buf[self.pos + rel..]) {
+            match format::check_block(&self.buf[self.pos..]) {
                 // fill() reads enough or reaches the end of the file.
-                Check::NeedMore(n) if !self.eof => self.fill(rel + n)?,
+                Check::NeedMore(n) if !self.eof => self.fill(n)?,
                 other => return Ok(other),
             }
         }
     }
 
     /// The next valid block from `pos`, skipping damage. None at the end.
-    /// While scanning, `pos` stays where the damage began (fill() only
-    /// drops bytes before `pos`), and candidates are `rel` bytes after it.
+    /// While scanning, `pos` moves one byte at a time past the damage (so
+    /// the buffer can drop what was scanned); `start_off` remembers where
+    /// the damage began.
     fn block_at_pos(&mut self) -> io::Result<Option<(u16, u16, Vec<u8>)>> {
         self.fill(format::BLOCK_HEAD)?;
         if self.pos == self.buf.len() {
             return Ok(None);
         }
         let start_off = self.buf_off + self.pos as u64;
-        let mut rel = 0usize;
         loop {
-            match self.check_at(rel)? {
+            match self.check_at_pos()? {
                 Check::Valid { typ, flags, total } => {
-                    let at = self.pos + rel;
+                    let at = self.pos;
                     let payload = self.buf[at + format::BLOCK_HEAD..at + total - 4].to_vec();
-                    if rel > 0 {
+                    let skipped = self.buf_off + at as u64 - start_off;
+                    if skipped > 0 {
                         self.stats.corrupt_regions += 1;
-                        self.stats.skipped_bytes += rel as u64;
+                        self.stats.skipped_bytes += skipped;
                     }
                     self.pos = at + total;
                     return Ok(Some((typ, flags, payload)));
@@ -247,15 +276,68 @@ impl<R: Read> TraceReader<R> {
                 Check::NeedMore(_) | Check::Invalid => {
                     // No block here: scan on. At the end of the file, the
                     // readable part ended where the damage began.
-                    if self.pos + rel + 1 >= self.buf.len() && self.eof {
+                    if self.pos + 1 >= self.buf.len() && self.eof {
                         self.stats.truncated_at = Some(start_off);
                         self.pos = self.buf.len();
                         return Ok(None);
                     }
-                    rel += 1;
+                    self.pos += 1;
+                    self.pos += format::implausible_prefix(&self.buf[self.pos..]);
+                    if self.buf.len() - self.pos < format::BLOCK_HEAD {
+                        self.fill(format::BLOCK_HEAD)?;
+                    }
                 }
             }
         }
+    }
+
+    /// The payload of a block, decompressed; bounded by the block type's
+    /// limit (`format::max_raw`) before anything is allocated.
+    fn payload_bytes(
+        &mut self,
+        typ: u16,
+        flags: u16,
+        payload: &[u8],
+    ) -> Result<Vec<u8>, Malformed> {
+        let limit = format::max_raw(typ);
+        if flags & flag::ZSTD == 0 {
+            if payload.len() > limit {
+                return Err(Malformed("payload larger than its block type allows"));
+            }
+            return Ok(payload.to_vec());
+        }
+        // One frame, exactly the payload; its declared size within the limit.
+        let frame = zstd::zstd_safe::find_frame_compressed_size(payload)
+            .map_err(|_| Malformed("payload is not a zstd frame"))?;
+        if frame != payload.len() {
+            return Err(Malformed("payload is not exactly one zstd frame"));
+        }
+        let declared = match zstd::zstd_safe::get_frame_content_size(payload) {
+            Ok(Some(n)) if n > limit as u64 => {
+                return Err(Malformed(
+                    "declared decompressed size over the block type's limit",
+                ))
+            }
+            Ok(n) => n,
+            Err(_) => return Err(Malformed("zstd frame header")),
+        };
+        let capacity = declared.map_or(limit, |n| n as usize);
+        let dec = match &mut self.zstd {
+            Some(d) => d,
+            none => {
+                none.insert(zstd::bulk::Decompressor::new().map_err(|_| Malformed("zstd init"))?)
+            }
+        };
+        let mut out = Vec::with_capacity(capacity);
+        // The output cannot grow past `capacity`: a frame that expands
+        // beyond its declared size fails here, for this block only.
+        let n = dec
+            .decompress_to_buffer(payload, &mut out)
+            .map_err(|_| Malformed("zstd frame does not decompress within its declared size"))?;
+        if declared.is_some_and(|d| d != n as u64) {
+            return Err(Malformed("zstd frame size differs from its declaration"));
+        }
+        Ok(out)
     }
 
     /// The next item; None at the end of the readable data. Damage is
@@ -290,6 +372,7 @@ impl<R: Read> TraceReader<R> {
                     | block::TRIGGER
                     | block::NAMES
                     | block::NVML
+                    | block::DRIVERS
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -310,14 +393,12 @@ impl<R: Read> TraceReader<R> {
     }
 
     fn process(&mut self, typ: u16, flags: u16, payload: &[u8]) -> Result<(), Malformed> {
-        let raw = payload_bytes(flags, payload)?;
+        let raw = self.payload_bytes(typ, flags, payload)?;
         match typ {
             block::DEVICES => {
+                // decode_devices bounds `first + names` by MAX_DEVICES.
                 let (first, names) = format::decode_devices(&raw)?;
                 let first = first as usize;
-                if first > self.devices.len() + (1 << 20) {
-                    return Err(Malformed("device table index far beyond the table"));
-                }
                 for (k, name) in names.into_iter().enumerate() {
                     let i = first + k;
                     while self.devices.len() < i {
@@ -358,6 +439,10 @@ impl<R: Read> TraceReader<R> {
                 let s = serde_json::from_slice(&raw).map_err(|_| Malformed("NVML JSON"))?;
                 self.pending.push_back(Item::Nvml(Box::new(s)));
             }
+            block::DRIVERS => {
+                let c = serde_json::from_slice(&raw).map_err(|_| Malformed("driver JSON"))?;
+                self.pending.push_back(Item::Driver(c));
+            }
             block::END => {
                 self.stats.clean_end = true;
                 self.pending.push_back(Item::End(format::decode_end(&raw)?));
@@ -365,6 +450,9 @@ impl<R: Read> TraceReader<R> {
             block::FAULTS => {
                 let list: Vec<serde_json::Value> =
                     serde_json::from_slice(&raw).map_err(|_| Malformed("faults JSON"))?;
+                if list.len() > format::MAX_FAULTS_PER_BLOCK {
+                    return Err(Malformed("more faults than a block may hold"));
+                }
                 let mut faults = Vec::with_capacity(list.len());
                 for v in &list {
                     if self.stats.version.1 == 0 {
@@ -381,20 +469,4 @@ impl<R: Read> TraceReader<R> {
         }
         Ok(())
     }
-}
-
-fn payload_bytes(flags: u16, payload: &[u8]) -> Result<Vec<u8>, Malformed> {
-    if flags & flag::ZSTD == 0 {
-        return Ok(payload.to_vec());
-    }
-    let mut out = Vec::new();
-    let mut dec = zstd::stream::read::Decoder::new(payload).map_err(|_| Malformed("zstd init"))?;
-    let n = (&mut dec)
-        .take(format::MAX_RAW as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|_| Malformed("zstd frame does not decompress"))?;
-    if n > format::MAX_RAW {
-        return Err(Malformed("decompressed payload too large"));
-    }
-    Ok(out)
 }

@@ -15,7 +15,12 @@ use crate::decode::Record;
 
 /// Events per EVENTS block at most (bounds memory and the reader's work per
 /// block); the recorder also flushes every second.
-pub const MAX_BATCH: u64 = 1 << 16;
+pub const MAX_BATCH: u64 = format::MAX_EVENTS_PER_BLOCK as u64;
+/// FAULTS blocks are cut at about this much JSON (half the reader's limit,
+/// `format::max_raw(FAULTS)`).
+const FAULTS_BLOCK_BYTES: usize = format::max_raw(block::FAULTS) / 2;
+/// The device-table entry that names beyond `format::MAX_DEVICES` share.
+pub const FOLDED_DEVICES: &str = "(devices beyond the file's table limit)";
 /// zstd level: 3 is zstd's default, fast enough for millions of events/s.
 pub const ZSTD_LEVEL: i32 = 3;
 
@@ -110,6 +115,12 @@ impl<W: BlockOut> TraceWriter<W> {
     /// The device's index in the file's device table (new names are written
     /// in a DEVICES block before the next block that uses them).
     pub fn device_index(&mut self, name: &str) -> u32 {
+        // The format bounds names and the table (the reader refuses more).
+        let mut end = name.len().min(format::MAX_DEVICE_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let name = &name[..end];
         // Records come in runs of one device: comparing with the last name
         // spares hashing the string per event (SipHash of the name was ~10%
         // of the record path's CPU, `cargo xtask bench` reader_cpu).
@@ -121,6 +132,10 @@ impl<W: BlockOut> TraceWriter<W> {
         if let Some((n, &i)) = self.devices.get_key_value(name) {
             self.last_device = Some((n.clone(), i));
             return i;
+        }
+        // The last entry is kept for the names that do not fit.
+        if self.devices.len() >= format::MAX_DEVICES - 1 && name != FOLDED_DEVICES {
+            return self.device_index(FOLDED_DEVICES);
         }
         let i = self.devices.len() as u32;
         let name: Arc<str> = Arc::from(name);
@@ -174,12 +189,16 @@ impl<W: BlockOut> TraceWriter<W> {
 
     pub fn checkpoint(&mut self, cp: &Checkpoint) -> io::Result<()> {
         self.write_events()?;
-        for r in &cp.counters {
-            self.device_index(&r.device);
-        }
+        // Indexes through device_index (names may be cut or folded), in
+        // the order encode_checkpoint asks for them: one per row.
+        let idx: Vec<u32> = cp
+            .counters
+            .iter()
+            .map(|r| self.device_index(&r.device))
+            .collect();
         self.write_new_devices()?;
-        let devices = &self.devices;
-        let payload = format::encode_checkpoint(cp, |name| devices.get(name).copied().unwrap_or(0));
+        let mut idx = idx.into_iter();
+        let payload = format::encode_checkpoint(cp, |_| idx.next().unwrap_or(0));
         self.block(block::CHECKPOINT, &payload, true, 0)
     }
 
@@ -191,7 +210,28 @@ impl<W: BlockOut> TraceWriter<W> {
             return Ok(());
         }
         self.write_events()?;
-        let json = serde_json::to_vec(faults)?;
+        // Several blocks when the list is long: each within what a reader
+        // accepts (format::MAX_FAULTS_PER_BLOCK, max_raw(FAULTS)).
+        let mut json = vec![b'['];
+        let mut n = 0;
+        for f in faults {
+            let one = serde_json::to_vec(f)?;
+            if n > 0
+                && (json.len() + one.len() + 1 > FAULTS_BLOCK_BYTES
+                    || n == format::MAX_FAULTS_PER_BLOCK)
+            {
+                json.push(b']');
+                self.block(block::FAULTS, &json, true, 0)?;
+                json.truncate(1);
+                n = 0;
+            }
+            if n > 0 {
+                json.push(b',');
+            }
+            json.extend_from_slice(&one);
+            n += 1;
+        }
+        json.push(b']');
         self.block(block::FAULTS, &json, true, 0)
     }
 
@@ -216,6 +256,14 @@ impl<W: BlockOut> TraceWriter<W> {
         self.write_events()?;
         let json = serde_json::to_vec(names)?;
         self.block(block::NAMES, &json, true, 0)
+    }
+
+    /// DRIVERS: a driver bound to or let go of a device, after the events
+    /// before it.
+    pub fn driver(&mut self, c: &crate::model::pci::DriverChange) -> io::Result<()> {
+        self.write_events()?;
+        let json = serde_json::to_vec(c)?;
+        self.block(block::DRIVERS, &json, true, 0)
     }
 
     /// NVML: one reading of the GPUs.

@@ -8,7 +8,7 @@
 # byte. Where the kernel has dma:* tracepoints (6.12), their counts for the
 # edu equal the driver's calls, and no sync event fires (6.11+ skips syncs
 # on a coherent device) until the driver is reloaded with force_sync=1.
-# gdt-vm: kernels=6.1,6.12 devices=nvme,edu iommu=intel kmods=gdt-misuse timeout=300
+# gdt-vm: kernels=6.1,6.12 devices=nvme,edu,e1000e iommu=intel kmods=gdt-misuse timeout=400 check=dma-misuse
 . /scenarios/misuse.lib
 T=/sys/kernel/tracing
 BDF=$GDT_EDU_BDF
@@ -41,13 +41,24 @@ tracing=no
 tracefs_on && tracing=yes
 echo "dma tracepoints: $tracing"
 
-# >>> TRACER (lead, issue 15): findings for everything from here to the unbind
-misuse_tracer_start
-# <<< TRACER
+# The misuse checks watch everything from here to the unbind.
+misuse_tracer_start MISUSE
 
 run_cmd control
 expect control 18 0
 [ "$(grep -c 'verify cmd=control edu .* ok' $MISUSE_LOG/control)" = 3 ] || fail "control: edu DMA not verified 3 times"
+
+# Correct traffic of real drivers under the checks: NVMe reads, and the
+# e1000e's rings and frames (ARP requests into the void).
+dd if=/dev/nvme0n1 of=/dev/null bs=64k count=64 iflag=direct 2>/dev/null
+modprobe e1000e 2>/dev/null
+for n in /sys/class/net/*; do
+    [ "$(basename "$(readlink $n/device 2>/dev/null)")" = 0000:00:05.0 ] || continue
+    nic=${n##*/}
+    ip link set $nic up && ip addr add 10.99.0.1/24 dev $nic
+    ping -c 3 -W 1 10.99.0.2 > /dev/null 2>&1
+    echo "e1000e: $nic up, $(cat $n/statistics/tx_packets) packets sent"
+done
 
 run_cmd double-unmap
 expect double-unmap 3 0
@@ -186,9 +197,8 @@ echo $BDF > $MISUSE_DRV/unbind
 dmesg | grep -q "gdt-misuse: remove dev=$BDF" || fail "unbind: no remove line"
 echo control > $MISUSE_RUN 2>/dev/null && fail "a command ran without a device"
 
-# >>> TRACER (lead, issue 15): the leak finding comes from this unbind
+# The leak finding comes from this unbind.
 misuse_tracer_stop
-# <<< TRACER
 
 run_cmd release-leaks
 expect release-leaks 2 0
@@ -230,10 +240,13 @@ if [ $tracing = yes ]; then
     echo > $T/trace
     echo 1 > $T/tracing_on
     misuse_load force_sync=1 || exit 1
+    # The sync checks, where the kernel skips no sync.
+    misuse_tracer_start SYNCS
     for c in control sync-after-unmap sync-outside sync-dir-cpu sync-dir-device sync-sg-after-unmap sync-sg-count; do
         run_cmd $c
         [ "$rc" = 0 ] || fail "force_sync $c: rc=$rc"
     done
+    misuse_tracer_stop
     echo 0 > $T/tracing_on
     want=$(cat $MISUSE_LOG/control $MISUSE_LOG/sync-* | grep -c 'fn=dma_sync.*kernel_skips=0')
     syncs=$(grep -c " dma_sync_[a-z_]*: $BDF " $T/trace)

@@ -6,7 +6,7 @@
 # per-operation latency and its DMA-API lifetimes: equal counts, and each
 # kernel percentile within a log2 bucket of the streamed one (plus one bucket
 # of slack: each tracer's hooks run inside the other's timing window).
-# gdt-vm: kernels=6.12 devices=nvme iommu=intel timeout=400 check=modes-agree
+# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=modes-agree
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --duration 10s > /tmp/s.json 2> /tmp/s.err &

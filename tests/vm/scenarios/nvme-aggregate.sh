@@ -3,9 +3,10 @@
 # gpudirect-trace live --json --aggregate-only must still show the NVMe's
 # DMA-API maps and unmaps from kernel counters and, from the kernel's own
 # mapping table, map-to-unmap lifetimes: one per unmap, or the unmap counted
-# as unmatched. Needs the dma:* tracepoints (6.8+). Checked on the host
+# as unmatched. On 6.12 from the dma:* tracepoints, before 6.8 from the
+# DMA-API hooks (the same records, the same mapping table). Checked on the host
 # (check=nvme-aggregate).
-# gdt-vm: kernels=6.12 devices=nvme iommu=intel timeout=400 check=nvme-aggregate
+# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-aggregate
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --aggregate-only --duration 6s > /tmp/live.json 2> /tmp/live.err &

@@ -1,10 +1,10 @@
 #!/bin/sh
 # gpudirect-trace live --json attributes the NVMe's maps, unmaps and mapped bytes
 # to its bus id while it is read (checked on the host: check=nvme-live-json reads
-# the final JSON interval). 6.12 has dma:* tracepoints naming the device; 6.1 has
-# only iommu:map/unmap, which the tracer attributes through the enclosing DMA-API
-# call (fentry/kprobe hooks).
-# gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
+# the final JSON interval). 6.12 has dma:* tracepoints naming the device; on
+# 5.10 and 6.1 the DMA-API hooks (fentry/kprobe) report the same records, and
+# 6.1's iommu:map/unmap are attributed through the enclosing DMA-API call.
+# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --duration 120s > /tmp/live.json 2> /tmp/live.err &

@@ -10,6 +10,7 @@ pub mod headers;
 pub mod initramfs;
 pub mod kernel;
 pub mod kmod;
+pub mod misuse_checks;
 pub mod moddep;
 pub mod probe_matrix;
 pub mod qemu;

@@ -175,6 +175,16 @@ fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
         .find(|v| v["devices"].is_array())
 }
 
+/// The JSON object on the last console line that starts with `tag`.
+fn tagged(lines: &[String], tag: &str) -> Result<serde_json::Value> {
+    let line = lines
+        .iter()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix(tag))
+        .with_context(|| format!("no {tag:?} line in the output"))?;
+    serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
+}
+
 /// Host-side checks of a scenario's console output on kernel `series`.
 pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
@@ -222,8 +232,29 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
         }
         "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
+        "nvme-dma-hooks" | "nvme-dma-hooks-vtd" => super::checks::nvme_dma_hooks(
+            series,
+            name.ends_with("vtd"),
+            &tagged(lines, "FENTRY ")?,
+            &tagged(lines, "KPROBE ")?,
+            8,
+        ),
+        "sg-many-exact" => super::checks::sg_many_exact(
+            series,
+            lines,
+            &[
+                ("fentry", tagged(lines, "FENTRY ")?),
+                ("kprobe", tagged(lines, "KPROBE ")?),
+            ],
+        ),
+        "dma-sources-agree" => super::checks::dma_sources_agree(
+            series,
+            &tagged(lines, "TRACEPOINTS ")?,
+            &tagged(lines, "HOOKS ")?,
+        ),
         "flight-recorder" => super::flight_checks::flight_recorder(series, lines),
         "flight-serve" => super::flight_checks::flight_serve(series, lines),
+        "dma-misuse" => super::misuse_checks::dma_misuse(series, lines),
         "flush-strict" | "flush-lazy" | "passthrough" | "swiotlb-force" | "virtio-fault" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             use super::checks_iommu as c;

@@ -314,7 +314,7 @@ fn panel(ctx: &Ctx, d: &DeviceSnapshot) -> String {
             .map(|b| Some(b.bounces as f64 / bw))
             .collect();
         if buckets.iter().any(|b| b.bounces > 0) {
-            let total: u64 = buckets.iter().map(|b| b.bounce_bytes).sum();
+            let total = crate::output::sum(buckets.iter().map(|b| b.bounce_bytes));
             let _ = write!(
                 s,
                 "<h4>swiotlb bounces <small>({} bounced in all)</small></h4>",

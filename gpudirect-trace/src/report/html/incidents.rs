@@ -107,6 +107,18 @@ pub fn section(ctx: &Ctx) -> String {
             })
             .unwrap_or_default();
         let mut reason = esc(&i.text);
+        let calls = i.misuse_lines();
+        if !calls.is_empty() {
+            let _ = write!(
+                reason,
+                "<br><small class=\"ctx\">{}</small>",
+                calls
+                    .iter()
+                    .map(|l| esc(l))
+                    .collect::<Vec<_>>()
+                    .join("<br>")
+            );
+        }
         if let Some(f) = f {
             if let Some(x) = f.xid.filter(|_| !i.text.starts_with("Xid")) {
                 let _ = write!(reason, " <span class=\"tag\">Xid {x}</span>");

@@ -23,7 +23,7 @@ pub fn section(ctx: &Ctx) -> String {
     let width = r.series.width_ns * f as u64;
     let bw = width as f64 / 1e9;
     let mut s = String::from("<section id=\"losses\"><h2>Losses and self-metrics</h2>");
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     if lost == 0 {
         s.push_str(
             "<p class=\"ok\">No events lost: the ring buffer never overflowed in this window.</p>",

@@ -88,10 +88,11 @@ pub fn section(ctx: &Ctx) -> String {
         for (what, pick) in [
             (
                 "Bytes mapped",
-                (|r: &Row| r.stats.bytes_mapped.iter().sum()) as fn(&Row) -> u64,
+                (|r: &Row| crate::output::sum(r.stats.bytes_mapped.iter().copied()))
+                    as fn(&Row) -> u64,
             ),
             ("Bytes outstanding at the end", |r: &Row| {
-                r.outstanding_bytes.iter().sum()
+                crate::output::sum(r.outstanding_bytes.iter().copied())
             }),
         ] {
             let mut v: Vec<(u32, u64)> = list
@@ -183,8 +184,8 @@ pub fn section(ctx: &Ctx) -> String {
             s,
             "<p class=\"note\">{}: {} maps ({}) by processes beyond the first {} counted one by one.</p>",
             ctx.device_link(dev),
-            o.maps.iter().sum::<u64>(),
-            bytes(o.bytes_mapped.iter().sum()),
+            crate::output::sum(o.maps.iter().copied()),
+            bytes(crate::output::sum(o.bytes_mapped.iter().copied())),
             crate::report::series::MAX_PROCESSES
         );
     }

@@ -35,6 +35,7 @@ pub fn category_short(c: Category) -> &'static str {
         "aer" => "AER errors",
         "map-error" => "map errors",
         "iommu-change" => "IOMMU chg.",
+        "misuse" => "DMA misuse",
         other => other,
     }
 }
@@ -152,7 +153,7 @@ pub fn section(ctx: &Ctx) -> String {
         let _ = write!(wtext, "; only --device {}", names.join(", "));
     }
     row(&mut s, "window", &wtext);
-    let lost: u64 = r.losses.iter().map(|l| l.lost).sum();
+    let lost = r.losses_total();
     let mut ev = format!("{} streamed", r.analysis.agg.events);
     if let Some(k) = r.kernel_hits {
         let _ = write!(ev, ", {k} counted in the kernel");

@@ -10,6 +10,10 @@
 
 use serde::Serialize;
 
+mod dma_api;
+
+pub use dma_api::{dma_op_name, DMA_API_TIMING, DMA_OPS};
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeKind {
@@ -124,21 +128,46 @@ pub const CATALOG: &[ProbeSpec] = &[
         "dma_map",
         6,
         "6.8 to 6.17",
-        "dma:dma_map_phys (6.18+); iommu:map where an IOMMU translates",
+        "dma:dma_map_phys (6.18+); the time:dma_map hook (every kernel)",
         true,
     ),
-    tp("dma:dma_map_phys", "dma_map", 6, "6.18+", "dma:dma_map_page (6.8 to 6.17)", true),
-    tp("dma:dma_map_resource", "dma_map_resource", 6, "6.8 to 6.17", "dma:dma_map_phys with DMA_ATTR_MMIO (6.18+)", true),
-    tp("dma:dma_unmap_page", "dma_unmap", 5, "6.8 to 6.17", "dma:dma_unmap_phys (6.18+)", true),
-    tp("dma:dma_unmap_phys", "dma_unmap", 5, "6.18+", "dma:dma_unmap_page (6.8 to 6.17)", true),
-    tp("dma:dma_unmap_resource", "dma_unmap_resource", 5, "6.8 to 6.17", "dma:dma_unmap_phys (6.18+)", true),
-    tp("dma:dma_map_sg", "dma_map_sg", 6, "6.8+", "iommu:map where an IOMMU translates", true),
-    tp("dma:dma_unmap_sg", "dma_unmap_sg", 5, "6.8+", "iommu:unmap where an IOMMU translates", true),
-    tp("dma:dma_map_sg_err", "dma_map_sg_err", 5, "6.13+", "", false),
-    tp("dma:dma_alloc", "dma_alloc", 4, "6.8+", "", true),
+    tp("dma:dma_map_phys", "dma_map", 6, "6.18+", "dma:dma_map_page (6.8 to 6.17); the time:dma_map hook", true),
+    tp("dma:dma_map_resource", "dma_map_resource", 6, "6.8 to 6.17", "dma:dma_map_phys with DMA_ATTR_MMIO (6.18+); the time:dma_map_resource hook", true),
+    tp("dma:dma_unmap_page", "dma_unmap", 5, "6.8 to 6.17", "dma:dma_unmap_phys (6.18+); the time:dma_unmap hook", true),
+    tp("dma:dma_unmap_phys", "dma_unmap", 5, "6.18+", "dma:dma_unmap_page (6.8 to 6.17); the time:dma_unmap hook", true),
+    tp("dma:dma_unmap_resource", "dma_unmap_resource", 5, "6.8 to 6.17", "dma:dma_unmap_phys (6.18+); the time:dma_unmap_resource hook", true),
+    tp("dma:dma_map_sg", "dma_map_sg", 6, "6.8+", "the time:dma_map_sg hook", true),
+    tp("dma:dma_unmap_sg", "dma_unmap_sg", 5, "6.8+", "the time:dma_unmap_sg hook", true),
+    tp("dma:dma_map_sg_err", "dma_map_sg_err", 5, "6.13+", "the time:dma_map_sg hook (return value)", false),
+    tp("dma:dma_alloc", "dma_alloc", 4, "6.8+", "the time:dma_alloc hook", true),
     tp("dma:dma_alloc_pages", "dma_alloc", 4, "6.13+", "", true),
-    tp("dma:dma_free", "dma_free", 4, "6.8+", "", true),
+    tp("dma:dma_free", "dma_free", 4, "6.8+", "the time:dma_free hook", true),
     tp("dma:dma_free_pages", "dma_free", 4, "6.13+", "", true),
+    tp(
+        "dma:dma_sync_single_for_cpu",
+        "dma_sync_single_for_cpu",
+        4,
+        "6.8+",
+        "the time:dma_sync hooks",
+        true,
+    ),
+    tp(
+        "dma:dma_sync_single_for_device",
+        "dma_sync_single_for_device",
+        4,
+        "6.8+",
+        "the time:dma_sync hooks",
+        true,
+    ),
+    tp("dma:dma_sync_sg_for_cpu", "dma_sync_sg_for_cpu", 4, "6.8+", "the time:dma_sync hooks", true),
+    tp(
+        "dma:dma_sync_sg_for_device",
+        "dma_sync_sg_for_device",
+        4,
+        "6.8+",
+        "the time:dma_sync hooks",
+        true,
+    ),
     tp(
         "ras:aer_event",
         "ras_aer_event",
@@ -176,71 +205,78 @@ pub struct TimingSpec {
     /// The loadable module that has the functions (None: the kernel itself).
     /// fentry on a module function goes through the module's BTF.
     pub module: Option<&'static str>,
+    /// Candidates whose signature needs programs of their own: (function,
+    /// slot). The others use `slot`.
+    pub programs: &'static [(&'static str, &'static str)],
+    /// Not attached where one of these functions exists (it calls, or is
+    /// called by, a hooked function that already covers the operation).
+    pub unless: &'static [&'static str],
+    /// The programs walk scatterlists: a `_nl` build without bpf_loop()
+    /// exists for kernels before 5.17.
+    pub sg_walk: bool,
+    /// The DMA-API operations (`gpudirect_trace_common::hook_ops`) these
+    /// hooks report when no dma:* tracepoint does; 0: timing only.
+    pub dma_ops: u32,
+}
+
+impl TimingSpec {
+    /// A timing-only spec of the kernel's own functions (struct update base).
+    pub const BASE: Self = Self {
+        name: "",
+        slot: "",
+        candidates: &[],
+        available: "",
+        module: None,
+        programs: &[],
+        unless: &[],
+        sg_walk: false,
+        dma_ops: 0,
+    };
+
+    /// The slot (program base name) for `func`.
+    pub fn slot_for(&self, func: &str) -> &'static str {
+        self.programs
+            .iter()
+            .find(|(f, _)| *f == func)
+            .map_or(self.slot, |(_, s)| s)
+    }
 }
 
 pub const TIMING: &[TimingSpec] = &[
-    TimingSpec {
-        name: "time:dma_map",
-        slot: "dma_map",
-        candidates: &["dma_map_phys", "dma_map_page_attrs"],
-        available: "dma_map_page_attrs (all); dma_map_phys 6.18+",
-        module: None,
-    },
-    TimingSpec {
-        name: "time:dma_unmap",
-        slot: "dma_unmap",
-        candidates: &["dma_unmap_phys", "dma_unmap_page_attrs"],
-        available: "dma_unmap_page_attrs (all); dma_unmap_phys 6.18+",
-        module: None,
-    },
-    TimingSpec {
-        name: "time:dma_map_sg",
-        slot: "dma_map_sg",
-        candidates: &["__dma_map_sg_attrs", "dma_map_sg_attrs"],
-        available: "dma_map_sg_attrs (all); __dma_map_sg_attrs 5.12+ (also covers dma_map_sgtable)",
-        module: None,
-    },
-    TimingSpec {
-        name: "time:dma_unmap_sg",
-        slot: "dma_unmap_sg",
-        candidates: &["dma_unmap_sg_attrs"],
-        available: "all",
-        module: None,
-    },
     TimingSpec {
         name: "time:iommu_map",
         slot: "iommu_map",
         candidates: &["iommu_map"],
         available: "all",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:iommu_map_atomic",
         slot: "iommu_map2",
         candidates: &["iommu_map_atomic"],
         available: "5.10 to 6.2 (dma-iommu maps through it there)",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:iommu_map_sg",
         slot: "iommu_map_sg",
         candidates: &["iommu_map_sg_atomic", "iommu_map_sg"],
         available: "iommu_map_sg_atomic 5.10 to 6.2 (dma-iommu's sg path), iommu_map_sg after",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:iommu_unmap_fast",
         slot: "iommu_unmap",
         candidates: &["iommu_unmap_fast"],
         available: "all (dma-iommu unmaps through it)",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:iommu_unmap",
         slot: "iommu_unmap2",
         candidates: &["iommu_unmap"],
         available: "all (VFIO, iommufd)",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:iotlb_sync",
@@ -252,14 +288,14 @@ pub const TIMING: &[TimingSpec] = &[
             "iommu_flush_iotlb_psi",
         ],
         available: "the IOMMU driver's iotlb_sync callback (Intel, AMD, ARM SMMUv3)",
-        module: None,
+        ..TimingSpec::BASE
     },
     TimingSpec {
         name: "time:swiotlb_map",
         slot: "swiotlb",
         candidates: &["swiotlb_tbl_map_single"],
         available: "all",
-        module: None,
+        ..TimingSpec::BASE
     },
 ];
 
@@ -274,6 +310,7 @@ macro_rules! nv {
             candidates: &[$func],
             available: "NVIDIA driver (open and proprietary modules) with module BTF",
             module: Some("nvidia"),
+            ..TimingSpec::BASE
         }
     };
 }
@@ -329,6 +366,7 @@ pub fn standin_spec(module: &str, function: &str) -> &'static TimingSpec {
         candidates: Box::leak(Box::new([function])),
         available: "self-test only",
         module: Some(module),
+        ..TimingSpec::BASE
     }))
 }
 
@@ -339,7 +377,7 @@ pub const FAULT_HANDLER: TimingSpec = TimingSpec {
     slot: "fault_irq",
     candidates: &["dmar_fault", "amd_iommu_int_thread", "arm_smmu_evtq_thread"],
     available: "Intel dmar_fault (all), AMD amd_iommu_int_thread, SMMUv3 arm_smmu_evtq_thread",
-    module: None,
+    ..TimingSpec::BASE
 };
 
 /// Entry hook that learns IOMMU domain -> device (for VFIO/iommufd mappings
@@ -349,7 +387,7 @@ pub const ATTACH_LEARN: TimingSpec = TimingSpec {
     slot: "attach",
     candidates: &["__iommu_attach_device", "iommu_attach_device"],
     available: "all",
-    module: None,
+    ..TimingSpec::BASE
 };
 
 /// Every distinct eBPF program the catalog uses (each is loaded once, then

@@ -1,0 +1,627 @@
+//! The misuse checks (`--check`): dma-debug's checks made from the trace.
+//!
+//! **Only what the trace proves.** The checker knows a handle only from a
+//! map it saw: an unmap or sync of a handle it never saw mapped is counted
+//! as "unknown (mapped before tracing)", never reported. A double unmap is
+//! reported only for a handle it saw mapped and then unmapped, with no map
+//! at that handle since. Events lost in between could hide a map or an
+//! unmap, so findings wait for the next loss check (at most a second, the
+//! recorder's checkpoint): if events were lost since, they are dropped
+//! (counted as unproven) and everything the checker knew is forgotten, as
+//! if tracing started again.
+//!
+//! The DMA API's tracepoints fire after the call did its work (6.12: map
+//! and unmap alike), so a handle unmapped on one CPU and mapped again on
+//! another may reach the ring as "map" before the "unmap" of its previous
+//! life. Live handles are a multiset, and an unmap takes the live mapping
+//! that matches it best: that order can neither make a mismatch nor a
+//! double unmap.
+
+#[cfg(test)]
+mod bench;
+mod handles;
+mod lines;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use gpudirect_trace_common::{dir, flags, kind};
+use serde::Serialize;
+
+use self::{
+    handles::{Handles, Live},
+    lines::{Lines, Span},
+};
+use crate::{
+    decode::Record,
+    model::{
+        misuse::{ApiClass, Call, Check, ImageRange, Misuse},
+        Process, TraceClock,
+    },
+};
+
+/// Live mappings tracked per device; past it maps are counted, and their
+/// handles become unknown (never a finding).
+pub const MAX_LIVE: usize = 1 << 20;
+/// Findings held until the next loss check (their counts are always kept).
+pub const PENDING_KEPT: usize = 4096;
+
+/// `DMA_ATTR_SKIP_CPU_SYNC`: the driver syncs itself, so dma-debug lets
+/// such mappings share cachelines.
+pub const DMA_ATTR_SKIP_CPU_SYNC: u64 = 1 << 5;
+
+pub use gpudirect_trace_common::DMA_MAPPING_ERROR;
+
+/// What a DMA-API record asks of the checker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Map,
+    Unmap,
+    /// dma_sync_*_for_cpu (`true`) or _for_device.
+    Sync {
+        for_cpu: bool,
+    },
+    MapFailed,
+}
+
+/// One DMA-API call, as the checker keeps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DmaCall {
+    pub op: Op,
+    pub class: ApiClass,
+    pub api: &'static str,
+    pub ts_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub addr: u64,
+    /// Physical address of single (page) mappings.
+    pub phys: Option<u64>,
+    pub size: u64,
+    pub dir: u32,
+    pub attrs: u64,
+    /// Scatterlist entries handed to the call.
+    pub entries: Option<u32>,
+    /// Kernel stack id (`--stacks`).
+    pub stack: Option<u32>,
+}
+
+impl DmaCall {
+    /// The DMA-API call a record reports, if it is one.
+    pub fn from_record(r: &Record) -> Option<DmaCall> {
+        let ev = r.event();
+        let resource = ev.flags & flags::RESOURCE != 0;
+        let sg = ev.flags & flags::SCATTERLIST != 0;
+        let (op, class, api) = match (r, ev.kind) {
+            (Record::Event(_), kind::DMA_MAP_ERR) if ev.flags & flags::COHERENT != 0 => {
+                (Op::MapFailed, ApiClass::Coherent, "dma_alloc_attrs")
+            }
+            (Record::Event(_), kind::DMA_MAP_ERR) if resource => {
+                (Op::MapFailed, ApiClass::Resource, "dma_map_resource")
+            }
+            (Record::Event(_), kind::DMA_MAP_ERR) => {
+                (Op::MapFailed, ApiClass::Single, "dma_map_page")
+            }
+            (Record::Event(_), kind::DMA_SYNC_CPU) if sg => (
+                Op::Sync { for_cpu: true },
+                ApiClass::ScatterGather,
+                "dma_sync_sg_for_cpu",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_CPU) => (
+                Op::Sync { for_cpu: true },
+                ApiClass::Single,
+                "dma_sync_single_for_cpu",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_DEVICE) if sg => (
+                Op::Sync { for_cpu: false },
+                ApiClass::ScatterGather,
+                "dma_sync_sg_for_device",
+            ),
+            (Record::Event(_), kind::DMA_SYNC_DEVICE) => (
+                Op::Sync { for_cpu: false },
+                ApiClass::Single,
+                "dma_sync_single_for_device",
+            ),
+            (Record::Event(_), kind::DMA_MAP) if resource => {
+                (Op::Map, ApiClass::Resource, "dma_map_resource")
+            }
+            (Record::Event(_), kind::DMA_MAP) => (Op::Map, ApiClass::Single, "dma_map_page"),
+            (Record::Event(_), kind::DMA_UNMAP) if resource => {
+                (Op::Unmap, ApiClass::Resource, "dma_unmap_resource")
+            }
+            (Record::Event(_), kind::DMA_UNMAP) => (Op::Unmap, ApiClass::Single, "dma_unmap_page"),
+            (Record::Event(_), kind::DMA_ALLOC) => (Op::Map, ApiClass::Coherent, "dma_alloc_attrs"),
+            (Record::Event(_), kind::DMA_FREE) => (Op::Unmap, ApiClass::Coherent, "dma_free_attrs"),
+            (Record::Sg(_), kind::DMA_MAP_SG) => (Op::Map, ApiClass::ScatterGather, "dma_map_sg"),
+            (Record::Sg(_), kind::DMA_UNMAP_SG) => {
+                (Op::Unmap, ApiClass::ScatterGather, "dma_unmap_sg")
+            }
+            (_, kind::DMA_MAP_SG_ERR) => (Op::MapFailed, ApiClass::ScatterGather, "dma_map_sg"),
+            _ => return None,
+        };
+        let entries = match r {
+            Record::Sg(s) => Some(s.nents),
+            _ if ev.kind == kind::DMA_MAP_SG_ERR => Some(ev.size as u32),
+            // dma_sync_sg_*: the entries handed to it.
+            _ if sg => Some(ev.aux as u32),
+            _ => None,
+        };
+        let mut c = DmaCall {
+            op,
+            class,
+            api,
+            ts_ns: ev.ts_ns,
+            pid: ev.pid,
+            tid: ev.tid,
+            addr: ev.addr,
+            phys: (class == ApiClass::Single && matches!(op, Op::Map)).then_some(ev.phys),
+            size: if ev.kind == kind::DMA_MAP_SG_ERR {
+                0
+            } else {
+                ev.size
+            },
+            dir: ev.dir,
+            // Coherent records carry no attributes (their aux is unused).
+            attrs: if class == ApiClass::Coherent {
+                0
+            } else {
+                ev.aux
+            },
+            entries,
+            stack: None,
+        };
+        // dma:dma_map_page fires for failed maps too, with the error as
+        // the handle; a coherent allocation that failed has no CPU address.
+        let failed = match class {
+            ApiClass::Coherent => op == Op::Map && ev.phys == 0,
+            _ => op == Op::Map && ev.addr == DMA_MAPPING_ERROR,
+        };
+        if failed {
+            c.op = Op::MapFailed;
+        }
+        Some(c)
+    }
+}
+
+/// dma-debug's direction names.
+pub fn dir_name(d: u32) -> &'static str {
+    match d {
+        dir::BIDIRECTIONAL => "DMA_BIDIRECTIONAL",
+        dir::TO_DEVICE => "DMA_TO_DEVICE",
+        dir::FROM_DEVICE => "DMA_FROM_DEVICE",
+        dir::NONE => "DMA_NONE",
+        _ => "DMA_(invalid)",
+    }
+}
+
+/// What the checker could not check, and what it found, in counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CheckStats {
+    /// Unmaps and frees of handles never seen mapped (mapped before
+    /// tracing, or forgotten after a loss).
+    pub unknown_unmaps: u64,
+    /// Syncs of handles never seen mapped.
+    pub unknown_syncs: u64,
+    /// Maps not tracked (a device past `MAX_LIVE` live mappings).
+    pub untracked_maps: u64,
+    /// Findings dropped because events were lost before they were proven.
+    pub unproven: u64,
+    /// Times the checker forgot everything after a loss.
+    pub resets: u64,
+    /// Findings by device and check (every one, also those not kept).
+    pub findings: BTreeMap<String, BTreeMap<Check, u64>>,
+    /// Failed maps by device, API and caller (the stack's first frame
+    /// outside the DMA API, where stacks are taken).
+    pub map_failures: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl CheckStats {
+    pub fn total(&self) -> u64 {
+        self.findings.values().flat_map(|m| m.values()).sum()
+    }
+}
+
+#[derive(Default)]
+pub struct Checker {
+    clock: TraceClock,
+    devices: HashMap<Arc<str>, Handles>,
+    lines: Lines,
+    image: Vec<ImageRange>,
+    drivers: HashMap<String, String>,
+    pending: Vec<Misuse>,
+    pending_counts: Vec<(String, Check)>,
+    lost_seen: u64,
+    pub stats: CheckStats,
+}
+
+impl Checker {
+    pub fn new(clock: TraceClock, image: Vec<ImageRange>) -> Self {
+        Self {
+            clock,
+            image,
+            ..Default::default()
+        }
+    }
+
+    /// The device's driver, named in its findings.
+    pub fn set_driver(&mut self, device: &str, driver: Option<&str>) {
+        match driver {
+            Some(d) => self.drivers.insert(device.to_owned(), d.to_owned()),
+            None => self.drivers.remove(device),
+        };
+    }
+
+    /// One record of the trace, in order.
+    pub fn record(&mut self, record: &Record, device: &Arc<str>) {
+        if let Some(c) = DmaCall::from_record(record) {
+            self.call(c, device);
+        }
+    }
+
+    pub fn call(&mut self, c: DmaCall, device: &Arc<str>) {
+        match c.op {
+            Op::Map => self.map(c, device),
+            Op::Unmap => self.unmap(c, device),
+            Op::Sync { for_cpu } => self.sync(c, for_cpu, device),
+            Op::MapFailed => {
+                let caller = c.stack.map_or_else(
+                    || format!("{} (no stack: --stacks)", c.api),
+                    |id| format!("{} from stack {id}", c.api),
+                );
+                *self
+                    .stats
+                    .map_failures
+                    .entry(device.to_string())
+                    .or_default()
+                    .entry(caller)
+                    .or_default() += 1;
+            }
+        }
+    }
+
+    /// The device's driver let it go (unbind): what it still had mapped
+    /// is a leak.
+    pub fn unbind(&mut self, device: &Arc<str>, ts_ns: u64) {
+        let Some(h) = self.devices.get(device) else {
+            return;
+        };
+        let live = h.all_live();
+        let Some(oldest) = live.first() else { return };
+        let bytes: u64 = live.iter().map(|l| l.map.size).fold(0, u64::saturating_add);
+        let mut m = self.finding(
+            Check::LeakAtUnbind,
+            device,
+            None,
+            &oldest.map.clone(),
+            format!(
+                "[count={}] [bytes={bytes}] [unbound at {}]",
+                live.len(),
+                self.clock.stamp(ts_ns)
+            ),
+        );
+        m.count = live.len() as u64;
+        self.push(device, m);
+    }
+
+    /// Events lost so far (ring overflow and missed program runs): findings
+    /// made since the last call are proven when the count did not grow.
+    /// Returns the proven findings, in order.
+    pub fn confirm(&mut self, lost_total: u64) -> Vec<Misuse> {
+        if lost_total > self.lost_seen {
+            self.lost_seen = lost_total;
+            self.stats.unproven += self.pending_counts.len() as u64;
+            self.pending.clear();
+            self.pending_counts.clear();
+            self.devices.clear();
+            self.lines.clear();
+            self.stats.resets += 1;
+            return Vec::new();
+        }
+        for (device, check) in self.pending_counts.drain(..) {
+            *self
+                .stats
+                .findings
+                .entry(device)
+                .or_default()
+                .entry(check)
+                .or_default() += 1;
+        }
+        std::mem::take(&mut self.pending)
+    }
+
+    fn handles(&mut self, device: &Arc<str>) -> &mut Handles {
+        self.devices.entry(device.clone()).or_default()
+    }
+
+    fn map(&mut self, c: DmaCall, device: &Arc<str>) {
+        if let (Some(phys), ApiClass::Single) = (c.phys, c.class) {
+            if let Some(r) = self
+                .image
+                .iter()
+                .find(|r| r.overlaps(phys, c.size))
+                .cloned()
+            {
+                let detail = format!("[phys={phys:#x}] [len={}] [in {}]", c.size, r.name);
+                let m = self.finding(Check::KernelImage, device, None, &c, detail);
+                self.push(device, m);
+            }
+        }
+        let mut line_seq = None;
+        let span = self.cached_span(&c);
+        if let Some(s) = span {
+            if let Some((odev, ohandle)) = self.lines.overlapping(s) {
+                let (odev, other) = (odev.clone(), ohandle);
+                let first = self
+                    .devices
+                    .get(&odev)
+                    .and_then(|h| h.live_at(other).first())
+                    .map(|l| l.map.clone());
+                if c.attrs & DMA_ATTR_SKIP_CPU_SYNC == 0 {
+                    let detail = format!(
+                        "[device address={:#018x}] [phys={:#x}] [size={} bytes] [shares a \
+                         cacheline with {odev}'s mapping at {other:#x}]",
+                        c.addr,
+                        c.phys.unwrap_or(0),
+                        c.size
+                    );
+                    let m =
+                        self.finding(Check::CachelineOverlap, device, first.as_ref(), &c, detail);
+                    self.push(device, m);
+                }
+            }
+        }
+        let h = self.handles(device);
+        if h.live_count() >= MAX_LIVE {
+            h.forget_gone(c.addr);
+            self.stats.untracked_maps += 1;
+            return;
+        }
+        if let Some(s) = span {
+            line_seq = Some(self.lines.insert(s, device.clone(), c.addr));
+        }
+        self.handles(device).insert(Live { map: c, line_seq });
+    }
+
+    /// The cachelines dma-debug tracks for a mapping: single mappings with
+    /// a physical address that the device may write (not TO_DEVICE).
+    fn cached_span(&self, c: &DmaCall) -> Option<Span> {
+        if c.class != ApiClass::Single || c.dir == dir::TO_DEVICE || c.dir == dir::NONE {
+            return None;
+        }
+        Span::of(c.phys?, c.size)
+    }
+
+    fn unmap(&mut self, c: DmaCall, device: &Arc<str>) {
+        let h = self.handles(device);
+        let Some(l) = h.take(&c) else {
+            let gone = h.gone(c.addr).cloned();
+            match gone {
+                Some(g) => {
+                    let detail = format!(
+                        "[device address={:#018x}] [size={} bytes] [already unmapped by {} at {}]",
+                        c.addr,
+                        c.size,
+                        g.unmap.api,
+                        self.clock.stamp(g.unmap.ts_ns)
+                    );
+                    let m = self.finding(Check::DoubleUnmap, device, Some(&g.map), &c, detail);
+                    self.push(device, m);
+                }
+                None => self.stats.unknown_unmaps += 1,
+            }
+            return;
+        };
+        if let (Some(seq), Some(s)) = (l.line_seq, self.cached_span(&l.map)) {
+            self.lines.remove(s, seq);
+        }
+        let m = &l.map;
+        let addr = c.addr;
+        let mut found = Vec::new();
+        if m.class != c.class {
+            found.push((
+                Check::UnmapClass,
+                format!(
+                    "[device address={addr:#018x}] [size={} bytes] [mapped as {}] [unmapped as {}]",
+                    m.size,
+                    m.class.as_str(),
+                    c.class.as_str()
+                ),
+            ));
+        } else {
+            if c.class == ApiClass::ScatterGather {
+                if m.entries != c.entries {
+                    found.push((
+                        Check::SgUnmapCount,
+                        format!(
+                            "[device address={addr:#018x}] [map count={}] [unmap count={}]",
+                            m.entries.unwrap_or(0),
+                            c.entries.unwrap_or(0)
+                        ),
+                    ));
+                }
+            } else if m.size != c.size {
+                found.push((
+                    Check::UnmapSize,
+                    format!(
+                        "[device address={addr:#018x}] [map size={} bytes] [unmap size={} bytes]",
+                        m.size, c.size
+                    ),
+                ));
+            }
+            if c.class != ApiClass::Coherent && m.dir != c.dir {
+                found.push((
+                    Check::UnmapDirection,
+                    format!(
+                        "[device address={addr:#018x}] [size={} bytes] [mapped with {}] \
+                         [unmapped with {}]",
+                        m.size,
+                        dir_name(m.dir),
+                        dir_name(c.dir)
+                    ),
+                ));
+            }
+        }
+        for (check, detail) in found {
+            let f = self.finding(check, device, Some(&l.map), &c, detail);
+            self.push(device, f);
+        }
+        self.handles(device).remember_unmap(l.map, c);
+    }
+
+    fn sync(&mut self, c: DmaCall, for_cpu: bool, device: &Arc<str>) {
+        let h = self.handles(device);
+        let addr = c.addr;
+        let end = addr.saturating_add(c.size);
+        let (map, inside) = if c.class == ApiClass::ScatterGather {
+            // An sg sync names the list by its first entry, like its map.
+            let m = h
+                .live_at(addr)
+                .iter()
+                .find(|l| l.map.class == ApiClass::ScatterGather)
+                .map(|l| l.map.clone());
+            (m, true)
+        } else {
+            let mut best = None;
+            for l in h.containing(addr) {
+                let fits = end <= l.map.addr.saturating_add(l.map.size);
+                if fits {
+                    best = Some((l.map.clone(), true));
+                    break;
+                }
+                best.get_or_insert((l.map.clone(), false));
+            }
+            best.map_or((None, true), |(m, f)| (Some(m), f))
+        };
+        let Some(m) = map else {
+            let gone = h.gone_containing(addr).cloned();
+            match gone {
+                Some(g) => {
+                    let detail = format!(
+                        "[device address={addr:#018x}] [size={} bytes] [unmapped by {} at {}]",
+                        c.size,
+                        g.unmap.api,
+                        self.clock.stamp(g.unmap.ts_ns)
+                    );
+                    let f = self.finding(Check::SyncUnmapped, device, Some(&g.map), &c, detail);
+                    self.push(device, f);
+                }
+                None => self.stats.unknown_syncs += 1,
+            }
+            return;
+        };
+        let mut found = Vec::new();
+        if !inside {
+            found.push((
+                Check::SyncOutside,
+                format!(
+                    "[device address={:#018x}] [allocation size={} bytes] [sync offset+size={}]",
+                    m.addr,
+                    m.size,
+                    (addr - m.addr).saturating_add(c.size)
+                ),
+            ));
+        }
+        if c.class == ApiClass::ScatterGather && m.entries != c.entries {
+            found.push((
+                Check::SyncSgCount,
+                format!(
+                    "[device address={addr:#018x}] [map count={}] [sync count={}]",
+                    m.entries.unwrap_or(0),
+                    c.entries.unwrap_or(0)
+                ),
+            ));
+        }
+        if m.dir != dir::BIDIRECTIONAL && m.dir != c.dir {
+            // dma-debug's sharper wording for the two dangerous cases.
+            let which = if for_cpu && m.dir == dir::TO_DEVICE {
+                " [device read-only DMA memory synced for cpu]"
+            } else if !for_cpu && m.dir == dir::FROM_DEVICE {
+                " [device write-only DMA memory synced to device]"
+            } else {
+                ""
+            };
+            found.push((
+                Check::SyncDirection,
+                format!(
+                    "[device address={addr:#018x}] [size={} bytes] [mapped with {}] [synced with \
+                     {}]{which}",
+                    c.size,
+                    dir_name(m.dir),
+                    dir_name(c.dir)
+                ),
+            ));
+        }
+        for (check, detail) in found {
+            let f = self.finding(check, device, Some(&m), &c, detail);
+            self.push(device, f);
+        }
+    }
+
+    fn call_of(&self, c: &DmaCall) -> Call {
+        Call {
+            at: self.clock.stamp(c.ts_ns),
+            api: c.api.to_owned(),
+            class: c.class,
+            process: (c.pid != 0).then(|| Process::current_task(c.pid)),
+            tid: c.tid,
+            address: Some(c.addr),
+            size: c.size,
+            direction: dir_name(c.dir).to_owned(),
+            entries: c.entries,
+            stack: Vec::new(),
+            stack_id: c.stack,
+        }
+    }
+
+    fn finding(
+        &self,
+        check: Check,
+        device: &str,
+        map: Option<&DmaCall>,
+        call: &DmaCall,
+        detail: String,
+    ) -> Misuse {
+        Misuse {
+            check,
+            device: device.to_owned(),
+            driver: self.drivers.get(device).cloned(),
+            map: map.map(|m| self.call_of(m)),
+            call: self.call_of(call),
+            detail,
+            count: 1,
+        }
+    }
+
+    fn push(&mut self, device: &str, m: Misuse) {
+        self.pending_counts.push((device.to_owned(), m.check));
+        if self.pending.len() < PENDING_KEPT {
+            self.pending.push(m);
+        }
+    }
+}
+
+/// The kernel's own image in /proc/iomem ("Kernel code", "Kernel rodata";
+/// root sees the real addresses, others zeros, which are dropped).
+pub fn kernel_image(iomem: &str) -> Vec<ImageRange> {
+    iomem
+        .lines()
+        .filter_map(|l| {
+            let (range, name) = l.trim().split_once(" : ")?;
+            let name = name.trim();
+            if name != "Kernel code" && name != "Kernel rodata" {
+                return None;
+            }
+            let (a, b) = range.trim().split_once('-')?;
+            let start = u64::from_str_radix(a, 16).ok()?;
+            let end = u64::from_str_radix(b, 16).ok()?;
+            (end > start).then(|| ImageRange {
+                name: name.to_owned(),
+                start,
+                end,
+            })
+        })
+        .collect()
+}

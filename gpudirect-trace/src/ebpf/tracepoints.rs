@@ -1,0 +1,158 @@
+//! Raw tracepoint programs: loading them, deciding whether the running kernel
+//! has each catalog tracepoint and attaching it; and the structure offsets
+//! the programs take from BTF.
+
+use aya::{
+    programs::{ProgramError, RawTracePoint},
+    Ebpf,
+};
+use gpudirect_trace_common::KernelOffsets;
+
+use super::Status;
+use crate::{
+    btf::Btf,
+    catalog::{ProbeSpec, Provider},
+    kernel::KernelInfo,
+};
+
+/// Structure offsets from BTF, falling back to the defaults (documented in
+/// `KernelOffsets::DEFAULT`) member by member.
+pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
+    let mut off = KernelOffsets::DEFAULT;
+    let Some(btf) = btf else { return off };
+    if let (Some(kobj), Some(name)) = (
+        btf.member_offset("device", "kobj"),
+        btf.member_offset("kobject", "name"),
+    ) {
+        off.device_name = kobj + name;
+    }
+    if let Some(o) = btf.member_offset("pci_dev", "dev") {
+        off.pci_dev_device = o;
+    }
+    if let Some(size) = btf.struct_size("scatterlist") {
+        off.sg_stride = size;
+        let m = |name| btf.member_offset("scatterlist", name);
+        off.sg_page_link = m("page_link").unwrap_or(off.sg_page_link);
+        off.sg_length = m("length").unwrap_or(off.sg_length);
+        off.sg_dma_address = m("dma_address").unwrap_or(off.sg_dma_address);
+        off.sg_dma_length = m("dma_length").unwrap_or(u32::MAX);
+    }
+    let sgt = |name| btf.member_offset("sg_table", name);
+    off.sgt_sgl = sgt("sgl").unwrap_or(off.sgt_sgl);
+    off.sgt_nents = sgt("nents").unwrap_or(off.sgt_nents);
+    off.sgt_orig_nents = sgt("orig_nents").unwrap_or(off.sgt_orig_nents);
+    if let Some(size) = btf.struct_size("page") {
+        off.page_size = size;
+    }
+    if let Some(o) = btf
+        .member_offset("nv_dma_device", "dev")
+        .or_else(|| btf.typedef_member_offset("nv_dma_device_t", "dev"))
+    {
+        off.nv_dma_device_dev = o;
+    }
+    off
+}
+
+pub(super) fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
+    let prog: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())?;
+    prog.load().map_err(|e| match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            format!("verifier rejected it ({io_error}): {verifier_log}")
+        }
+        other => other.to_string(),
+    })
+}
+
+/// Whether the kernel has the tracepoint (BTF prototype or tracefs entry;
+/// unknown counts as present: attaching then says).
+pub(super) fn tracepoint_exists(kernel: &KernelInfo, spec: &ProbeSpec) -> bool {
+    if let Provider::Module(module) = spec.provider {
+        if !kernel.modules.iter().any(|m| m == module) {
+            return false;
+        }
+    }
+    let btf = kernel
+        .btf
+        .as_ref()
+        .and_then(|b| b.tracepoint_args(spec.event()))
+        .is_some();
+    btf || kernel.tracefs_has(spec.group(), spec.event()) != Some(false)
+}
+
+/// Decides whether `spec` exists on this kernel and attaches it.
+pub(super) fn attach_probe(
+    ebpf: &mut Ebpf,
+    kernel: &KernelInfo,
+    spec: &ProbeSpec,
+) -> (Status, String) {
+    if let Provider::Module(module) = spec.provider {
+        if !kernel.modules.iter().any(|m| m == module) {
+            return (
+                Status::Unavailable,
+                format!("module {module} is not loaded"),
+            );
+        }
+    }
+    let btf_args = kernel
+        .btf
+        .as_ref()
+        .and_then(|b| b.tracepoint_args(spec.event()));
+    let in_tracefs = kernel.tracefs_has(spec.group(), spec.event());
+    if btf_args.is_none() && in_tracefs == Some(false) {
+        return (
+            Status::Unavailable,
+            format!(
+                "this kernel ({}) has no tracepoint {}",
+                kernel.release, spec.name
+            ),
+        );
+    }
+    if let Some(n) = btf_args {
+        if n < spec.args_read {
+            return (
+                Status::Failed,
+                format!(
+                    "prototype mismatch: the kernel's {} has {n} arguments, the program reads {}",
+                    spec.name, spec.args_read
+                ),
+            );
+        }
+    }
+    let prog: &mut RawTracePoint = match ebpf.program_mut(spec.program).map(TryInto::try_into) {
+        Some(Ok(p)) => p,
+        _ => return (Status::Failed, format!("program {} missing", spec.program)),
+    };
+    match prog.attach(spec.event()) {
+        Ok(_) => {
+            let how = match btf_args {
+                Some(n) => format!("{n} args per BTF"),
+                None => "no BTF prototype; attached by name".to_owned(),
+            };
+            (Status::Attached, how)
+        }
+        Err(e) => {
+            let errno = match &e {
+                ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
+                _ => None,
+            };
+            if errno == Some(libc::ENOENT) {
+                (
+                    Status::Unavailable,
+                    format!(
+                        "this kernel ({}) has no tracepoint {}",
+                        kernel.release, spec.name
+                    ),
+                )
+            } else {
+                (Status::Failed, format!("attach failed: {e}"))
+            }
+        }
+    }
+}

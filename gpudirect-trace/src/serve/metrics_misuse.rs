@@ -1,0 +1,34 @@
+//! The misuse checks' families (`serve --check`): findings by device and
+//! check, and what could not be checked. Labels are fixed sets: `device`
+//! (through the device-label cap) and `check` (model::misuse::Check).
+
+use super::{DeviceLabels, Model, Type};
+use crate::analysis::misuse::CheckStats;
+
+impl Model {
+    pub fn add_misuse(&mut self, st: &CheckStats, labels: &mut DeviceLabels) {
+        use Type::Counter;
+        for (dev, checks) in &st.findings {
+            let device = labels.label(dev).to_string();
+            for (check, &n) in checks {
+                let l = vec![("device", device.clone()), ("check", check.to_string())];
+                self.add("gpudirect_dma_misuse", Counter, None, l, n);
+            }
+        }
+        for (dev, callers) in &st.map_failures {
+            let device = labels.label(dev).to_string();
+            let n = callers.values().fold(0u64, |a, &b| a.saturating_add(b));
+            let l = vec![("device", device), ("check", "map-failure".to_owned())];
+            self.add("gpudirect_dma_misuse", Counter, None, l, n);
+        }
+        for (what, n) in [
+            ("unknown-unmap", st.unknown_unmaps),
+            ("unknown-sync", st.unknown_syncs),
+            ("untracked-map", st.untracked_maps),
+            ("unproven", st.unproven),
+        ] {
+            let l = vec![("reason", what.to_owned())];
+            self.add("gpudirect_dma_misuse_unchecked", Counter, None, l, n);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The session's part in the misuse checks (`--check`): the kernel image's
+//! ranges and the devices' drivers at the start, driver unbinds as they
+//! happen, and the loss check that turns findings into incidents.
+
+use std::sync::Arc;
+
+use super::{uevent::Uevents, Observed, Session, SessionOptions};
+use crate::{
+    analysis::misuse::kernel_image,
+    model::{misuse::CheckSetup, pci::DriverChange},
+    output,
+    tracefile::PciDevice,
+};
+
+/// Waits for driver binds and unbinds (never returns when not followed);
+/// an error stops following them, with a warning.
+pub async fn driver_changes(uevents: &mut Option<Uevents>) -> Vec<DriverChange> {
+    match uevents.as_mut() {
+        Some(u) => match u.next().await {
+            Ok(v) => v,
+            Err(e) => {
+                output::warn(&format!(
+                    "uevent socket: {e}: driver unbinds no longer followed"
+                ));
+                *uevents = None;
+                Vec::new()
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+impl Session {
+    pub(super) fn start_checks(
+        &mut self,
+        opts: &SessionOptions,
+        pci: &[PciDevice],
+    ) -> anyhow::Result<()> {
+        if !opts.stream {
+            anyhow::bail!("--check needs every DMA-API call: it cannot run with --aggregate-only");
+        }
+        let image = match std::fs::read_to_string("/proc/iomem") {
+            Ok(t) => kernel_image(&t),
+            Err(e) => {
+                output::warn(&format!(
+                    "reading /proc/iomem failed ({e}): maps of kernel text or rodata go unchecked"
+                ));
+                Vec::new()
+            }
+        };
+        if image.is_empty() {
+            output::warn(
+                "/proc/iomem shows no kernel code or rodata ranges (not root?): maps of kernel \
+                 text or rodata go unchecked",
+            );
+        }
+        let setup = CheckSetup {
+            kernel_image: image,
+            stacks: opts.stacks,
+        };
+        self.analysis.enable_checks(
+            &setup,
+            pci.iter().map(|d| (d.bus_id.as_str(), d.driver.as_deref())),
+        );
+        self.check = Some(setup);
+        match Uevents::open() {
+            Ok(u) => self.uevents = Some(u),
+            Err(e) => output::warn(&format!(
+                "cannot follow driver unbinds (uevent socket: {e}): leaks at unbind go unchecked"
+            )),
+        }
+        Ok(())
+    }
+
+    /// Whether driver binds and unbinds are followed.
+    pub fn follows_drivers(&self) -> bool {
+        self.uevents.is_some()
+    }
+
+    /// Driver changes waiting at the end of the session.
+    pub fn last_driver_changes(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let changes = self
+            .uevents
+            .as_ref()
+            .map(|u| u.pending())
+            .unwrap_or_default();
+        for c in &changes {
+            self.driver_change(c, f)?;
+        }
+        Ok(())
+    }
+
+    /// A driver change, after everything the ring holds before it.
+    pub fn driver_change(
+        &mut self,
+        c: &DriverChange,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        f(Observed::Driver(c))?;
+        let device: Arc<str> = Arc::from(c.device.as_str());
+        self.analysis
+            .driver_change(&device, c.driver.as_deref(), c.ts_ns);
+        Ok(())
+    }
+
+    /// The loss check (`lost_total`: events lost since the start, as the
+    /// checkpoint just written says): the findings it proves become
+    /// incidents, handed to `f`.
+    pub fn confirm_findings(
+        &mut self,
+        lost_total: u64,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for o in self.analysis.confirm(lost_total) {
+            self.incident(Some(o), f)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! Host-side check of the dma-misuse-module scenario: the findings of
+//! `record --check` against the calls the misbehaving driver (tests/vm/
+//! gdt-misuse) logged making them.
+//!
+//! Each misuse must be reported exactly once, with the right check, on the
+//! edu with its driver's name, at the offending call (its DMA address, and
+//! its time within a few milliseconds before the driver's log line); the
+//! control, the exempt commands, the NVMe and the e1000e give nothing; a
+//! sync the kernel skips (6.11+ on a coherent device) gives nothing; the
+//! file's report finds the same.
+
+use anyhow::{ensure, Context, Result};
+use serde_json::Value;
+
+use super::{checks::tagged, qemu::Device};
+
+/// One `TAG_CALL <printk seconds> cmd=.. n=.. fn=.. addr=.. ...` line.
+#[derive(Debug)]
+struct DriverCall {
+    ts_ns: u64,
+    cmd: String,
+    n: u32,
+    addr: u64,
+    skipped: bool,
+}
+
+fn driver_calls(lines: &[String], tag: &str) -> Vec<DriverCall> {
+    let prefix = format!("{tag}_CALL ");
+    lines
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let mut it = rest.split_whitespace();
+            let secs: f64 = it.next()?.parse().ok()?;
+            let kv: Vec<(&str, &str)> = it.filter_map(|w| w.split_once('=')).collect();
+            let get = |k: &str| kv.iter().find(|(a, _)| *a == k).map(|(_, v)| *v);
+            Some(DriverCall {
+                ts_ns: (secs * 1e9).round() as u64,
+                cmd: get("cmd")?.to_owned(),
+                n: get("n")?.parse().ok()?,
+                addr: u64::from_str_radix(get("addr")?.trim_start_matches("0x"), 16).ok()?,
+                skipped: get("kernel_skips") == Some("1"),
+            })
+        })
+        .collect()
+}
+
+/// The misuse each command performs: its offending call and the check.
+const EXPECTED: &[(&str, u32, &str)] = &[
+    ("double-unmap", 3, "double-unmap"),
+    ("unmap-size", 2, "unmap-size"),
+    ("unmap-dir", 2, "unmap-direction"),
+    ("unmap-class-resource", 2, "unmap-class"),
+    ("unmap-class-page", 2, "unmap-class"),
+    ("free-coherent-streaming", 2, "unmap-class"),
+    ("sg-unmap-nents", 2, "sg-unmap-count"),
+    ("sync-after-unmap", 3, "sync-unmapped"),
+    ("sync-outside", 2, "sync-outside"),
+    ("sync-dir-cpu", 2, "sync-direction"),
+    ("sync-dir-device", 2, "sync-direction"),
+    ("sync-sg-after-unmap", 3, "sync-unmapped"),
+    ("sync-sg-count", 2, "sync-sg-count"),
+    ("overlap-first", 2, "cacheline-overlap"),
+    ("overlap-shared-line", 2, "cacheline-overlap"),
+    ("overlap-later", 2, "cacheline-overlap"),
+    ("overlap-bidir", 2, "cacheline-overlap"),
+    ("map-text", 1, "kernel-image"),
+    ("map-rodata", 1, "kernel-image"),
+];
+
+/// A finding as the check compares it.
+#[derive(Debug, PartialEq)]
+struct Finding {
+    check: String,
+    device: String,
+    driver: String,
+    addr: u64,
+    ts_ns: u64,
+    count: u64,
+}
+
+fn findings(v: &Value) -> Vec<Finding> {
+    v["incidents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["category"] == "misuse")
+        .map(|i| {
+            let m = &i["misuse"];
+            let hex = |x: &Value| {
+                x.as_str()
+                    .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+                    .unwrap_or(0)
+            };
+            Finding {
+                check: m["check"].as_str().unwrap_or("").to_owned(),
+                device: m["device"].as_str().unwrap_or("").to_owned(),
+                driver: m["driver"].as_str().unwrap_or("").to_owned(),
+                addr: hex(&m["call"]["address"]),
+                ts_ns: m["call"]["mono_ns"].as_u64().unwrap_or(0),
+                count: m["count"].as_u64().unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// One phase (TAG: MISUSE, the whole command list with the unbind; SYNCS,
+/// the sync commands with no sync skipped). Returns false when the phase
+/// did not run.
+fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
+    let calls = driver_calls(lines, tag);
+    if calls.is_empty() {
+        return Ok(false);
+    }
+    let record = tagged(lines, &format!("{tag}_RECORD "))?;
+    let report = tagged(lines, &format!("{tag}_REPORT "))?;
+    let found = findings(&record);
+    let edu = Device::Edu.bdf();
+    let mut matched = vec![false; found.len()];
+    let mut want = 0;
+    for (cmd, n, check) in EXPECTED {
+        let Some(c) = calls.iter().find(|c| c.cmd == *cmd && c.n == *n) else {
+            continue;
+        };
+        // Logged right after the call: the call is at most 50 ms earlier.
+        let hits: Vec<usize> = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                f.check == *check
+                    && f.addr == c.addr
+                    && f.ts_ns <= c.ts_ns + 1_000_000
+                    && c.ts_ns.saturating_sub(f.ts_ns) < 50_000_000
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if c.skipped {
+            ensure!(
+                hits.is_empty(),
+                "{tag} {cmd}: a finding for a sync the kernel skipped: {:?}",
+                hits.iter().map(|&i| &found[i]).collect::<Vec<_>>()
+            );
+            continue;
+        }
+        want += 1;
+        ensure!(
+            hits.len() == 1,
+            "{tag} {cmd}: {} {check} findings at {:#x} (want exactly one); all findings: {found:#?}",
+            hits.len(),
+            c.addr
+        );
+        let f = &found[hits[0]];
+        ensure!(
+            f.device == edu && f.driver == "gdt-misuse",
+            "{tag} {cmd}: on {} by {:?}, want {edu} by gdt-misuse",
+            f.device,
+            f.driver
+        );
+        matched[hits[0]] = true;
+    }
+    if tag == "MISUSE" {
+        let leak = calls
+            .iter()
+            .find(|c| c.cmd == "leak" && c.n == 1)
+            .context("no leak command in the driver's calls")?;
+        let leaks: Vec<usize> = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.check == "leak-at-unbind")
+            .map(|(i, _)| i)
+            .collect();
+        ensure!(
+            leaks.len() == 1,
+            "{} leak findings, want one: {found:#?}",
+            leaks.len()
+        );
+        let f = &found[leaks[0]];
+        ensure!(
+            f.count == 2 && f.addr == leak.addr && f.device == edu && f.driver == "gdt-misuse",
+            "leak finding {f:?}: want 2 mappings, the oldest at {:#x}, on {edu} by gdt-misuse",
+            leak.addr
+        );
+        matched[leaks[0]] = true;
+        want += 1;
+        let failures: u64 = record["misuse"]["map_failures"][edu]
+            .as_object()
+            .map(|m| m.values().filter_map(Value::as_u64).sum())
+            .unwrap_or(0);
+        let map_fail = calls.iter().filter(|c| c.cmd == "map-fail").count() as u64;
+        ensure!(
+            failures == map_fail,
+            "{failures} map failures counted on the edu, the driver made {map_fail}"
+        );
+    }
+    let extra: Vec<&Finding> = found
+        .iter()
+        .zip(&matched)
+        .filter(|(_, m)| !**m)
+        .map(|(f, _)| f)
+        .collect();
+    ensure!(
+        extra.is_empty(),
+        "{tag}: findings no misuse explains (the control, NVMe, e1000e, exempt commands must \
+         give none): {extra:#?}"
+    );
+    ensure!(
+        findings(&report) == found,
+        "{tag}: report --json of the file finds otherwise than the recording did live"
+    );
+    let unknown = &record["misuse"];
+    eprintln!(
+        "xtask: {series}: {tag}: {want} misuses, each found once; unknown unmaps {}, syncs {}, \
+         unproven {}",
+        unknown["unknown_unmaps"], unknown["unknown_syncs"], unknown["unproven"]
+    );
+    Ok(true)
+}
+
+pub fn dma_misuse(series: &str, lines: &[String]) -> Result<()> {
+    ensure!(phase(series, lines, "MISUSE")?, "no MISUSE_CALL lines");
+    if !phase(series, lines, "SYNCS")? {
+        eprintln!("xtask: {series}: no force_sync phase (kernel without dma:* tracepoints)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_call_lines_parse() {
+        let lines = vec![
+            "MISUSE_CALL 12.345678 cmd=double-unmap n=3 fn=dma_unmap_single dev=0000:00:03.0 \
+             addr=0xfffff000 size=64 dir=DMA_TO_DEVICE"
+                .to_owned(),
+            "MISUSE_CALL 13.000001 cmd=sync-dir-cpu n=2 fn=dma_sync_single_for_cpu \
+             dev=0000:00:03.0 addr=0x1000 size=64 dir=DMA_FROM_DEVICE kernel_skips=1"
+                .to_owned(),
+            "noise".to_owned(),
+        ];
+        let c = driver_calls(&lines, "MISUSE");
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            (c[0].ts_ns, c[0].n, c[0].addr),
+            (12_345_678_000, 3, 0xffff_f000)
+        );
+        assert!(c[1].skipped && !c[0].skipped);
+    }
+}
