@@ -15,6 +15,7 @@ mod bench_parts;
 mod bench_reader;
 mod bench_ring;
 mod bench_sg;
+mod counters;
 mod deploy;
 mod flight;
 mod gpu_metrics;

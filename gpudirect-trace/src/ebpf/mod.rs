@@ -406,7 +406,8 @@ impl Tracer {
     }
 
     /// DEV_COUNTERS summed over CPUs and over the nesting copies of each
-    /// counter (`COUNTER_SLOTS`): one entry per (device, kind, direction).
+    /// counter (`COUNTER_SLOTS`), plus what each CPU's counter cache holds
+    /// (`COUNTER_CACHE`): one entry per (device, kind, direction).
     fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
         for (k, per_cpu) in self.maps.counters.iter().filter_map(Result::ok) {
@@ -415,6 +416,19 @@ impl Tracer {
             for c in per_cpu.iter() {
                 total.count += c.count;
                 total.bytes += c.bytes;
+            }
+        }
+        if let Ok(per_cpu) = self.maps.cpu_state.get(&0, 0) {
+            for st in per_cpu.iter() {
+                for (k, c) in st.cache_keys.iter().zip(&st.cache) {
+                    // Kind 0 is no event: a slot never used.
+                    if k.event_kind() == 0 || c.count == 0 {
+                        continue;
+                    }
+                    let total = merged.entry(k.merged()).or_default();
+                    total.count += c.count;
+                    total.bytes += c.bytes;
+                }
             }
         }
         merged
