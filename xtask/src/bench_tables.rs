@@ -275,13 +275,18 @@ fn ring(out: &mut String, lines: &[Line]) {
             continue;
         }
         let lost = r.num("lost").unwrap_or(f64::NAN);
+        let idle = r.get("injected") == Some("0");
         let _ = writeln!(
             out,
-            "| {offered} | {} | {lost:.0} | {:.0} | {:.1}% | {:.1} | {:.2} / {:.2} / {:.2} ms | {cover} | {} |",
+            "| {offered} | {} | {lost:.0} | {:.0} | {:.1}% | {} | {:.2} / {:.2} / {:.2} ms | {cover} | {} |",
             mega(r.num("achieved_per_s").unwrap_or(0.0)),
             r.num("wakeups_per_s").unwrap_or(f64::NAN),
             r.num("reader_cpu_pct").unwrap_or(f64::NAN),
-            r.num("reader_ns_per_event").unwrap_or(f64::NAN),
+            if idle {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", r.num("reader_ns_per_event").unwrap_or(f64::NAN))
+            },
             r.num("wait_p50_ms").unwrap_or(f64::NAN),
             r.num("wait_p99_ms").unwrap_or(f64::NAN),
             r.num("wait_max_ms").unwrap_or(f64::NAN),
