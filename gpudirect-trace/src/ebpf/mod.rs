@@ -84,15 +84,15 @@ pub struct ProbeStatus {
 /// - 10 k events/s: the ring covers 11.7 s of a reader that does not run;
 ///   no threshold wake-up ever, 20 wake-ups/s (the timer), records wait
 ///   ~50 ms (p99 98 ms), reader CPU 0.1%.
-/// - 1 M events/s: covers 117 ms; ~250 wake-ups/s; records wait ~2 ms
-///   (p99 4-7 ms); reader 7-8% of a core (75-80 ns/event); no loss; a
-///   staged 58 ms reader stall loses nothing, a 233 ms one loses exactly
-///   (stall - cover) x rate.
+/// - 1 M events/s: covers 117 ms; 140-250 wake-ups/s; records wait
+///   ~2-3 ms (p99 4-11 ms); reader 7-9% of a core (75-98 ns/event); no
+///   loss; a staged 58 ms reader stall loses nothing, a 233 ms one loses
+///   (stall - cover) x rate, within 3% in quiet runs.
 /// - 10 M events/s (not offerable here: derived, and time-scaled at 8 M/s
 ///   as 1 M/s into a ring and threshold 8x smaller): covers 11.7 ms,
 ///   ~2 760 wake-ups/s (~0.4% of one traced CPU at ~1.4 us each), reader
-///   ~75-85% of a core. With the reader's core quiet no loss; when other
-///   work took its core for tens of ms, rings 4x larger lost too.
+///   ~70-100% of a core. No loss in 8 of 9 runs; in the 9th other work
+///   took the reader's core for over 60 ms and rings 4x larger lost too.
 ///
 /// Not raised: 8 MiB already covers 100+ ms up to 1 M events/s; above
 /// that, loss depends on whether the reader gets its core (a 32 MiB ring
