@@ -61,6 +61,20 @@ pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 /// dma_map_resource became).
 pub const DMA_ATTR_MMIO: u64 = 1 << 10;
 
+/// DMA-API records' `aux`: attributes (sync: entries; failed sg map: the
+/// error, as an i32) in the low 32 bits; with `Config::stacks`, the id of
+/// the call's kernel stack in `STACKS` plus one in the high 32 bits (0: no
+/// stack).
+pub const AUX_STACK_SHIFT: u32 = 32;
+
+/// The stack id a DMA-API record's `aux` carries, if any.
+pub const fn aux_stack(aux: u64) -> Option<u32> {
+    match (aux >> AUX_STACK_SHIFT) as u32 {
+        0 => None,
+        n => Some(n - 1),
+    }
+}
+
 /// Event kinds (first field of every record in the ring buffer).
 pub mod kind {
     pub const IOMMU_MAP: u16 = 1;
@@ -195,11 +209,14 @@ pub mod maps {
     pub const SG_CONT_T: &str = "SG_CONT_T";
     pub const SG_CONT_K: &str = "SG_CONT_K";
     pub const SG_CONT_R: &str = "SG_CONT_R";
+    /// Kernel stacks of DMA-API calls (`--stacks`); one entry when off.
+    pub const STACKS: &str = "STACKS";
+    pub const STACKS_CAP: u32 = 8192;
     /// All-zero initial values of new task states and histograms.
     pub const ZERO_TASK: &str = "ZERO_TASK";
     pub const ZERO_HIST: &str = "ZERO_HIST";
     /// Every map of the object.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
         EVENTS,
         STATS,
         HITS,
@@ -217,6 +234,7 @@ pub mod maps {
         SG_CONT_R,
         ZERO_TASK,
         ZERO_HIST,
+        STACKS,
     ];
 }
 
@@ -569,7 +587,9 @@ pub struct Config {
     /// kallsyms), for page_to_phys() in the dma_map_page_attrs hooks; 0 when
     /// unknown (the hooks then report physical address 0).
     pub vmemmap_base_ptr: u64,
-    pub _pad: u32,
+    /// 1: take the kernel stack of each DMA-API call (`--stacks`) into
+    /// `STACKS`, its id in the record's `aux` (`AUX_STACK_SHIFT`).
+    pub stacks: u32,
     /// log2 of the CPU page size (12 on x86_64).
     pub page_shift: u32,
 }
@@ -581,7 +601,7 @@ impl Config {
         stream: 1,
         track_lifetimes: 0,
         vmemmap_base_ptr: 0,
-        _pad: 0,
+        stacks: 0,
         page_shift: 12,
     };
 }
@@ -708,7 +728,10 @@ pub mod stat {
     /// DMA-API maps the kretprobe could not report: its kprobe entry kept
     /// no arguments (both nesting slots busy, or the entry was missed).
     pub const HOOK_ARGS_MISSING: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// DMA-API calls whose kernel stack could not be kept (`--stacks`: the
+    /// stack map full, or a hash collision with another stack).
+    pub const STACK_LOST: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 const _: () = assert!(KIND_NAMES.len() == kind::COUNT as usize);

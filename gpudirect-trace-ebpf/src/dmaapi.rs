@@ -214,6 +214,12 @@ struct Src {
 }
 
 impl Src {
+    /// The call's kernel stack, for its record (`--stacks`).
+    #[inline(always)]
+    fn stack(&self) -> u64 {
+        crate::stacks::take(self.ctx)
+    }
+
     fn btf(ctx: *mut c_void) -> Self {
         Self { kprobe: false, ctx }
     }
@@ -249,14 +255,14 @@ fn nothing_after(_a: Option<&[u64; 6]>, _ret: u64, _s: Src) {}
 // ---- dma_map_page_attrs(dev, page, offset, size, dir, attrs) -> dma_addr_t
 
 #[inline(always)]
-fn map_page_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
+fn map_page_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
     if reports(hook_ops::MAP) {
         let phys = match page_to_phys(a[1]) {
             0 => 0,
             p => p + a[2],
         };
-        dmarec::map(a[0], phys, ret, a[3], a[4] as u32, a[5], 0, true);
+        dmarec::map(a[0], phys, ret, a[3], a[4] as u32, a[5], 0, true, s.stack());
     }
 }
 
@@ -275,10 +281,10 @@ dma_hooks!(
 // ---- dma_map_phys(dev, phys, size, dir, attrs) -> dma_addr_t (6.18+)
 
 #[inline(always)]
-fn map_phys_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
+fn map_phys_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
     if reports(hook_ops::MAP) {
-        dmarec::map(a[0], a[1], ret, a[2], a[3] as u32, a[4], 0, true);
+        dmarec::map(a[0], a[1], ret, a[2], a[3] as u32, a[4], 0, true, s.stack());
     }
 }
 
@@ -297,9 +303,9 @@ dma_hooks!(
 // ---- dma_unmap_page_attrs / dma_unmap_phys(dev, addr, size, dir, attrs)
 
 #[inline(always)]
-fn unmap_entry(a: &[u64; 6], _s: Src) {
+fn unmap_entry(a: &[u64; 6], s: Src) {
     if reports(hook_ops::UNMAP) {
-        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], 0, true);
+        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], 0, true, s.stack());
     }
 }
 
@@ -318,7 +324,7 @@ dma_hooks!(
 // ---- dma_map_resource(dev, phys, size, dir, attrs) -> dma_addr_t
 
 #[inline(always)]
-fn map_resource_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
+fn map_resource_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
     if reports(hook_ops::RESOURCE) {
         dmarec::map(
@@ -330,6 +336,7 @@ fn map_resource_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
             a[4],
             flags::RESOURCE,
             true,
+            s.stack(),
         );
     }
 }
@@ -349,9 +356,18 @@ dma_hooks!(
 // ---- dma_unmap_resource(dev, addr, size, dir, attrs)
 
 #[inline(always)]
-fn unmap_resource_entry(a: &[u64; 6], _s: Src) {
+fn unmap_resource_entry(a: &[u64; 6], s: Src) {
     if reports(hook_ops::RESOURCE) {
-        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], flags::RESOURCE, true);
+        dmarec::unmap(
+            a[0],
+            a[1],
+            a[2],
+            a[3] as u32,
+            a[4],
+            flags::RESOURCE,
+            true,
+            s.stack(),
+        );
     }
 }
 
@@ -370,7 +386,7 @@ dma_hooks!(
 // ---- dma_alloc_attrs(dev, size, dma_addr_t *handle, gfp, attrs) -> void *
 
 #[inline(always)]
-fn alloc_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
+fn alloc_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
     if reports(hook_ops::COHERENT) {
         let handle = if ret != 0 && a[2] != 0 {
@@ -378,7 +394,7 @@ fn alloc_exit(a: Option<&[u64; 6]>, ret: u64, _s: Src) {
         } else {
             0
         };
-        dmarec::coherent(kind::DMA_ALLOC, a[0], ret, handle, a[1], true);
+        dmarec::coherent(kind::DMA_ALLOC, a[0], ret, handle, a[1], true, s.stack());
     }
 }
 
@@ -397,10 +413,10 @@ dma_hooks!(
 // ---- dma_free_attrs(dev, size, cpu_addr, dma_handle, attrs)
 
 #[inline(always)]
-fn free_entry(a: &[u64; 6], _s: Src) {
+fn free_entry(a: &[u64; 6], s: Src) {
     // dma_free_attrs returns early for a NULL cpu_addr: nothing was freed.
     if a[2] != 0 && reports(hook_ops::COHERENT) {
-        dmarec::coherent(kind::DMA_FREE, a[0], a[2], a[3], a[1], true);
+        dmarec::coherent(kind::DMA_FREE, a[0], a[2], a[3], a[1], true, s.stack());
     }
 }
 
@@ -421,16 +437,16 @@ dma_hooks!(
 // that need syncing; where the tracepoints fire too.)
 
 #[inline(always)]
-fn sync_cpu_entry(a: &[u64; 6], _s: Src) {
+fn sync_cpu_entry(a: &[u64; 6], s: Src) {
     if reports(hook_ops::SYNC) {
-        dmarec::sync(false, a[0], a[1], a[2], a[3] as u32, None, true, true);
+        dmarec::sync(false, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
     }
 }
 
 #[inline(always)]
-fn sync_dev_entry(a: &[u64; 6], _s: Src) {
+fn sync_dev_entry(a: &[u64; 6], s: Src) {
     if reports(hook_ops::SYNC) {
-        dmarec::sync(true, a[0], a[1], a[2], a[3] as u32, None, true, true);
+        dmarec::sync(true, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
     }
 }
 

@@ -60,6 +60,7 @@ pub fn map(
     attrs: u64,
     extra: u16,
     hook: bool,
+    stack: u64,
 ) {
     // 6.18's dma_map_phys maps MMIO (what dma_map_resource was) with
     // DMA_ATTR_MMIO.
@@ -78,7 +79,7 @@ pub fn map(
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = attrs;
+    ev.aux = (attrs & 0xffff_ffff) | stack;
     if k == kind::DMA_MAP_ERR {
         rare(&mut ev, hook);
         return;
@@ -89,7 +90,17 @@ pub fn map(
 
 /// dma_unmap_page / dma_unmap_phys / dma_unmap_resource.
 #[inline(always)]
-pub fn unmap(dev: u64, addr: u64, size: u64, dir: u32, attrs: u64, extra: u16, hook: bool) {
+#[allow(clippy::too_many_arguments)]
+pub fn unmap(
+    dev: u64,
+    addr: u64,
+    size: u64,
+    dir: u32,
+    attrs: u64,
+    extra: u16,
+    hook: bool,
+    stack: u64,
+) {
     let extra = if attrs & DMA_ATTR_MMIO != 0 {
         extra | flags::RESOURCE
     } else {
@@ -99,7 +110,7 @@ pub fn unmap(dev: u64, addr: u64, size: u64, dir: u32, attrs: u64, extra: u16, h
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = attrs;
+    ev.aux = (attrs & 0xffff_ffff) | stack;
     hot(&mut ev, hook);
     lifetime::unmapped(&ev);
 }
@@ -107,10 +118,11 @@ pub fn unmap(dev: u64, addr: u64, size: u64, dir: u32, attrs: u64, extra: u16, h
 /// A failed scatter-gather map: `nents` entries, `err` the negative errno
 /// (0 where the kernel's function returns 0 for every error).
 #[inline(always)]
-pub fn map_sg_err(dev: u64, nents: u32, err: i64, dir: u32, hook: bool) {
+pub fn map_sg_err(dev: u64, nents: u32, err: i64, dir: u32, hook: bool, stack: u64) {
     let mut ev = new(kind::DMA_MAP_SG_ERR, dev, 0, hook);
     ev.size = nents as u64;
-    ev.aux = err as u64;
+    // The error as an i32 in the low half (AUX_STACK_SHIFT).
+    ev.aux = u64::from(err as i32 as u32) | stack;
     ev.dir = dir;
     rare(&mut ev, hook);
 }
@@ -119,10 +131,11 @@ pub fn map_sg_err(dev: u64, nents: u32, err: i64, dir: u32, hook: bool) {
 /// memory at kernel address `virt`, DMA address `addr`. An allocation that
 /// returned NULL is a map error.
 #[inline(always)]
-pub fn coherent(k: u16, dev: u64, virt: u64, addr: u64, size: u64, hook: bool) {
+pub fn coherent(k: u16, dev: u64, virt: u64, addr: u64, size: u64, hook: bool, stack: u64) {
     if k == kind::DMA_ALLOC && virt == 0 {
         let mut ev = new(kind::DMA_MAP_ERR, dev, flags::COHERENT, hook);
         ev.size = size;
+        ev.aux = stack;
         rare(&mut ev, hook);
         return;
     }
@@ -130,6 +143,7 @@ pub fn coherent(k: u16, dev: u64, virt: u64, addr: u64, size: u64, hook: bool) {
     ev.phys = virt;
     ev.addr = addr;
     ev.size = size;
+    ev.aux = stack;
     hot(&mut ev, hook);
 }
 
@@ -145,6 +159,7 @@ pub fn sync(
     sg: Option<u32>,
     complete: bool,
     hook: bool,
+    stack: u64,
 ) {
     let k = if for_device {
         kind::DMA_SYNC_DEVICE
@@ -159,6 +174,6 @@ pub fn sync(
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = sg.unwrap_or(0) as u64;
+    ev.aux = sg.unwrap_or(0) as u64 | stack;
     hot(&mut ev, hook);
 }

@@ -61,6 +61,12 @@ pub fn cfg_track_lifetimes() -> bool {
 }
 
 #[inline(always)]
+pub fn cfg_stacks() -> bool {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.stacks)) != 0 }
+}
+
+#[inline(always)]
 fn cfg_wakeup_bytes() -> u64 {
     // SAFETY: as in `config`.
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.wakeup_bytes)) }

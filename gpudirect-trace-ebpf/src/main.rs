@@ -19,6 +19,7 @@ mod dmarec;
 mod emit;
 mod lifetime;
 mod sg;
+mod stacks;
 mod timing;
 
 use aya_ebpf::{
@@ -137,6 +138,7 @@ fn dma_map_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
         arg(ctx, 5),
         extra,
         false,
+        stacks::take(ctx.as_ptr()),
     );
     0
 }
@@ -164,6 +166,7 @@ fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
         arg(ctx, 4),
         extra,
         false,
+        stacks::take(ctx.as_ptr()),
     );
     0
 }
@@ -226,6 +229,7 @@ pub fn dma_map_sg_err(ctx: RawTracePointContext) -> i32 {
         arg(&ctx, 3) as i32 as i64,
         arg(&ctx, 4) as u32,
         false,
+        stacks::take(ctx.as_ptr()),
     );
     0
 }
@@ -247,7 +251,8 @@ pub fn dma_free(ctx: RawTracePointContext) -> i32 {
 
 #[inline(always)]
 fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
-    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), false);
+    let stack = stacks::take(ctx.as_ptr());
+    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), false, stack);
     0
 }
 
@@ -266,7 +271,8 @@ pub fn dma_sync_single_for_device(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn sync_single(ctx: &RawTracePointContext, for_device: bool) -> i32 {
     let (dev, addr, size, dir) = (arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3) as u32);
-    dmarec::sync(for_device, dev, addr, size, dir, None, true, false);
+    let stack = stacks::take(ctx.as_ptr());
+    dmarec::sync(for_device, dev, addr, size, dir, None, true, false, stack);
     0
 }
 

@@ -105,6 +105,8 @@ pub struct Finish {
     addr: u64,
     dir: u64,
     nents: u64,
+    /// The sync's kernel stack (`stacks::take`), for its record.
+    stack: u64,
 }
 
 const FINISH_SG: u64 = 0;
@@ -424,6 +426,7 @@ fn finish(sc: &mut Scratch) {
             Some(sc.fin.nents as u32),
             sc.cur.ended != 0,
             hook,
+            sc.fin.stack,
         );
     }
     if sc.fin.then_enter != 0 {
@@ -464,7 +467,7 @@ pub fn sg_event<const LOOP: bool>(
     ev.ents = ents;
     ev.n_lens = 0;
     ev.event.dir = dir;
-    ev.event.aux = attrs;
+    ev.event.aux = (attrs & 0xffff_ffff) | crate::stacks::take(ctx);
     if let Some(a) = read_u64(sgl + off.sg_dma_address as u64) {
         ev.event.addr = a;
     }
@@ -553,6 +556,7 @@ pub fn sync_sg<const LOOP: bool>(
     sc.fin.addr = first_dma_address(sgl);
     sc.fin.dir = dir as u64;
     sc.fin.nents = nents as u64;
+    sc.fin.stack = crate::stacks::take(ctx);
     let (_, more) = walk::<LOOP>(&mut sc.cur, sgl, nents, None);
     if more {
         sc.fin.then_enter = u64::from(then_enter);

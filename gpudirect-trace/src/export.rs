@@ -148,6 +148,13 @@ pub fn event_json(h: &Header, r: &Record, device: &str, red: &mut Redactor) -> M
     m.insert("phys".into(), json!(red.phys(e.phys)));
     m.insert("size".into(), json!(e.size));
     m.insert("aux".into(), json!(e.aux));
+    // With --stacks, DMA-API records carry their kernel stack's id in the
+    // high half of aux; its frames are in the `"kind":"stacks"` lines.
+    if h.checks.as_ref().is_some_and(|c| c.stacks) && is_dma_api(e.kind) {
+        if let Some(id) = gpudirect_trace_common::aux_stack(e.aux) {
+            m.insert("stack_id".into(), json!(id));
+        }
+    }
     match r {
         Record::Sg(sg) => {
             let n = (sg.n_lens as usize).min(sg.lens.len());
@@ -201,12 +208,30 @@ fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) 
             }
             Item::Loss(l) => loss_json(h, &l),
             Item::LogFault(f) => fault_json(h, &f),
+            Item::Stacks(l) => json!({"kind": "stacks", "stacks": l}),
             _ => continue,
         };
         serde_json::to_writer(&mut *out, &v)?;
         out.write_all(b"\n")?;
     }
     Ok(())
+}
+
+/// Records of DMA-API calls (their aux may carry a stack id).
+fn is_dma_api(k: u16) -> bool {
+    matches!(
+        k,
+        kind::DMA_MAP
+            | kind::DMA_UNMAP
+            | kind::DMA_MAP_SG
+            | kind::DMA_UNMAP_SG
+            | kind::DMA_MAP_SG_ERR
+            | kind::DMA_ALLOC
+            | kind::DMA_FREE
+            | kind::DMA_MAP_ERR
+            | kind::DMA_SYNC_CPU
+            | kind::DMA_SYNC_DEVICE
+    )
 }
 
 /// Which mapping family an event opens or closes (for map→unmap spans).

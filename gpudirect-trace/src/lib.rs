@@ -35,6 +35,7 @@ pub mod selftest;
 pub mod serve;
 pub mod session;
 pub mod summary;
+pub mod symbols;
 pub mod tracefile;
 pub mod version;
 

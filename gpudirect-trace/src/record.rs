@@ -87,6 +87,7 @@ impl Sink for RecordSink {
             Observed::Nvml(s) => self.writer.nvml(s),
             Observed::Names(n) => self.writer.names(n),
             Observed::Driver(c) => self.writer.driver(c),
+            Observed::Stacks(l) => self.writer.stacks(l),
             Observed::Incident { .. } => Ok(()),
         };
         r.with_context(|| format!("writing {}", self.path))

@@ -354,8 +354,16 @@ pub fn misuse_text(stats: Option<&crate::analysis::misuse::CheckStats>) -> Strin
         let _ = writeln!(s, "  {dev:<14}  {}", list.join(", "));
     }
     for (dev, callers) in &st.map_failures {
-        for (caller, n) in callers {
-            let _ = writeln!(s, "  {dev:<14}  map failures: {n} ({caller})");
+        for r in callers {
+            let from = r.caller.as_deref().map_or_else(
+                || "caller unknown: --stacks".to_owned(),
+                |c| format!("from {c}"),
+            );
+            let _ = writeln!(
+                s,
+                "  {dev:<14}  {} failed {} time(s), {from}",
+                r.api, r.count
+            );
         }
     }
     let _ = writeln!(

@@ -180,6 +180,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
             Item::LogFault(f) => f.timestamp_ns.unwrap_or(0),
             Item::Trigger(t) => t.at_ns,
             Item::Driver(c) => c.ts_ns,
+            Item::Stacks(_) => 0,
             Item::Names(_) | Item::Nvml(_) => 0,
         };
         // The recording's last timestamp, whatever the window.
@@ -240,6 +241,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
                 }
             }
             Item::Nvml(s) => r.analysis.nvml(*s),
+            Item::Stacks(l) => r.analysis.add_stacks(&l),
             Item::Driver(c) => {
                 let device: std::sync::Arc<str> = std::sync::Arc::from(c.device.as_str());
                 r.analysis
@@ -249,6 +251,7 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
         }
     }
     r.stats = reader.stats().clone();
+    r.analysis.fill_stacks();
     if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
         let incidents: Vec<&Incident> = r.analysis.ledger.incidents().iter().collect();
         snapshot::capture(lead, &r.analysis.agg, at, &incidents);

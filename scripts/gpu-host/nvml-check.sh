@@ -8,7 +8,7 @@
 # with PyTorch, nvcc. Writes everything to $OUT/nvml (default ./gpu-out/nvml)
 # and ends with a comparison table (nvml-compare.txt):
 #   - BAR1 used and the replay counter as doctor read them (its nvml.json
-#     readings) vs `nvidia-smi -q -d MEMORY,PCIE` just before and just after;
+#     readings) vs `nvidia-smi -q` just before and just after;
 #   - doctor --baseline against a capture taken before the pinning;
 #   - the pinning processes' pids and bytes (pin-*.json) beside the tracer's
 #     live --json over the same time (live.jsonl), for per-process checks;
@@ -57,9 +57,9 @@ date +%s.%N > "$OUT/pinned-at.txt"
 # While pinned: nvidia-smi, doctor (two NVML readings 1 s apart), nvidia-smi,
 # three times, so each doctor reading is bracketed by nvidia-smi's.
 for i in 1 2 3; do
-  nvidia-smi -q -d MEMORY,PCIE > "$OUT/smi-pinned-$i-a.txt" 2>&1
+  nvidia-smi -q > "$OUT/smi-pinned-$i-a.txt" 2>&1
   "$BIN" doctor --json > "$OUT/doctor-pinned-$i.json" 2> "$OUT/doctor-pinned-$i.err"
-  nvidia-smi -q -d MEMORY,PCIE > "$OUT/smi-pinned-$i-b.txt" 2>&1
+  nvidia-smi -q > "$OUT/smi-pinned-$i-b.txt" 2>&1
   sleep 1
 done
 "$BIN" doctor --baseline "$OUT/before.tar.gz" > "$OUT/doctor-vs-before.txt" 2>&1
@@ -83,7 +83,7 @@ import glob, json, os, re, sys
 out = sys.argv[1]
 
 def smi(path):
-    """Per bus id: BAR1 used MiB and replays from nvidia-smi -q -d MEMORY,PCIE."""
+    """Per bus id: BAR1 used MiB and replays from nvidia-smi -q (580 has no PCIE display filter)."""
     res, bus, sect = {}, None, None
     if not os.path.exists(path):
         return res

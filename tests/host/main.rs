@@ -22,6 +22,7 @@ mod gpu_metrics;
 mod hostile;
 mod hostile_bounds;
 mod inject;
+mod misuse;
 mod record;
 mod serve;
 mod sg_walk;

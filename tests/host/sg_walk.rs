@@ -39,7 +39,7 @@ const SG_CHAIN: u64 = 1;
 const SG_END: u64 = 2;
 
 /// The arena: a kernel address and the image written into it.
-pub(crate) struct Arena {
+pub struct Arena {
     _obj: Ebpf,
     map: Array<MapData, [u8; ELEM]>,
     base: u64,
@@ -48,7 +48,7 @@ pub(crate) struct Arena {
 }
 
 impl Arena {
-    pub(crate) fn new(off: KernelOffsets) -> Self {
+    pub fn new(off: KernelOffsets) -> Self {
         let mut obj = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
         let prog: &mut RawTracePoint = obj
             .program_mut("arena_addr")
@@ -108,7 +108,7 @@ impl Arena {
     /// entries (the last one a chain entry), `gap` junk entries between
     /// arrays, the end mark on the last data entry and junk after it.
     /// Returns the list's address and the end mark's slot.
-    pub(crate) fn chained(&mut self, lens: &[u32], per_array: usize, gap: usize) -> (u64, usize) {
+    pub fn chained(&mut self, lens: &[u32], per_array: usize, gap: usize) -> (u64, usize) {
         assert!(per_array >= 2);
         let junk = |arena: &mut Arena, slot| arena.put(slot, 0x4000, 0x7777_0000, 0);
         let mut slot = 0;

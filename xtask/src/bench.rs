@@ -130,11 +130,23 @@ pub fn run() -> Result<()> {
         "--nocapture",
         "flight::bench",
     ])?;
+    let misuse = run_capture(&[
+        "test",
+        "--release",
+        "-p",
+        "gpudirect-trace",
+        "--lib",
+        "--",
+        "--ignored",
+        "--nocapture",
+        "analysis::misuse::bench",
+    ])?;
     // With --nocapture the harness's "test NAME ... " may precede a line.
     let lines: Vec<&str> = host
         .lines()
         .chain(file.lines())
         .chain(flight.lines())
+        .chain(misuse.lines())
         .filter_map(|l| match l.find("BENCH ") {
             Some(i) => Some(&l[i..]),
             None => l.find("map/unmap stream:").map(|i| &l[i..]),

@@ -29,7 +29,7 @@ fn map_sg_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let ents = ret as u32 as i32;
     if ents <= 0 {
         if reports(hook_ops::MAP_SG_ERR) {
-            dmarec::map_sg_err(a[0], a[2] as u32, ents as i64, a[3] as u32, true);
+            dmarec::map_sg_err(a[0], a[2] as u32, ents as i64, a[3] as u32, true, s.stack());
         }
         return;
     }
@@ -85,7 +85,7 @@ fn map_sgtable_exit<const LOOP: bool>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     if err < 0 {
         if reports(hook_ops::MAP_SG_ERR) {
             let orig = read_u32(sgt + off.sgt_orig_nents as u64);
-            dmarec::map_sg_err(a[0], orig, err as i64, a[2] as u32, true);
+            dmarec::map_sg_err(a[0], orig, err as i64, a[2] as u32, true, s.stack());
         }
         return;
     }

@@ -133,6 +133,10 @@ impl Ledger {
         self.incidents.get(i).filter(|x| x.id == id)
     }
 
+    pub fn incidents_mut(&mut self) -> impl Iterator<Item = &mut Incident> {
+        self.incidents.iter_mut()
+    }
+
     pub fn get_mut(&mut self, id: u64) -> Option<&mut Incident> {
         let first = self.incidents.front()?.id;
         let i = usize::try_from(id.checked_sub(first)?).ok()?;

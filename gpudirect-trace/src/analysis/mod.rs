@@ -30,6 +30,8 @@ pub struct Analysis {
     pub ledger: Ledger,
     /// The misuse checks (`--check`), when on.
     pub checker: Option<misuse::Checker>,
+    /// Kernel stacks (`--stacks`) by id, symbolized.
+    pub stacks: std::collections::BTreeMap<u32, Vec<String>>,
     /// NVML's first and latest readings (live: taken by the session;
     /// replay: from the file's NVML blocks, in the same order).
     pub nvml_first: Option<Sample>,
@@ -45,6 +47,7 @@ impl Analysis {
             agg: Aggregator::new(),
             ledger: Ledger::new(clock),
             checker: None,
+            stacks: Default::default(),
             nvml_first: None,
             nvml_latest: None,
         }
@@ -57,7 +60,8 @@ impl Analysis {
         setup: &crate::model::misuse::CheckSetup,
         drivers: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
     ) {
-        let mut c = misuse::Checker::new(*self.clock(), setup.kernel_image.clone());
+        let mut c = misuse::Checker::new(*self.clock(), setup.kernel_image.clone())
+            .with_stacks(setup.stacks);
         for (dev, drv) in drivers {
             c.set_driver(dev, drv);
         }
@@ -75,6 +79,56 @@ impl Analysis {
             .into_iter()
             .map(|m| Outcome::New(self.ledger.misuse(m)))
             .collect()
+    }
+
+    /// Stack ids the findings and map failures name without frames yet.
+    pub fn missing_stacks(&self) -> Vec<u32> {
+        let mut ids = std::collections::BTreeSet::new();
+        for i in self.ledger.incidents() {
+            if let Some(m) = &i.misuse {
+                for c in [m.map.as_ref(), Some(&m.call)].into_iter().flatten() {
+                    ids.extend(c.stack_id);
+                }
+            }
+        }
+        if let Some(c) = &self.checker {
+            for rows in c.stats.map_failures.values() {
+                ids.extend(rows.iter().filter_map(|r| r.stack_id));
+            }
+        }
+        ids.into_iter()
+            .filter(|id| !self.stacks.contains_key(id))
+            .collect()
+    }
+
+    /// Symbolized stacks (taken live, or a trace file's STACKS blocks).
+    pub fn add_stacks(&mut self, list: &[crate::model::misuse::StackFrames]) {
+        for s in list {
+            self.stacks.insert(s.id, s.frames.clone());
+        }
+    }
+
+    /// Puts the known stacks' frames into the findings and the map
+    /// failures' callers.
+    pub fn fill_stacks(&mut self) {
+        let stacks = &self.stacks;
+        for i in self.ledger.incidents_mut() {
+            let Some(m) = i.misuse.as_mut() else { continue };
+            for c in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
+                if let Some(f) = c.stack_id.and_then(|id| stacks.get(&id)) {
+                    c.stack = f.clone();
+                }
+            }
+        }
+        if let Some(c) = self.checker.as_mut() {
+            for rows in c.stats.map_failures.values_mut() {
+                for r in rows {
+                    if let Some(f) = r.stack_id.and_then(|id| stacks.get(&id)) {
+                        r.caller = crate::symbols::caller(f).map(str::to_owned);
+                    }
+                }
+            }
+        }
     }
 
     /// A device's driver bound (`driver`) or let go (None) of it.
@@ -170,7 +224,8 @@ impl Analysis {
                 kind::DMA_MAP_SG_ERR => {
                     let e = MapError {
                         api: "dma_map_sg".into(),
-                        errno: Some(ev.aux as i64),
+                        // An i32 in the low half (AUX_STACK_SHIFT).
+                        errno: Some(i64::from(ev.aux as u32 as i32)),
                         entries: Some(ev.size),
                         bytes: None,
                         direction: dir_name(ev.dir).into(),

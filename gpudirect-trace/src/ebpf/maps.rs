@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use aya::{
-    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     Ebpf,
 };
 use gpudirect_trace_common::{
@@ -27,6 +27,8 @@ pub struct Maps {
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     pub tasks: HashMap<MapData, u32, TaskState>,
     pub mappings: HashMap<MapData, MapKey, MapValue>,
+    /// Kernel stacks of DMA-API calls (`--stacks`).
+    pub stacks: StackTraceMap<MapData>,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<T>
@@ -52,6 +54,7 @@ impl Maps {
             latency: take(ebpf, names::LAT_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,
+            stacks: take(ebpf, names::STACKS)?,
         })
     }
 }

@@ -121,6 +121,8 @@ pub struct TracerOptions {
     pub dma_source: DmaSource,
     /// Scatterlist entries walked per map at most (`--sg-walk-max`).
     pub sg_walk_max: u32,
+    /// Take the kernel stack of each DMA-API call (`--stacks`).
+    pub stacks: bool,
 }
 
 impl Default for TracerOptions {
@@ -134,6 +136,7 @@ impl Default for TracerOptions {
             attach: true,
             dma_source: DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
+            stacks: false,
         }
     }
 }
@@ -155,6 +158,8 @@ pub struct SelfStats {
     /// DMA-API maps a kretprobe could not report (its kprobe entry kept no
     /// arguments): lost, and counted here.
     pub hook_args_missing: u64,
+    /// DMA-API calls whose kernel stack could not be kept (`--stacks`).
+    pub stacks_lost: u64,
     /// Tracepoint hits per event kind (index = `gpudirect_trace_common::kind`).
     pub hits: Vec<u64>,
     /// Times the kernel skipped one of our programs because it was already
@@ -216,12 +221,20 @@ impl Tracer {
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
             vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
-            _pad: 0,
+            stacks: u32::from(opts.stacks),
             page_shift: 12,
+        };
+        // The stack map costs ~1 KiB of kernel memory per entry: one entry
+        // unless --stacks.
+        let stack_entries = if opts.stacks {
+            gpudirect_trace_common::maps::STACKS_CAP
+        } else {
+            1
         };
         let mut ebpf = EbpfLoader::new()
             .set_global("CONFIG", &config, true)
             .set_max_entries("EVENTS", ring_bytes)
+            .set_max_entries(gpudirect_trace_common::maps::STACKS, stack_entries)
             .load(EBPF_OBJECT)
             .map_err(|e| explain_load_error(&e))?;
 
@@ -368,6 +381,7 @@ impl Tracer {
             lifetime_unmatched: sum(&self.maps.stats, stat::LIFETIME_UNMATCHED),
             mappings_untracked: sum(&self.maps.stats, stat::MAPPINGS_FULL),
             hook_args_missing: sum(&self.maps.stats, stat::HOOK_ARGS_MISSING),
+            stacks_lost: sum(&self.maps.stats, stat::STACK_LOST),
             hits,
             missed_events: self.recursion_misses(),
         }
@@ -479,6 +493,13 @@ impl Tracer {
     #[cfg(any(test, feature = "test-support"))]
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
         load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// The instruction pointers of kernel stack `id` (`--stacks`), innermost
+    /// first; None when the map no longer has it.
+    pub fn stack(&self, id: u32) -> Option<Vec<u64>> {
+        let st = self.maps.stacks.get(&id, 0).ok()?;
+        Some(st.frames().iter().map(|f| f.ip).collect())
     }
 
     /// The kernel's log2 latency histograms, summed over CPUs, by device name.

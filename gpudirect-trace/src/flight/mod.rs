@@ -163,6 +163,7 @@ impl Recorder {
             Observed::Nvml(s) => self.writer.nvml(s)?,
             Observed::Names(n) => self.writer.names(n)?,
             Observed::Driver(c) => self.writer.driver(c)?,
+            Observed::Stacks(l) => self.writer.stacks(l)?,
             Observed::Incident {
                 incident,
                 merged: false,

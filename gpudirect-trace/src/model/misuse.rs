@@ -262,3 +262,12 @@ pub struct CheckSetup {
     #[serde(default)]
     pub stacks: bool,
 }
+
+/// A kernel stack of the trace, symbolized when it was taken (STACKS
+/// blocks in trace files).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StackFrames {
+    pub id: u32,
+    /// Innermost first: `function+0xoff [module]`, or an address.
+    pub frames: Vec<String>,
+}

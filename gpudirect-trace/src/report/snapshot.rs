@@ -134,7 +134,20 @@ pub fn text(
         info.discarded_events,
         ns(info.after_ns)
     );
-    if let Some(i) = &t.incident {
+    if let Some(fired) = &t.incident {
+        // The trigger kept the incident as it was when it fired (an Xid's
+        // tracepoint event, before the driver's log line named the
+        // process); the replay has it merged: show that one.
+        let i = incidents
+            .iter()
+            .copied()
+            .find(|j| {
+                j.category == fired.category
+                    && j.device == fired.device
+                    && j.at.mono_ns.abs_diff(fired.at.mono_ns)
+                        <= crate::analysis::ledger::MERGE_WINDOW_NS
+            })
+            .unwrap_or(fired);
         let _ = writeln!(s, "  trigger: {i}");
         if let Some(m) = i.mapping_line() {
             let _ = writeln!(s, "      {m}");

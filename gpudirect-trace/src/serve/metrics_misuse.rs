@@ -17,7 +17,7 @@ impl Model {
         }
         for (dev, callers) in &st.map_failures {
             let device = labels.label(dev).to_string();
-            let n = callers.values().fold(0u64, |a, &b| a.saturating_add(b));
+            let n = callers.iter().fold(0u64, |a, r| a.saturating_add(r.count));
             let l = vec![("device", device), ("check", "map-failure".to_owned())];
             self.add("gpudirect_dma_misuse", Counter, None, l, n);
         }

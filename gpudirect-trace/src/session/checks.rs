@@ -7,8 +7,12 @@ use std::sync::Arc;
 use super::{uevent::Uevents, Observed, Session, SessionOptions};
 use crate::{
     analysis::misuse::kernel_image,
-    model::{misuse::CheckSetup, pci::DriverChange},
+    model::{
+        misuse::{CheckSetup, StackFrames},
+        pci::DriverChange,
+    },
     output,
+    symbols::Kallsyms,
     tracefile::PciDevice,
 };
 
@@ -48,6 +52,12 @@ impl Session {
                 Vec::new()
             }
         };
+        if opts.stacks && Kallsyms::host().is_empty() {
+            output::warn(
+                "/proc/kallsyms shows no addresses (kptr_restrict, not root?): stacks are \
+                 shown as addresses",
+            );
+        }
         if image.is_empty() {
             output::warn(
                 "/proc/iomem shows no kernel code or rodata ranges (not root?): maps of kernel \
@@ -114,9 +124,40 @@ impl Session {
         lost_total: u64,
         f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        for o in self.analysis.confirm(lost_total) {
+        let proven = self.analysis.confirm(lost_total);
+        if self.check.as_ref().is_some_and(|c| c.stacks) {
+            self.take_stacks(f)?;
+        }
+        for o in proven {
             self.incident(Some(o), f)?;
         }
+        Ok(())
+    }
+
+    /// Reads and symbolizes the kernel stacks the findings name, before
+    /// they are shown; hands them to `f` (trace files keep them).
+    fn take_stacks(
+        &mut self,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let ids = self.analysis.missing_stacks();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let syms = Kallsyms::host();
+        let list: Vec<StackFrames> = ids
+            .into_iter()
+            .map(|id| StackFrames {
+                id,
+                frames: match self.tracer.stack(id) {
+                    Some(ips) => syms.frames(&ips),
+                    None => vec!["(stack no longer in the kernel's map)".into()],
+                },
+            })
+            .collect();
+        f(Observed::Stacks(&list))?;
+        self.analysis.add_stacks(&list);
+        self.analysis.fill_stacks();
         Ok(())
     }
 }

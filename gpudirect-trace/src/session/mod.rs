@@ -51,6 +51,8 @@ pub enum Observed<'a> {
     /// A driver bound to or let go of a PCI device (`--check`), after
     /// everything before it in the ring.
     Driver(&'a DriverChange),
+    /// Kernel stacks the findings name, symbolized (`--stacks`).
+    Stacks(&'a [crate::model::misuse::StackFrames]),
 }
 
 /// NVML is read this often (each reading is a few calls per GPU).
@@ -159,6 +161,7 @@ impl Session {
             ring_bytes: opts.ring_bytes,
             dma_source: opts.dma_source,
             sg_walk_max: opts.sg_walk_max,
+            stacks: opts.check && opts.stacks,
             ..Default::default()
         })?;
         let failed: Vec<String> = tracer

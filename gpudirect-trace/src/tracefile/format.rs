@@ -58,6 +58,7 @@ pub const fn max_raw(typ: u16) -> usize {
         block::TRIGGER | block::NVML => 1 << 20,
         block::NAMES => 4 << 20,
         block::DRIVERS => 64 << 10,
+        block::STACKS => 8 << 20,
         _ => 0,
     }
 }
@@ -81,6 +82,9 @@ pub mod block {
     /// A driver bound to or let go of a PCI device (JSON
     /// `model::pci::DriverChange`), recorded with `--check`.
     pub const DRIVERS: u16 = 11;
+    /// Kernel stacks the misuse findings name, symbolized when taken (JSON
+    /// `[model::misuse::StackFrames]`), recorded with `--stacks`.
+    pub const STACKS: u16 = 12;
 }
 
 /// Bits of the block flags.

@@ -92,6 +92,8 @@ pub enum Item {
     Names(Vec<crate::aggregate::ProcName>),
     /// A driver bound to or let go of a device (`--check`).
     Driver(crate::model::pci::DriverChange),
+    /// Symbolized kernel stacks (`--stacks`).
+    Stacks(Vec<crate::model::misuse::StackFrames>),
     /// An NVML reading of the GPUs.
     Nvml(Box<crate::gpu::Sample>),
 }
@@ -373,6 +375,7 @@ impl<R: Read> TraceReader<R> {
                     | block::NAMES
                     | block::NVML
                     | block::DRIVERS
+                    | block::STACKS
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -438,6 +441,10 @@ impl<R: Read> TraceReader<R> {
             block::NVML => {
                 let s = serde_json::from_slice(&raw).map_err(|_| Malformed("NVML JSON"))?;
                 self.pending.push_back(Item::Nvml(Box::new(s)));
+            }
+            block::STACKS => {
+                let l = serde_json::from_slice(&raw).map_err(|_| Malformed("stacks JSON"))?;
+                self.pending.push_back(Item::Stacks(l));
             }
             block::DRIVERS => {
                 let c = serde_json::from_slice(&raw).map_err(|_| Malformed("driver JSON"))?;

@@ -266,6 +266,16 @@ impl<W: BlockOut> TraceWriter<W> {
         self.block(block::DRIVERS, &json, true, 0)
     }
 
+    /// STACKS: symbolized kernel stacks the findings name.
+    pub fn stacks(&mut self, list: &[crate::model::misuse::StackFrames]) -> io::Result<()> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.write_events()?;
+        let json = serde_json::to_vec(list)?;
+        self.block(block::STACKS, &json, true, 0)
+    }
+
     /// NVML: one reading of the GPUs.
     pub fn nvml(&mut self, s: &crate::gpu::Sample) -> io::Result<()> {
         self.write_events()?;

@@ -139,10 +139,14 @@ pub fn modes_agree(series: &str, stream: &Value, agg: &Value) -> Result<()> {
             // under twice it. The two tracers do not time exactly the same
             // window, though: each one's fentry/fexit programs run inside
             // the other's (microseconds each under TCG), so a value near a
-            // bucket boundary may land in the next bucket. One bucket of
-            // slack either way still catches a wrong unit, op or device.
+            // bucket boundary may land in the next bucket. On 5.10 the
+            // streaming tracer's scatterlist walk (bounded, no bpf_loop())
+            // runs inside the other's window and moved a p50 a whole bucket
+            // (streaming 8223 ns, aggregate-only 4095 ns, seen once in 6 runs).
+            // Two buckets of slack either way still catch a wrong unit
+            // (1000x), op or device.
             ensure!(
-                va >= vs * 0.5 && va <= 4.0 * vs + 1.0,
+                va >= vs * 0.25 && va <= 8.0 * vs + 1.0,
                 "{bdf} {what} {q}: streaming {vs} ns, aggregate-only {va} ns"
             );
         }

@@ -29,12 +29,17 @@ use super::{
 };
 use crate::host;
 
-pub const DEFAULT_KERNELS: &[&str] = &["6.1", "6.12"];
+/// 5.10 is in the default set since the DMA-API hooks (issue 22): it is the
+/// kernel without dma:* tracepoints and without bpf_loop() (the bounded sg
+/// walk continued in tail calls), which nothing else covers; its scenarios
+/// add ~2.5 minutes.
+pub const DEFAULT_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
 pub const ALL_KERNELS: &[&str] = &["5.10", "6.1", "6.12"];
 
 #[derive(Args, Debug)]
 pub struct VmTestArgs {
-    /// Kernel series to test (repeatable). Default: 6.1 and 6.12.
+    /// Kernel series to test (repeatable). Default: 5.10, 6.1 and 6.12 (each
+    /// scenario runs on the kernels its header names).
     #[arg(long = "kernel")]
     pub kernels: Vec<String>,
     /// Test 5.10, 6.1 and 6.12.

@@ -29,7 +29,7 @@ use std::{
     sync::Arc,
 };
 
-use gpudirect_trace_common::{dir, flags, kind};
+use gpudirect_trace_common::{aux_stack, dir, flags, kind};
 use serde::Serialize;
 
 use self::{
@@ -90,8 +90,9 @@ pub struct DmaCall {
 }
 
 impl DmaCall {
-    /// The DMA-API call a record reports, if it is one.
-    pub fn from_record(r: &Record) -> Option<DmaCall> {
+    /// The DMA-API call a record reports, if it is one; `stacks`: records
+    /// carry stack ids (`--stacks`).
+    pub fn from_record(r: &Record, stacks: bool) -> Option<DmaCall> {
         let ev = r.event();
         let resource = ev.flags & flags::RESOURCE != 0;
         let sg = ev.flags & flags::SCATTERLIST != 0;
@@ -164,14 +165,15 @@ impl DmaCall {
                 ev.size
             },
             dir: ev.dir,
-            // Coherent records carry no attributes (their aux is unused).
-            attrs: if class == ApiClass::Coherent {
+            // Coherent and sync records carry no attributes in aux; the
+            // high half is the stack id (AUX_STACK_SHIFT).
+            attrs: if class == ApiClass::Coherent || matches!(op, Op::Sync { .. }) {
                 0
             } else {
-                ev.aux
+                ev.aux & 0xffff_ffff
             },
             entries,
-            stack: None,
+            stack: if stacks { aux_stack(ev.aux) } else { None },
         };
         // dma:dma_map_page fires for failed maps too, with the error as
         // the handle; a coherent allocation that failed has no CPU address.
@@ -213,9 +215,20 @@ pub struct CheckStats {
     pub resets: u64,
     /// Findings by device and check (every one, also those not kept).
     pub findings: BTreeMap<String, BTreeMap<Check, u64>>,
-    /// Failed maps by device, API and caller (the stack's first frame
-    /// outside the DMA API, where stacks are taken).
-    pub map_failures: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Failed maps by device, API and calling stack.
+    pub map_failures: BTreeMap<String, Vec<MapFailures>>,
+}
+
+/// Failed maps of one device from one caller.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MapFailures {
+    pub api: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_id: Option<u32>,
+    /// The stack's first frame outside the DMA API (`--stacks`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    pub count: u64,
 }
 
 impl CheckStats {
@@ -227,6 +240,8 @@ impl CheckStats {
 #[derive(Default)]
 pub struct Checker {
     clock: TraceClock,
+    /// Records carry kernel stack ids (`--stacks`).
+    stacks: bool,
     devices: HashMap<Arc<str>, Handles>,
     lines: Lines,
     image: Vec<ImageRange>,
@@ -246,6 +261,12 @@ impl Checker {
         }
     }
 
+    /// Records carry kernel stack ids (`--stacks`).
+    pub fn with_stacks(mut self, on: bool) -> Self {
+        self.stacks = on;
+        self
+    }
+
     /// The device's driver, named in its findings.
     pub fn set_driver(&mut self, device: &str, driver: Option<&str>) {
         match driver {
@@ -256,7 +277,7 @@ impl Checker {
 
     /// One record of the trace, in order.
     pub fn record(&mut self, record: &Record, device: &Arc<str>) {
-        if let Some(c) = DmaCall::from_record(record) {
+        if let Some(c) = DmaCall::from_record(record, self.stacks) {
             self.call(c, device);
         }
     }
@@ -267,17 +288,23 @@ impl Checker {
             Op::Unmap => self.unmap(c, device),
             Op::Sync { for_cpu } => self.sync(c, for_cpu, device),
             Op::MapFailed => {
-                let caller = c.stack.map_or_else(
-                    || format!("{} (no stack: --stacks)", c.api),
-                    |id| format!("{} from stack {id}", c.api),
-                );
-                *self
+                let rows = self
                     .stats
                     .map_failures
                     .entry(device.to_string())
-                    .or_default()
-                    .entry(caller)
-                    .or_default() += 1;
+                    .or_default();
+                match rows
+                    .iter_mut()
+                    .find(|r| r.api == c.api && r.stack_id == c.stack)
+                {
+                    Some(r) => r.count += 1,
+                    None => rows.push(MapFailures {
+                        api: c.api,
+                        stack_id: c.stack,
+                        caller: None,
+                        count: 1,
+                    }),
+                }
             }
         }
     }
@@ -333,7 +360,11 @@ impl Checker {
     }
 
     fn handles(&mut self, device: &Arc<str>) -> &mut Handles {
-        self.devices.entry(device.clone()).or_default()
+        // No clone of the name (an atomic add) on the hot path.
+        if !self.devices.contains_key(device) {
+            self.devices.insert(device.clone(), Handles::default());
+        }
+        self.devices.get_mut(device).expect("inserted above")
     }
 
     fn map(&mut self, c: DmaCall, device: &Arc<str>) {
@@ -357,7 +388,7 @@ impl Checker {
                 let first = self
                     .devices
                     .get(&odev)
-                    .and_then(|h| h.live_at(other).first())
+                    .and_then(|h| h.live_at(other).next())
                     .map(|l| l.map.clone());
                 if c.attrs & DMA_ATTR_SKIP_CPU_SYNC == 0 {
                     let detail = format!(
@@ -404,8 +435,8 @@ impl Checker {
                         "[device address={:#018x}] [size={} bytes] [already unmapped by {} at {}]",
                         c.addr,
                         c.size,
-                        g.unmap.api,
-                        self.clock.stamp(g.unmap.ts_ns)
+                        g.unmap_api,
+                        self.clock.stamp(g.unmap_ts_ns)
                     );
                     let m = self.finding(Check::DoubleUnmap, device, Some(&g.map), &c, detail);
                     self.push(device, m);
@@ -468,7 +499,7 @@ impl Checker {
             let f = self.finding(check, device, Some(&l.map), &c, detail);
             self.push(device, f);
         }
-        self.handles(device).remember_unmap(l.map, c);
+        self.handles(device).remember_unmap(l.map, &c);
     }
 
     fn sync(&mut self, c: DmaCall, for_cpu: bool, device: &Arc<str>) {
@@ -479,7 +510,6 @@ impl Checker {
             // An sg sync names the list by its first entry, like its map.
             let m = h
                 .live_at(addr)
-                .iter()
                 .find(|l| l.map.class == ApiClass::ScatterGather)
                 .map(|l| l.map.clone());
             (m, true)
@@ -502,8 +532,8 @@ impl Checker {
                     let detail = format!(
                         "[device address={addr:#018x}] [size={} bytes] [unmapped by {} at {}]",
                         c.size,
-                        g.unmap.api,
-                        self.clock.stamp(g.unmap.ts_ns)
+                        g.unmap_api,
+                        self.clock.stamp(g.unmap_ts_ns)
                     );
                     let f = self.finding(Check::SyncUnmapped, device, Some(&g.map), &c, detail);
                     self.push(device, f);
