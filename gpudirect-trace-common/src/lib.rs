@@ -631,6 +631,14 @@ pub const COUNTER_SLOTS: u32 = 4;
 pub const COUNTER_FROM_HOOK: u32 = 1 << 24;
 
 impl CounterKey {
+    /// This key's slot in a CPU's counter cache (`COUNTER_CACHE`): device
+    /// pointers differ above their low bits, kinds and directions in them.
+    #[inline(always)]
+    pub const fn cache_index(&self) -> usize {
+        let h = (self.dev >> 6) ^ (self.dev >> 12) ^ (self.kind as u64) ^ ((self.dir as u64) << 2);
+        (h as usize) & (COUNTER_CACHE - 1)
+    }
+
     /// The key of `kind`'s counter for `dev` and `dir`, in nesting copy `slot`.
     #[inline(always)]
     pub const fn new(dev: u64, kind: u16, slot: u32, dir: u32) -> Self {
@@ -675,6 +683,31 @@ pub struct Counter {
     pub bytes: u64,
 }
 
+/// Counters a CPU keeps in its `CPU_STATE` value before `DEV_COUNTERS`,
+/// direct-mapped by key (`CounterKey::cache_index`). A hit there is an
+/// array access instead of a per-CPU hash lookup, which was almost all of
+/// an aggregate-only hit's cost (hash ~28 ns of ~32 ns net on the CI host,
+/// `cargo xtask bench` hot_part). Only the outermost tracepoint program of
+/// a CPU (nesting depth 0, preemption off) uses it; a key that takes a
+/// slot moves the old key's counts into `DEV_COUNTERS` first. Userspace
+/// adds every CPU's cached counts to the hash's.
+pub const COUNTER_CACHE: usize = 8;
+
+/// Value of `CPU_STATE` (one per CPU): the hot path's bookkeeping, looked
+/// up once per event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// Counter updates in flight on this CPU (see `COUNTER_SLOTS`).
+    pub depth: u64,
+    /// Records streamed, and the backlog seen at the last wake-up check.
+    pub records: u64,
+    pub last_avail: u64,
+    /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
+    pub cache_keys: [CounterKey; COUNTER_CACHE],
+    pub cache: [Counter; COUNTER_CACHE],
+}
+
 /// Per-CPU self-metrics kept by the programs (array map `STATS`, one slot per
 /// index below).
 pub mod stat {
@@ -710,6 +743,8 @@ const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 48);
 const _: () = assert!(core::mem::size_of::<Config>() == 80);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 24 + 32 * COUNTER_CACHE);
+const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
 const _: () = assert!(
@@ -744,6 +779,7 @@ mod pod {
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::CounterKey {}
     unsafe impl aya::Pod for super::Counter {}
+    unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::LatKey {}
     unsafe impl aya::Pod for super::LatHist {}
     unsafe impl aya::Pod for super::TaskState {}

@@ -10,7 +10,7 @@ use aya_ebpf::{
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
-    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_FROM_HOOK,
+    flags, kind, maps, stat, Config, Counter, CounterKey, CpuState, Event, COUNTER_FROM_HOOK,
     COUNTER_SLOTS,
 };
 
@@ -35,7 +35,8 @@ static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
 /// Per (device, kind, direction) event and byte counts: the aggregate that
 /// survives any ring buffer overflow.
 #[map]
-static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(maps::DEV_COUNTERS_CAP, 0);
+static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> =
+    PerCpuHashMap::with_max_entries(maps::DEV_COUNTERS_CAP, 0);
 
 #[inline(always)]
 pub fn config() -> Config {
@@ -111,6 +112,14 @@ pub fn count(k: u16) {
     bump(&HITS, k as u32);
 }
 
+/// `n` hits of kind `k` that no counter could take.
+#[inline(always)]
+fn count_n(k: u16, n: u64) {
+    if let Some(slot) = HITS.get_ptr_mut(k as u32) {
+        atomic_add(slot, n);
+    }
+}
+
 /// The common part of every event: kind and device. Time and task are
 /// stamped only when the event is streamed (`stamp`), and the device's name
 /// is read only when a counter for it is created (`add_counter`): an
@@ -147,16 +156,8 @@ pub fn stamp(ev: &mut Event) {
 }
 
 /// Per-CPU bookkeeping of the hot path, in one map value so that a hot
-/// event looks it up once (`emit_hot`).
-#[repr(C)]
-pub struct CpuState {
-    /// `add_counter` calls in flight on this CPU (see `COUNTER_SLOTS`).
-    depth: u64,
-    /// Records streamed, and the backlog seen at the last check.
-    records: u64,
-    last_avail: u64,
-}
-
+/// event looks it up once (`emit_hot`): nesting depth, wake-up checks and
+/// the counter cache (`gpudirect_trace_common::COUNTER_CACHE`).
 #[map]
 static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
@@ -233,7 +234,9 @@ fn add_counter_in(ev: &Event, st: *mut CpuState) {
     }
     // SAFETY: as above.
     unsafe { *depth = d + 1 };
-    if let Some(c) = counter(ev, d as u32) {
+    if d == 0 {
+        cached_add(ev, st);
+    } else if let Some(c) = counter(ev, d as u32) {
         // SAFETY: this depth's copy: no other writer until we return.
         unsafe {
             (*c).count += 1;
@@ -242,6 +245,54 @@ fn add_counter_in(ev: &Event, st: *mut CpuState) {
     }
     // SAFETY: as above.
     unsafe { *depth = d };
+}
+
+/// Counts the event in this CPU's counter cache, from the outermost
+/// tracepoint program (depth 0: nothing else writes this CPU's cache until
+/// it returns). A key that takes a slot from another moves the other's
+/// counts into `DEV_COUNTERS` (slot 0, this depth's copy) first. Writes are
+/// ordered so that userspace, which reads the cache and the hash while we
+/// run, may see counts late but never twice: the old counts leave the
+/// cache before they reach the hash, and a new key is set before its counts.
+#[inline(always)]
+fn cached_add(ev: &Event, st: *mut CpuState) {
+    let key = counter_key(ev, 0);
+    let i = key.cache_index();
+    // SAFETY: this CPU's value (see above); `i` is below COUNTER_CACHE.
+    unsafe {
+        let keys = core::ptr::addr_of_mut!((*st).cache_keys);
+        let slots = core::ptr::addr_of_mut!((*st).cache);
+        let (Some(k), Some(c)) = ((*keys).get_mut(i), (*slots).get_mut(i)) else {
+            return;
+        };
+        if *k == key {
+            c.count += 1;
+            c.bytes += ev.size;
+            return;
+        }
+        let (old_key, old) = (*k, *c);
+        core::ptr::write_volatile(c, Counter::default());
+        if old.count != 0 {
+            match hash_counter(&old_key, false) {
+                Some(h) => {
+                    (*h).count += old.count;
+                    (*h).bytes += old.bytes;
+                }
+                None => count_n(old_key.kind as u16, old.count),
+            }
+        }
+        // A key new to this CPU's cache: make sure its device is named
+        // (the hash does it when it creates a counter).
+        remember_device(ev.dev, &config().offsets);
+        core::ptr::write_volatile(k, key);
+        core::ptr::write_volatile(
+            c,
+            Counter {
+                count: 1,
+                bytes: ev.size,
+            },
+        );
+    }
 }
 
 /// Counts the event from any context (fentry/fexit programs can be
@@ -258,28 +309,43 @@ pub fn add_counter_atomic(ev: &Event) {
     }
 }
 
+/// The key of the event's counter in nesting copy `slot`.
+#[inline(always)]
+fn counter_key(ev: &Event, slot: u32) -> CounterKey {
+    let mut key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
+    if ev.flags & flags::FROM_HOOK != 0 {
+        key.kind |= COUNTER_FROM_HOOK;
+    }
+    key
+}
+
 /// This CPU's copy `slot` of the event's counter, created (and the device's
 /// name learnt) on first use; None (and the hit kept in `HITS`) if the map
 /// is full.
 #[inline(always)]
 fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
-    let mut key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
-    if ev.flags & flags::FROM_HOOK != 0 {
-        key.kind |= COUNTER_FROM_HOOK;
-    }
-    if let Some(c) = DEV_COUNTERS.get_ptr_mut(&key) {
-        return Some(c);
-    }
-    // First event of this key on this CPU: learn the device's name.
-    remember_device(ev.dev, &config().offsets);
-    // Insert zero and add after, so that an interrupting insert of the same
-    // key (which makes ours fail with EEXIST) loses nothing.
-    let _ = DEV_COUNTERS.insert(&key, &Counter::default(), BPF_NOEXIST as u64);
-    let c = DEV_COUNTERS.get_ptr_mut(&key);
+    let c = hash_counter(&counter_key(ev, slot), true);
     if c.is_none() {
         count(ev.kind);
     }
     c
+}
+
+/// The counter of `key` in `DEV_COUNTERS`, created on first use (learning
+/// the device's name if `name` is set: the caller knows it is not known
+/// yet); None if the map is full.
+#[inline(always)]
+fn hash_counter(key: &CounterKey, name: bool) -> Option<*mut Counter> {
+    if let Some(c) = DEV_COUNTERS.get_ptr_mut(key) {
+        return Some(c);
+    }
+    if name {
+        remember_device(key.dev, &config().offsets);
+    }
+    // Insert zero and add after, so that an interrupting insert of the same
+    // key (which makes ours fail with EEXIST) loses nothing.
+    let _ = DEV_COUNTERS.insert(key, &Counter::default(), BPF_NOEXIST as u64);
+    DEV_COUNTERS.get_ptr_mut(key)
 }
 
 /// A high-rate event from a tracepoint program: counted in maps always,

@@ -12,11 +12,15 @@
 #![no_std]
 #![no_main]
 
+use aya_ebpf::EbpfContext as _;
 use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
-    maps::Array,
+    maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
 };
+use gpudirect_trace_common::{Counter, CounterKey, Event};
 
 /// Bytes per element: one `struct scatterlist` on x86_64 (the test lays
 /// entries out at the kernel's own stride, across elements if it differs).
@@ -43,6 +47,115 @@ pub fn arena_addr(_ctx: RawTracePointContext) -> i32 {
     // which a host test is (root).
     unsafe { *out = base as u64 };
     0
+}
+
+// The hot path's parts, one program each, for the per-hit benchmark
+// (tests/host/bench_parts.rs): what each costs on the running kernel, from
+// bpf_stats against `part_empty`. Own maps, shaped like the tool's.
+
+#[map]
+static PART_RING: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+#[map]
+static PART_HASH: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(1024, 0);
+
+#[map]
+static PART_ARRAY: PerCpuArray<Counter> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn arg(ctx: &RawTracePointContext, i: usize) -> u64 {
+    // SAFETY: raw tracepoint context is an array of u64 arguments; the
+    // benchmark passes at least two.
+    unsafe { *(ctx.as_ptr() as *const u64).add(i) }
+}
+
+/// Nothing: the floor of the accounting.
+#[raw_tracepoint]
+pub fn part_empty(_ctx: RawTracePointContext) -> i32 {
+    0
+}
+
+/// A per-CPU array lookup and two adds (the hot path's CPU_STATE).
+#[raw_tracepoint]
+pub fn part_percpu_array(ctx: RawTracePointContext) -> i32 {
+    if let Some(c) = PART_ARRAY.get_ptr_mut(0) {
+        // SAFETY: this CPU's value.
+        unsafe {
+            (*c).count += 1;
+            (*c).bytes += arg(&ctx, 1);
+        }
+    }
+    0
+}
+
+/// A per-CPU hash lookup of a 16-byte key and two adds (the counter).
+#[raw_tracepoint]
+pub fn part_percpu_hash(ctx: RawTracePointContext) -> i32 {
+    let key = CounterKey::new(arg(&ctx, 0), 1, 0, 1);
+    let c = match PART_HASH.get_ptr_mut(&key) {
+        Some(c) => c,
+        None => {
+            let _ = PART_HASH.insert(&key, &Counter::default(), 0);
+            return 0;
+        }
+    };
+    // SAFETY: this CPU's value.
+    unsafe {
+        (*c).count += 1;
+        (*c).bytes += arg(&ctx, 1);
+    }
+    0
+}
+
+/// bpf_ktime_get_ns.
+#[raw_tracepoint]
+pub fn part_ktime(_ctx: RawTracePointContext) -> i32 {
+    // SAFETY: helper without preconditions.
+    let t = unsafe { bpf_ktime_get_ns() };
+    (t & 1) as i32
+}
+
+/// bpf_get_current_pid_tgid.
+#[raw_tracepoint]
+pub fn part_pid_tgid(_ctx: RawTracePointContext) -> i32 {
+    (bpf_get_current_pid_tgid() & 1) as i32
+}
+
+#[inline(always)]
+fn event(ctx: &RawTracePointContext) -> Event {
+    Event {
+        kind: 1,
+        dev: arg(ctx, 0),
+        size: arg(ctx, 1),
+        ..Default::default()
+    }
+}
+
+/// A 64-byte record through bpf_ringbuf_reserve + submit (no wake-up).
+#[raw_tracepoint]
+pub fn part_reserve_submit(ctx: RawTracePointContext) -> i32 {
+    let ev = event(&ctx);
+    match PART_RING.reserve::<Event>(0) {
+        Some(mut e) => {
+            e.write(ev);
+            e.submit(BPF_RB_NO_WAKEUP as u64);
+            0
+        }
+        None => 1,
+    }
+}
+
+/// The same record through bpf_ringbuf_output (one helper call).
+#[raw_tracepoint]
+pub fn part_output(ctx: RawTracePointContext) -> i32 {
+    let ev = event(&ctx);
+    i32::from(PART_RING.output(&ev, BPF_RB_NO_WAKEUP as u64).is_err())
+}
+
+/// bpf_ringbuf_query of the backlog (the wake-up check).
+#[raw_tracepoint]
+pub fn part_query(_ctx: RawTracePointContext) -> i32 {
+    (PART_RING.query(BPF_RB_AVAIL_DATA as u64) & 1) as i32
 }
 
 #[cfg(not(test))]

@@ -11,6 +11,11 @@
 //! exactly that string.
 
 mod bench;
+mod bench_parts;
+mod bench_reader;
+mod bench_ring;
+mod bench_sg;
+mod counters;
 mod deploy;
 mod flight;
 mod gpu_metrics;

@@ -166,7 +166,7 @@ fn one_sg_record(inj: &mut Injector) -> SgEvent {
     sgs[0]
 }
 
-fn lengths(n: usize) -> Vec<u32> {
+pub(crate) fn lengths(n: usize) -> Vec<u32> {
     (0..n).map(|i| 512 * (1 + (i as u32 * 7) % 23)).collect()
 }
 

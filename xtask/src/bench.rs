@@ -165,13 +165,22 @@ pub fn run() -> Result<()> {
         .unwrap_or_default();
     let section = format!(
         "{START}\n## Host kernel (`cargo xtask bench`, generated)\n\n\
-         Machine: {} CPUs ({cpu}); kernel {}; {}; commit {}.\n\
+         Machine: {} CPUs ({cpu}); kernel {}; {}; commit {}; load average at the \
+         end {}.\n\
          Events are driven through the real programs with BPF_PROG_TEST_RUN;\n\
-         per-hit cost is the kernel's accounting (kernel.bpf_stats_enabled).\n\n```\n{}\n```\n{END}",
+         per-hit cost is the kernel's accounting (kernel.bpf_stats_enabled).\n\
+         Timing goals (issue 17) are measurements, never pass/fail tests; where \
+         the machine is shared, numbers move by 10-30% between runs.\n\n{}\
+         All measured lines:\n\n```\n{}\n```\n{END}",
         sh("nproc", &[]),
         sh("uname", &["-r"]),
         sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         sh("git", &["rev-parse", "--short", "HEAD"]),
+        fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_default(),
+        crate::bench_tables::render(&lines),
         lines.join("\n")
     );
     write_section("docs/benchmarks.md", START, END, &section)

@@ -316,12 +316,18 @@ impl Aggregator {
             // Xids are counted by the ledger, once per event however many
             // channels reported it.
             Record::Xid(_) => {}
-            Record::Event(_) => self.ingest_event(&ev, device),
+            Record::Event(_) => {
+                if !Self::ingest_event(d, &ev) {
+                    self.decode_errors += 1;
+                }
+            }
         }
     }
 
-    fn ingest_event(&mut self, ev: &Event, device: &Arc<str>) {
-        let d = self.device(device);
+    /// One plain event into its device's tables (looked up once per record
+    /// by `ingest`: the name lookup is a string search of `devices`).
+    /// Returns false for a record no event can be (counted as undecodable).
+    fn ingest_event(d: &mut DeviceStats, ev: &Event) -> bool {
         d.dma_api.note_record(ev);
         match ev.kind {
             // A failed map (dma:dma_map_page fires for it too, with
@@ -360,7 +366,7 @@ impl Aggregator {
             kind::LATENCY if ev.aux < u64::from(op::COUNT) => {
                 d.latency.entry(ev.aux as u32).or_default().record(ev.size)
             }
-            kind::LATENCY => self.decode_errors += 1,
+            kind::LATENCY => return false,
             kind::SWIOTLB_BOUNCED => {
                 d.swiotlb_bounces += 1;
                 d.swiotlb_bytes = d.swiotlb_bytes.saturating_add(ev.size);
@@ -374,6 +380,7 @@ impl Aggregator {
             // Faults (io_page_fault, AER) are counted by the ledger.
             _ => {}
         }
+        true
     }
 
     /// Replaces stream-derived counts with the kernel's per-CPU counters,

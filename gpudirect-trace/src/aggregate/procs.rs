@@ -51,14 +51,19 @@ pub use crate::model::incident::Activity;
 
 #[derive(Clone, Debug, Default)]
 pub struct Procs {
-    by_pid: HashMap<u32, PidStats>,
+    /// Looked up on every map and unmap: foldhash, not SipHash (the
+    /// lookups were ~9% of the live path's CPU per event, `cargo xtask
+    /// bench` reader_cpu).
+    by_pid: HashMap<u32, PidStats, foldhash::fast::RandomState>,
     /// Pids folded into `OTHER_PID` (first sightings past the cap).
     pub folded: u64,
 }
 
 impl Procs {
     fn row(&mut self, pid: u32) -> &mut PidStats {
-        if !self.by_pid.contains_key(&pid) && self.by_pid.len() >= MAX_PIDS {
+        // The length test first: below the cap (the usual case) a row costs
+        // one hash, not two.
+        if self.by_pid.len() >= MAX_PIDS && !self.by_pid.contains_key(&pid) {
             self.folded += 1;
             return self.by_pid.entry(OTHER_PID).or_default();
         }

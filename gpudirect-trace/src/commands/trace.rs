@@ -42,7 +42,12 @@ pub struct TraceArgs {
     pub no_lifetimes: bool,
     /// BPF ring buffer size in bytes (rounded up to a power of two; 4096 to
     /// 2147483648).
-    #[arg(long, default_value_t = 8 << 20, value_name = "BYTES", value_parser = parse_ring_size)]
+    #[arg(
+        long,
+        default_value_t = crate::ebpf::DEFAULT_RING_BYTES,
+        value_name = "BYTES",
+        value_parser = parse_ring_size
+    )]
     pub ring_size: u32,
     /// Exit with status 3 if any probe failed to load or attach
     /// (unavailable ones are normal: kernels differ).

@@ -8,7 +8,8 @@ use aya::{
     Ebpf,
 };
 use gpudirect_trace_common::{
-    maps as names, Counter, CounterKey, DeviceName, LatHist, LatKey, MapKey, MapValue, TaskState,
+    maps as names, Counter, CounterKey, CpuState, DeviceName, LatHist, LatKey, MapKey, MapValue,
+    TaskState,
 };
 
 pub struct Maps {
@@ -18,6 +19,9 @@ pub struct Maps {
     pub stats: PerCpuArray<MapData, u64>,
     pub hits: PerCpuArray<MapData, u64>,
     pub counters: PerCpuHashMap<MapData, CounterKey, Counter>,
+    /// Each CPU's hot-path state, whose counter cache holds counts not yet
+    /// in `counters`.
+    pub cpu_state: PerCpuArray<MapData, CpuState>,
     pub latency: PerCpuHashMap<MapData, LatKey, LatHist>,
     /// Written by userspace only in tests (setting a task's timing state).
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
@@ -46,6 +50,7 @@ impl Maps {
             stats: take(ebpf, names::STATS)?,
             hits: take(ebpf, names::HITS)?,
             counters: take(ebpf, names::DEV_COUNTERS)?,
+            cpu_state: take(ebpf, names::CPU_STATE)?,
             latency: take(ebpf, names::LAT_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,

@@ -4,6 +4,7 @@
 mod dma_source;
 pub mod maps;
 pub mod module_fentry;
+mod names;
 mod sg_cont;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
@@ -23,7 +24,7 @@ use aya::{
 };
 use gpudirect_trace_common::{
     kind, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey, MapKey,
-    MapValue, DEV_NAME_LEN,
+    MapValue,
 };
 use serde::Serialize;
 
@@ -75,6 +76,32 @@ pub struct ProbeStatus {
     pub hot: bool,
 }
 
+/// The default ring buffer: 8 MiB, 116 508 records of 72 bytes (a 64-byte
+/// event and the ring's 8-byte header), with the reader woken at 256 KiB
+/// of backlog (`Config::DEFAULT.wakeup_bytes`) and draining on its own
+/// every 100 ms (`session::driver::DRAIN_EVERY`). Measured by `cargo xtask
+/// bench` (ring_* rows, docs/benchmarks.md "Ring size and wake-ups") on 2
+/// shared vCPUs, the reader pinned to one:
+/// - 10 k events/s: the ring covers 11.7 s of a reader that does not run;
+///   no threshold wake-up ever, 20 wake-ups/s (the timer), records wait
+///   ~50 ms (p99 98 ms), reader CPU 0.1%.
+/// - 1 M events/s: covers 117 ms; 140-250 wake-ups/s; records wait
+///   ~2-3 ms (p99 4-11 ms); reader 7-9% of a core (75-98 ns/event); no
+///   loss; a staged 58 ms reader stall loses nothing, a 233 ms one loses
+///   (stall - cover) x rate, within 3% in quiet runs.
+/// - 10 M events/s (not offerable here: derived, and time-scaled at 8 M/s
+///   as 1 M/s into a ring and threshold 8x smaller): covers 11.7 ms,
+///   ~2 760 wake-ups/s (~0.4% of one traced CPU at ~1.4 us each), reader
+///   ~70-100% of a core. No loss in 8 of 9 runs; in the 9th other work
+///   took the reader's core for over 60 ms and rings 4x larger lost too.
+///
+/// Not raised: 8 MiB already covers 100+ ms up to 1 M events/s; above
+/// that, loss depends on whether the reader gets its core (a 32 MiB ring
+/// did not save the busy run), every loss is counted in the stream and
+/// the file, and the in-kernel counters stay exact. `--ring-size` buys
+/// cover at 11.7 ms per 8 MiB per 10 M events/s.
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
 #[derive(Clone, Debug)]
 pub struct TracerOptions {
     /// Stream hot events through the ring buffer (false: aggregate-only).
@@ -102,7 +129,7 @@ impl Default for TracerOptions {
     fn default() -> Self {
         Self {
             stream: true,
-            ring_bytes: 8 << 20,
+            ring_bytes: DEFAULT_RING_BYTES,
             wakeup_bytes: Config::DEFAULT.wakeup_bytes,
             lifetimes: true,
             module_standin: None,
@@ -158,7 +185,13 @@ pub struct Tracer {
     pub dma_plan: Vec<DmaOpSource>,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
-    names: HashMap<u64, Arc<str>>,
+    /// Device names by `struct device` address, looked up once per record:
+    /// foldhash, not SipHash (SipHash was ~8% of the live path's CPU per
+    /// event, `cargo xtask bench` reader_cpu).
+    names: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
+    /// Stand-in names of devices whose name could not be read (yet).
+    unnamed: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
+    unattributed: Arc<str>,
 }
 
 impl Tracer {
@@ -171,9 +204,19 @@ impl Tracer {
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
         let hooks = timing::HookSupport::discover(&kernel);
+        // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
+        let ring_bytes = opts
+            .ring_bytes
+            .max(4096)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 31);
         let config = Config {
             offsets,
-            wakeup_bytes: opts.wakeup_bytes,
+            // A ring smaller than 4x the threshold would fill before the
+            // reader is woken (or never wake it: threshold >= ring), leaving
+            // only its 100 ms timer: `--ring-size 256K` at 100 k events/s
+            // lost 62% of them (bench ring_small) before this clamp.
+            wakeup_bytes: opts.wakeup_bytes.min(u64::from(ring_bytes) / 4),
             stream: u32::from(opts.stream),
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
@@ -181,12 +224,6 @@ impl Tracer {
             stacks: u32::from(opts.stacks),
             page_shift: 12,
         };
-        // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
-        let ring_bytes = opts
-            .ring_bytes
-            .max(4096)
-            .checked_next_power_of_two()
-            .unwrap_or(1 << 31);
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.
         let stack_entries = if opts.stacks {
@@ -271,7 +308,9 @@ impl Tracer {
             maps,
             dma_plan,
             module_hooks,
-            names: HashMap::new(),
+            names: HashMap::default(),
+            unnamed: HashMap::default(),
+            unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
         })
     }
 
@@ -304,23 +343,6 @@ impl Tracer {
             Some(ring) => drain_ring(ring, f),
             None => 0,
         }
-    }
-
-    /// The device's name (`dev_name()`), as read in-kernel. Devices whose
-    /// name could not be read show as `dev@<address>`.
-    pub fn device_name(&mut self, dev: u64) -> Arc<str> {
-        if dev == 0 {
-            return Arc::from(crate::aggregate::UNATTRIBUTED);
-        }
-        if let Some(n) = self.names.get(&dev) {
-            return n.clone();
-        }
-        let name: Arc<str> = match self.maps.devices.get(&dev, 0) {
-            Ok(v) => Arc::from(c_str(&v.name)),
-            Err(_) => return Arc::from(format!("dev@{dev:#x}")),
-        };
-        self.names.insert(dev, name.clone());
-        name
     }
 
     /// The programs' self-metrics. Reads DEV_COUNTERS for the hit counts;
@@ -366,7 +388,8 @@ impl Tracer {
     }
 
     /// DEV_COUNTERS summed over CPUs and over the nesting copies of each
-    /// counter (`COUNTER_SLOTS`): one entry per (device, kind, direction).
+    /// counter (`COUNTER_SLOTS`), plus what each CPU's counter cache holds
+    /// (`COUNTER_CACHE`): one entry per (device, kind, direction).
     fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
         for (k, per_cpu) in self.maps.counters.iter().filter_map(Result::ok) {
@@ -375,6 +398,19 @@ impl Tracer {
             for c in per_cpu.iter() {
                 total.count += c.count;
                 total.bytes += c.bytes;
+            }
+        }
+        if let Ok(per_cpu) = self.maps.cpu_state.get(&0, 0) {
+            for st in per_cpu.iter() {
+                for (k, c) in st.cache_keys.iter().zip(&st.cache) {
+                    // Kind 0 is no event: a slot never used.
+                    if k.event_kind() == 0 || c.count == 0 {
+                        continue;
+                    }
+                    let total = merged.entry(k.merged()).or_default();
+                    total.count += c.count;
+                    total.bytes += c.bytes;
+                }
             }
         }
         merged
@@ -512,11 +548,6 @@ pub fn drain_ring(ring: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usiz
         n += 1;
     }
     n
-}
-
-fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {

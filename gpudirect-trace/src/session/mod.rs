@@ -21,7 +21,7 @@ use crate::{
     aggregate::ProcName,
     analysis::{Analysis, Outcome},
     decode::{decode, Record},
-    ebpf::{drain_ring, SelfStats, Status, Tracer, TracerOptions},
+    ebpf::{SelfStats, Status, Tracer, TracerOptions},
     faults::KmsgFollower,
     gpu::{process::ProcCache, FactsSource as _, GpuIdentity, NvmlSource, NvmlStatus, Sample},
     model::{misuse::CheckSetup, pci::DriverChange, Fault, Incident, TraceClock},
@@ -111,11 +111,25 @@ impl GpuState {
     }
 }
 
-/// Where the ring buffer is: still in the tracer (sessions driven by hand,
-/// e.g. the host tests), or in the driver's async fd.
+/// Where the ring buffer is: the session's own (sessions driven by hand,
+/// e.g. the host tests), or in the driver's async fd. Either way it is not
+/// in the tracer, so a drain can read records in place while the tracer
+/// names their devices (`pump`).
 enum Ring {
-    InTracer,
+    Sync(RingBuf<MapData>),
     Async(AsyncFd<RingBuf<MapData>>),
+    /// The tracer had none (already taken).
+    None,
+}
+
+impl Ring {
+    fn get_mut(&mut self) -> Option<&mut RingBuf<MapData>> {
+        match self {
+            Ring::Sync(r) => Some(r),
+            Ring::Async(fd) => Some(fd.get_mut()),
+            Ring::None => None,
+        }
+    }
 }
 
 pub struct Session {
@@ -218,7 +232,11 @@ impl Session {
     /// A session around an already loaded tracer (`stream` as it was loaded
     /// with), not following the kernel log, its clock starting now; the host
     /// tests use it to drive programs they run themselves.
-    pub fn from_tracer(tracer: Tracer, stream: bool) -> Self {
+    pub fn from_tracer(mut tracer: Tracer, stream: bool) -> Self {
+        let ring = match tracer.take_ring() {
+            Some(r) => Ring::Sync(r),
+            None => Ring::None,
+        };
         Self {
             tracer,
             analysis: Analysis::new(TraceClock::now()),
@@ -226,7 +244,7 @@ impl Session {
             started: Instant::now(),
             kmsg: None,
             kmsg_error: None,
-            ring: Ring::InTracer,
+            ring,
             gpus: GpuState::none(),
             procs: ProcCache::live(),
             pending_nvml: None,
@@ -293,31 +311,38 @@ impl Session {
     /// Moves the ring buffer into an async fd (inside a tokio runtime), so
     /// the driver can wait for it.
     fn ring_to_async(&mut self) -> anyhow::Result<()> {
-        if let Ring::InTracer = self.ring {
-            if let Some(ring) = self.tracer.take_ring() {
-                // SAFETY: the AsyncFd owns the ring buffer, whose map fd
-                // stays open and the same until the AsyncFd is dropped.
-                let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
-                    .map_err(|e| e.into_parts().1)?;
-                self.ring = Ring::Async(fd);
-            }
+        if let Ring::Sync(_) = self.ring {
+            let Ring::Sync(ring) = std::mem::replace(&mut self.ring, Ring::None) else {
+                unreachable!("matched above");
+            };
+            // SAFETY: the AsyncFd owns the ring buffer, whose map fd stays
+            // open and the same until the AsyncFd is dropped.
+            let fd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)?;
+            self.ring = Ring::Async(fd);
         }
         Ok(())
     }
 
     /// Drains the ring buffer into the analysis, handing what it observed to
     /// `f` in order. Returns the records drained.
+    ///
+    /// Records are decoded in place, each released to the kernel once it is
+    /// taken: copying every record out first (a heap allocation each) was
+    /// ~40% of the live path's CPU per event (`cargo xtask bench`,
+    /// reader_cpu). A sink error stops the drain; what is still in the ring
+    /// stays there for the next one.
     pub fn pump(
         &mut self,
         f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<usize> {
-        let mut raw: Vec<Vec<u8>> = Vec::new();
-        let n = match &mut self.ring {
-            Ring::Async(fd) => drain_ring(fd.get_mut(), |b| raw.push(b.to_vec())),
-            Ring::InTracer => self.tracer.drain(|b| raw.push(b.to_vec())),
+        let Some(ring) = self.ring.get_mut() else {
+            return Ok(0);
         };
-        for bytes in raw {
-            let record = match decode(&bytes) {
+        let mut n = 0;
+        while let Some(item) = ring.next() {
+            n += 1;
+            let record = match decode(&item) {
                 Ok(r) => r,
                 Err(e) => {
                     self.analysis.agg.decode_errors += 1;
@@ -325,15 +350,26 @@ impl Session {
                     continue;
                 }
             };
-            let device = self.tracer.device_name(record.event().dev);
-            let outcome = self.analysis.record(&record, &device);
+            drop(item);
+            let device = self.tracer.device_name_ref(record.event().dev);
+            let outcome = self.analysis.record(&record, device);
             f(Observed::Record {
                 record: &record,
-                device: &device,
+                device,
             })?;
-            self.incident(outcome, f)?;
+            Self::incident_of(&self.analysis, outcome, f)?;
         }
         Ok(n)
+    }
+
+    /// Every record waiting in the ring, to `f` undecoded (benchmarks: the
+    /// floor of reading the ring).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn drain_raw(&mut self, f: impl FnMut(&[u8])) -> usize {
+        match self.ring.get_mut() {
+            Some(ring) => crate::ebpf::drain_ring(ring, f),
+            None => 0,
+        }
     }
 
     fn incident(
@@ -341,8 +377,16 @@ impl Session {
         outcome: Option<Outcome>,
         f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
+        Self::incident_of(&self.analysis, outcome, f)
+    }
+
+    fn incident_of(
+        analysis: &Analysis,
+        outcome: Option<Outcome>,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
         let Some(o) = outcome else { return Ok(()) };
-        match self.analysis.ledger.get(o.id()) {
+        match analysis.ledger.get(o.id()) {
             Some(incident) => f(Observed::Incident {
                 incident,
                 merged: matches!(o, Outcome::Merged(_)),

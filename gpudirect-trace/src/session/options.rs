@@ -29,7 +29,7 @@ impl Default for SessionOptions {
         Self {
             stream: true,
             lifetimes: true,
-            ring_bytes: 8 << 20,
+            ring_bytes: crate::ebpf::DEFAULT_RING_BYTES,
             strict: false,
             follow_kmsg: true,
             check: false,

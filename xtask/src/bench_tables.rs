@@ -1,0 +1,379 @@
+//! `cargo xtask bench`: the host benchmarks' BENCH lines as tables, each
+//! measurement next to its goal (issue 17) and whether it met it, by how
+//! much. Timing goals are benchmarks, never pass/fail tests: a missed goal
+//! is written down, the run still succeeds.
+
+use std::fmt::Write as _;
+
+/// One `BENCH <name> key=value ...` line.
+pub struct Line<'a> {
+    pub name: &'a str,
+    fields: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Line<'a> {
+    pub fn parse(l: &'a str) -> Option<Self> {
+        let mut it = l.strip_prefix("BENCH ")?.split_whitespace();
+        let name = it.next()?;
+        let fields = it.filter_map(|kv| kv.split_once('=')).collect();
+        Some(Self { name, fields })
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        self.fields.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    fn num(&self, key: &str) -> Option<f64> {
+        self.get(key)?.parse().ok()
+    }
+
+    fn is(&self, key: &str, value: &str) -> bool {
+        self.get(key) == Some(value)
+    }
+}
+
+/// "met (57 <= 100 ns)" or "**missed by 9 ns** (69 > 60 ns)".
+pub fn at_most(value: f64, goal: f64, unit: &str) -> String {
+    if value <= goal {
+        format!("met ({value:.1} <= {goal:.0} {unit})")
+    } else {
+        format!(
+            "**missed by {:.1} {unit}** ({value:.1} > {goal:.0} {unit})",
+            value - goal
+        )
+    }
+}
+
+fn at_least(value: f64, goal: f64, what: &str) -> String {
+    if value >= goal {
+        format!("met ({value:.2} >= {goal:.2} {what})")
+    } else {
+        format!("**missed** ({value:.2} < {goal:.2} {what})")
+    }
+}
+
+fn mega(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1} M", v / 1e6)
+    } else {
+        format!("{:.0} k", v / 1e3)
+    }
+}
+
+fn reader(out: &mut String, lines: &[Line]) {
+    let rows: Vec<&Line> = lines.iter().filter(|l| l.name == "reader_cpu").collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### Reader CPU per event (`bench_reader_cpu`)\n\n\
+         The real ring filled with the real programs' records, then drained by \
+         one thread whose own CPU time (CLOCK_THREAD_CPUTIME_ID) is timed; the \
+         fill is not in it. Best of 3 passes of {} events.\n\n\
+         | reader | CPU per event | events/s on one core | rate / raw drain's | lost | goal |\n\
+         |---|---|---|---|---|---|",
+        rows[0].get("events").unwrap_or("?")
+    );
+    let mut live_ratio = None;
+    for r in &rows {
+        let (Some(ns), Some(rate), Some(ratio)) = (
+            r.num("ns_per_event"),
+            r.num("events_per_s_per_core"),
+            r.num("vs_raw_rate"),
+        ) else {
+            continue;
+        };
+        let who = r.get("reader").unwrap_or("?");
+        let goal = match who {
+            "live" => {
+                live_ratio = Some((ratio, ns));
+                at_most(ns, 100.0, "ns")
+            }
+            "record" => at_most(ns, 200.0, "ns"),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "| {who} | {ns:.1} ns | {} | {ratio:.2} | {} | {goal} |",
+            mega(rate),
+            r.get("lost").unwrap_or("?")
+        );
+    }
+    if let Some((ratio, ns)) = live_ratio {
+        let _ = writeln!(
+            out,
+            "\nThe live pipeline at no less than half the raw drain's rate: {} \
+             (that would take {:.1} ns per event against the live path's {ns:.1}).",
+            at_least(ratio, 0.5, "of the raw rate"),
+            ns * ratio / 0.5
+        );
+    }
+    out.push('\n');
+}
+
+fn per_hit(out: &mut String, lines: &[Line]) {
+    let modes = ["streaming", "aggregate-only", "aggregate-only,no-lifetimes"];
+    let rows: Vec<&Line> = lines.iter().filter(|l| l.name == "program_cost").collect();
+    let mut programs: Vec<&str> = rows.iter().filter_map(|l| l.get("program")).collect();
+    programs.sort_unstable();
+    programs.dedup();
+    if programs.is_empty() {
+        return;
+    }
+    let cell = |mode: &str, program: &str| {
+        rows.iter()
+            .find(|l| l.is("mode", mode) && l.is("program", program))
+            .and_then(|l| Some((l.num("ns_per_hit")?, l.num("net_of_floor")?)))
+    };
+    let floor = |mode: &str| {
+        rows.iter()
+            .find(|l| l.is("mode", mode) && l.get("accounting_floor_ns").is_some())
+            .and_then(|l| l.num("accounting_floor_ns"))
+            .map_or("?".into(), |f| format!("{f:.1}"))
+    };
+    let _ = writeln!(
+        out,
+        "### Per hit (`bench_program_cost`)\n\n\
+         ns per hit net of the empty program's ({} / {} / {} ns: the \
+         accounting itself), gross in brackets; 100 000 runs each through \
+         BPF_PROG_TEST_RUN, kernel.bpf_stats_enabled.\n\n\
+         | program | streaming | aggregate-only | aggregate-only, no lifetimes |\n\
+         |---|---|---|---|",
+        floor(modes[0]),
+        floor(modes[1]),
+        floor(modes[2])
+    );
+    for p in &programs {
+        let cols: Vec<String> = modes
+            .iter()
+            .map(|m| cell(m, p).map_or("-".into(), |(g, n)| format!("{n:.1} ({g:.0})")))
+            .collect();
+        let _ = writeln!(out, "| {p} | {} |", cols.join(" | "));
+    }
+    out.push_str("\nGoals (the single-mapping hot path, net):\n\n");
+    for p in ["dma_map", "dma_unmap"] {
+        if let Some((_, n)) = cell(modes[2], p) {
+            let _ = writeln!(
+                out,
+                "- aggregate-only (no lifetimes) `{p}` at most 20 ns: {}",
+                at_most(n, 20.0, "ns")
+            );
+        }
+        if let Some((_, n)) = cell(modes[0], p) {
+            let _ = writeln!(
+                out,
+                "- streaming `{p}` at most 60 ns: {}",
+                at_most(n, 60.0, "ns")
+            );
+        }
+    }
+    out.push('\n');
+}
+
+fn parts(out: &mut String, lines: &[Line]) {
+    let rows: Vec<&Line> = lines.iter().filter(|l| l.name == "hot_part").collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str(
+        "### The hot path's parts (`bench_hot_path_parts`)\n\n\
+         Each part alone in a program of the test-support object, net of an \
+         empty program in the same run.\n\n| part | ns per hit, net |\n|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| !r.is("part", "empty")) {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} |",
+            r.get("part").unwrap_or("?"),
+            r.num("net_of_empty").unwrap_or(f64::NAN)
+        );
+    }
+    out.push('\n');
+}
+
+fn sg(out: &mut String, lines: &[Line]) {
+    let rows: Vec<&Line> = lines
+        .iter()
+        .filter(|l| l.name == "sg_walk" && l.get("mode").is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let mut sizes: Vec<u64> = rows
+        .iter()
+        .filter_map(|l| l.get("entries")?.parse().ok())
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let cell = |mode: &str, n: u64| {
+        rows.iter()
+            .find(|l| l.is("mode", mode) && l.get("entries") == Some(&n.to_string()))
+            .and_then(|l| Some((l.num("ns_per_hit")?, l.num("ns_per_entry")?)))
+            .map_or("-".into(), |(h, e)| format!("{h:.0} ns ({e:.1} per entry)"))
+    };
+    let none = |mode: &str| {
+        rows.iter()
+            .find(|l| l.is("mode", mode))
+            .and_then(|l| l.num("ns_no_list"))
+            .map_or("-".into(), |v| format!("{v:.0} ns"))
+    };
+    let _ = writeln!(
+        out,
+        "### Scatter-gather walk (`bench_sg_walk`)\n\n\
+         dma_map_sg over real chained lists in kernel memory (arrays of 128, \
+         the streamed record checked whole), per hit and per entry over the \
+         same program given no list.\n\n\
+         | entries | streaming | aggregate-only, no lifetimes |\n|---|---|---|\n\
+         | none | {} | {} |",
+        none("streaming"),
+        none("aggregate-only,no-lifetimes")
+    );
+    for n in sizes {
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} |",
+            cell("streaming", n),
+            cell("aggregate-only,no-lifetimes", n)
+        );
+    }
+    out.push('\n');
+}
+
+fn ring(out: &mut String, lines: &[Line]) {
+    let Some(cap) = lines.iter().find(|l| l.name == "ring_capacity") else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "### Ring size and wake-ups (`bench_ring_sizing`)\n\n\
+         Default ring {} bytes: {} records of {} bytes; the reader is woken at \
+         {} bytes of backlog and drains every {} ms on its own. Reader: the \
+         session driver (live path) pinned to one CPU; injector: the real \
+         dma_map program, paced, on the other.\n\n\
+         | offered | achieved/s | lost | wake-ups/s | reader CPU | reader ns/event | record wait p50 / p99 / max | ring covers | goal: no loss |\n\
+         |---|---|---|---|---|---|---|---|---|",
+        cap.get("ring_bytes").unwrap_or("?"),
+        cap.get("records").unwrap_or("?"),
+        cap.get("bytes_per_record").unwrap_or("?"),
+        cap.get("wakeup_bytes").unwrap_or("?"),
+        cap.get("drain_timer_ms").unwrap_or("?"),
+    );
+    for r in lines.iter().filter(|l| l.name == "ring_load") {
+        let offered = r.get("offered").unwrap_or("?");
+        let cover = r
+            .num("ring_covers_ms")
+            .filter(|c| c.is_finite())
+            .map_or("-".into(), |c| format!("{c:.1} ms"));
+        if r.get("derived").is_some() {
+            let _ = writeln!(
+                out,
+                "| {offered} (derived) | - | - | {} | {}% | - | - | {cover} | - |",
+                r.get("wakeups_per_s").unwrap_or("?"),
+                r.get("reader_cpu_pct").unwrap_or("?"),
+            );
+            continue;
+        }
+        let lost = r.num("lost").unwrap_or(f64::NAN);
+        let idle = r.get("injected") == Some("0");
+        let _ = writeln!(
+            out,
+            "| {offered} | {} | {lost:.0} | {:.0} | {:.1}% | {} | {:.2} / {:.2} / {:.2} ms | {cover} | {} |",
+            mega(r.num("achieved_per_s").unwrap_or(0.0)),
+            r.num("wakeups_per_s").unwrap_or(f64::NAN),
+            r.num("reader_cpu_pct").unwrap_or(f64::NAN),
+            if idle {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", r.num("reader_ns_per_event").unwrap_or(f64::NAN))
+            },
+            r.num("wait_p50_ms").unwrap_or(f64::NAN),
+            r.num("wait_p99_ms").unwrap_or(f64::NAN),
+            r.num("wait_max_ms").unwrap_or(f64::NAN),
+            if lost == 0.0 { "met" } else { "**missed**" }
+        );
+    }
+    out.push_str(
+        "\n8 M events/s time-scaled (1 M/s into a ring and threshold 8x smaller: \
+         the same cover and time to the wake-up in ms):\n\n\
+         | ring modelled | ring used | covers | injected | lost | wait p99 |\n|---|---|---|---|---|---|\n",
+    );
+    for r in lines.iter().filter(|l| l.name == "ring_scaled") {
+        let _ = writeln!(
+            out,
+            "| {} MiB | {} B | {:.1} ms | {} | {} | {:.2} ms |",
+            r.get("models_ring_mib").unwrap_or("?"),
+            r.get("ring_bytes").unwrap_or("?"),
+            r.num("ring_covers_ms").unwrap_or(f64::NAN),
+            r.get("injected").unwrap_or("?"),
+            r.get("lost").unwrap_or("?"),
+            r.num("wait_p99_ms").unwrap_or(f64::NAN),
+        );
+    }
+    out.push('\n');
+    for r in lines.iter().filter(|l| l.name == "ring_small") {
+        let _ = writeln!(
+            out,
+            "A {}-byte ring (`--ring-size`) at {}/s: {} lost of {}, {:.0} wake-ups/s \
+             (the threshold lowered to a quarter of the ring).",
+            r.get("ring_bytes").unwrap_or("?"),
+            mega(r.num("rate_per_s").unwrap_or(0.0)),
+            r.get("lost").unwrap_or("?"),
+            r.get("injected").unwrap_or("?"),
+            r.num("wakeups_per_s").unwrap_or(f64::NAN),
+        );
+    }
+    for r in lines.iter().filter(|l| l.name == "ring_stall") {
+        let _ = writeln!(
+            out,
+            "\nA reader stalled {} ms at {}/s (the ring covers {} ms): {} lost, {} \
+             expected from (stall - cover) x rate.",
+            r.get("stall_ms").unwrap_or("?"),
+            mega(r.num("rate_per_s").unwrap_or(0.0)),
+            r.get("ring_covers_ms").unwrap_or("?"),
+            r.get("lost").unwrap_or("?"),
+            r.get("expected_lost").unwrap_or("?"),
+        );
+    }
+    out.push('\n');
+}
+
+/// The tables, in the order of the generated section.
+pub fn render(lines: &[&str]) -> String {
+    let parsed: Vec<Line> = lines.iter().filter_map(|l| Line::parse(l)).collect();
+    let mut out = String::new();
+    reader(&mut out, &parsed);
+    per_hit(&mut out, &parsed);
+    parts(&mut out, &parsed);
+    sg(&mut out, &parsed);
+    ring(&mut out, &parsed);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn goals_say_met_or_missed_by_how_much() {
+        assert_eq!(at_most(57.1, 100.0, "ns"), "met (57.1 <= 100 ns)");
+        assert_eq!(
+            at_most(69.0, 60.0, "ns"),
+            "**missed by 9.0 ns** (69.0 > 60 ns)"
+        );
+        let l = Line::parse("BENCH reader_cpu reader=live ns_per_event=57.1").expect("line");
+        assert_eq!((l.name, l.get("reader")), ("reader_cpu", Some("live")));
+        let t = render(&[
+            "BENCH reader_cpu reader=raw-drain events=8 ns_per_event=6.0 events_per_s_per_core=166000000 vs_raw_rate=1.00 lost=0",
+            "BENCH reader_cpu reader=live events=8 ns_per_event=57.0 events_per_s_per_core=17500000 vs_raw_rate=0.11 lost=0",
+        ]);
+        assert!(
+            t.contains("| live | 57.0 ns | 17.5 M | 0.11 | 0 | met (57.0 <= 100 ns) |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("**missed** (0.11 < 0.50 of the raw rate)"),
+            "{t}"
+        );
+    }
+}
