@@ -8,7 +8,8 @@ use aya::{
     Ebpf,
 };
 use gpudirect_trace_common::{
-    maps as names, Counter, CounterKey, DeviceName, LatHist, LatKey, MapKey, MapValue, TaskState,
+    maps as names, Counter, CounterKey, DeviceName, InvalKey, LatHist, LatKey, MapKey, MapValue,
+    TaskState,
 };
 
 pub struct Maps {
@@ -19,6 +20,8 @@ pub struct Maps {
     pub hits: PerCpuArray<MapData, u64>,
     pub counters: PerCpuHashMap<MapData, CounterKey, Counter>,
     pub latency: PerCpuHashMap<MapData, LatKey, LatHist>,
+    /// Per (device, invalidation class) log2 histograms (aggregate-only).
+    pub invalidations: PerCpuHashMap<MapData, InvalKey, LatHist>,
     /// Written by userspace only in tests (setting a task's timing state).
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     pub tasks: HashMap<MapData, u32, TaskState>,
@@ -45,6 +48,7 @@ impl Maps {
             hits: take(ebpf, names::HITS)?,
             counters: take(ebpf, names::DEV_COUNTERS)?,
             latency: take(ebpf, names::LAT_HIST)?,
+            invalidations: take(ebpf, names::INVAL_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,
         })

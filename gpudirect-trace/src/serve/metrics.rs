@@ -450,9 +450,15 @@ impl Model {
             let up = u64::from(p.status == Status::Attached);
             self.add("gpudirect_probe_attached", Gauge, None, l, up);
         }
-        // Counter-only kinds (SG_TRUNCATED and up) are not events.
-        let kinds = (stats.hits.iter()).take(gpudirect_trace_common::kind::SG_TRUNCATED as usize);
-        for (k, &n) in kinds.enumerate().skip(1) {
+        // Truncated walks are counted maps, not events of their own.
+        let hit = |k: usize| gpudirect_trace_common::kind::is_hit(k as u16);
+        for (k, &n) in stats
+            .hits
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(k, _)| hit(*k))
+        {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
             self.add("gpudirect_events", Counter, None, l, n);
         }
