@@ -10,7 +10,8 @@ use aya_ebpf::{
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
-    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_FROM_HOOK, COUNTER_SLOTS,
+    flags, kind, maps, stat, Config, Counter, CounterKey, Event, COUNTER_FROM_HOOK,
+    COUNTER_SLOTS,
 };
 
 use crate::device::remember_device;
@@ -34,8 +35,7 @@ static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(kind::COUNT, 0);
 /// Per (device, kind, direction) event and byte counts: the aggregate that
 /// survives any ring buffer overflow.
 #[map]
-static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> =
-    PerCpuHashMap::with_max_entries(maps::DEV_COUNTERS_CAP, 0);
+static DEV_COUNTERS: PerCpuHashMap<CounterKey, Counter> = PerCpuHashMap::with_max_entries(maps::DEV_COUNTERS_CAP, 0);
 
 #[inline(always)]
 pub fn config() -> Config {
