@@ -14,8 +14,8 @@
 //! - ARM SMMUv3: arm_smmu_cmdq_issue_cmdlist (every command batch, with or
 //!   without its CMD_SYNC), classed by the first command's opcode.
 //!
-//! Attribution, best first: the device of the cache tag the kernel flushed
-//! just before (intel_iommu:cache_tag_flush_*, 6.10+); the device of the
+//! Attribution, best first: the endpoint of the device-TLB cache tag the
+//! kernel flushed just before (intel_iommu:cache_tag_flush_*, 6.10+); the device of the
 //! domain whose flush_iotlb_all is in flight (the flush queue's deferred
 //! flushes in lazy mode: domain -> device learnt from DMA-API nesting); the
 //! DMA-API / IOMMU call in flight on the task (strict unmaps, map-time
@@ -220,13 +220,20 @@ fn exit(vendor: u32, ty: u32) {
 }
 
 /// Device, how it was found, and whether a timed IOMMU call encloses it.
+///
+/// Inside a flush_iotlb_all nothing encloses it: no timed IOMMU call
+/// (iommu_map/unmap, iotlb_sync) calls that callback, so a timed call in
+/// flight on the task is one the flush queue's timer interrupted (seen on
+/// 6.1: one of 4 deferred flushes landed on top of an iommu_map).
 #[inline(always)]
 fn attribution(st: &InvalTask, now: u64) -> (u64, u16, bool) {
     let (dev, via, nested) = timing::inval_context();
+    let in_flush_all = st.flush_ts != 0 && now.saturating_sub(st.flush_ts) < STALE_NS;
+    let nested = nested && !in_flush_all;
     if st.tag_dev != 0 && now.saturating_sub(st.tag_ts) < TAG_FRESH_NS {
         return (st.tag_dev, flags::VIA_DOMAIN, nested);
     }
-    if st.flush_dev != 0 && now.saturating_sub(st.flush_ts) < STALE_NS {
+    if in_flush_all && st.flush_dev != 0 {
         return (st.flush_dev, flags::VIA_DOMAIN, nested);
     }
     (dev, via, nested)
@@ -391,9 +398,6 @@ pub fn k_smmu_cmdq_out(_ctx: RetProbeContext) -> i32 {
 #[inline(always)]
 fn flush_enter(domain: u64) {
     let dev = timing::domain_device(domain);
-    if dev == 0 {
-        return;
-    }
     if let Some(st) = state(tid()) {
         st.flush_dev = dev;
         st.flush_ts = now();
@@ -404,7 +408,10 @@ fn flush_enter(domain: u64) {
 fn flush_exit() {
     if let Some(st) = INVAL_TASKS.get_ptr_mut(&tid()) {
         // SAFETY: map value pointer, valid for this program run.
-        unsafe { (*st).flush_dev = 0 };
+        unsafe {
+            (*st).flush_dev = 0;
+            (*st).flush_ts = 0;
+        }
     }
 }
 
@@ -463,18 +470,35 @@ pub fn intel_qi_submit(ctx: RawTracePointContext) -> i32 {
 
 /// intel_iommu:cache_tag_flush_range / _range_np(struct cache_tag *tag,
 /// unsigned long start, end, addr, pages, mask) and cache_tag_flush_all(tag)
-/// (6.10+): the kernel's own device of a flush.
+/// (6.10+). A device-TLB tag's `dev` is the endpoint; an IOTLB tag's is the
+/// IOMMU's own device (cache_tag_assign: the IOTLB is the unit's, shared by
+/// the domain's devices; seen on 6.12: "dmar0"), so an IOTLB flush takes the
+/// device of the call in flight, as the submission that follows does.
 #[inline(always)]
 fn cache_tag(tag: u64, which: u32, pages: u64) {
     let off = config().offsets;
     if off.cache_tag_dev == u32::MAX || tag == 0 {
         return;
     }
-    let dev = read::<u64>(tag + off.cache_tag_dev as u64).unwrap_or(0);
     let tag_type = if off.cache_tag_type == u32::MAX {
         0
     } else {
         read::<u32>(tag + off.cache_tag_type as u64).unwrap_or(0) & 0xf
+    };
+    // enum cache_tag_type: 1 CACHE_TAG_DEVTLB, 3 CACHE_TAG_NESTING_DEVTLB.
+    let endpoint = tag_type & 1 == 1;
+    let st = state(tid());
+    let (dev, via) = if endpoint {
+        let d = read::<u64>(tag + off.cache_tag_dev as u64).unwrap_or(0);
+        (d, flags::VIA_DOMAIN)
+    } else {
+        match &st {
+            Some(st) if st.flush_ts != 0 && st.flush_dev != 0 => (st.flush_dev, flags::VIA_DOMAIN),
+            _ => {
+                let (d, via, _) = timing::inval_context();
+                (d, via)
+            }
+        }
     };
     let unit = if off.cache_tag_iommu == u32::MAX {
         inval::UNIT_UNKNOWN
@@ -482,12 +506,12 @@ fn cache_tag(tag: u64, which: u32, pages: u64) {
         let iommu = read::<u64>(tag + off.cache_tag_iommu as u64).unwrap_or(0);
         unit_at(iommu, off.intel_iommu_seq_id)
     };
-    let mut ev = base_event(kind::CACHE_TAG_FLUSH, dev, flags::VIA_DOMAIN);
+    let mut ev = base_event(kind::CACHE_TAG_FLUSH, dev, via);
     ev.dir = inval::class(inval::VENDOR_INTEL, tag_type | which << 4, unit, false);
     ev.size = pages;
     add_counter(&ev);
-    if dev != 0 {
-        if let Some(st) = state(tid()) {
+    if endpoint && dev != 0 {
+        if let Some(st) = st {
             st.tag_dev = dev;
             st.tag_ts = now();
         }

@@ -52,8 +52,25 @@ pub struct Budget {
     /// What identity (passthrough) mapping would save, per second: the IOMMU
     /// part (see the module's note on what the estimate leaves out).
     pub identity_saves_ms_per_s: f64,
+    /// The totals behind the rates, in nanoseconds (serve exports them as
+    /// counters: rate() of them is the same budget over any window).
+    pub dma_api_ns: u64,
+    pub iommu_ns: u64,
+    pub invalidation_ns: u64,
     /// Where the numbers come from.
     pub how: &'static str,
+}
+
+/// The budget of one device, as its snapshot computes it.
+pub fn of_device(d: &super::DeviceStats) -> Option<Budget> {
+    let latency = super::latency_snapshot(d);
+    let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
+    let bytes = if d.dma.maps > 0 || d.dma.unmaps > 0 {
+        d.dma.bytes_mapped
+    } else {
+        d.iommu.bytes_mapped
+    };
+    budget(&latency, window_s, bytes, d.inval.time())
 }
 
 /// `inval`: the device's invalidation time in ns (all, and the part outside
@@ -93,6 +110,9 @@ pub fn budget(
         dma_api_ms_per_gb: (bytes_mapped > 0)
             .then(|| round(dma as f64 / 1e6 / (bytes_mapped as f64 / 1e9))),
         identity_saves_ms_per_s: round(per_s(iommu)),
+        dma_api_ns: dma,
+        iommu_ns: iommu,
+        invalidation_ns: inval.0,
         how: "sum of the timed DMA-API calls and of the IOMMU calls nested in them (plus the \
               device's invalidations outside them: deferred flushes), over the device's first \
               to last event; identity mapping would save the IOMMU part (not the device's \

@@ -377,6 +377,8 @@ impl Units {
         let mut descriptors: BTreeMap<u32, u64> = BTreeMap::new();
         for (&c, n) in &self.descriptors {
             *descriptors.entry(row_class(c)).or_default() += n.count;
+            // A type only the tracepoint saw (no timing hook here) has a row.
+            classes.entry(row_class(c)).or_default();
         }
         classes
             .iter()
