@@ -535,3 +535,15 @@ pub fn intel_cache_tag_flush_all(ctx: RawTracePointContext) -> i32 {
     cache_tag(tp_arg(&ctx, 0), inval::TAG_FLUSH_ALL, 0);
     0
 }
+
+/// Benchmark stand-in (`cargo xtask bench`): one submission's entry and
+/// exit bodies back to back, as a raw tracepoint that BPF_PROG_TEST_RUN
+/// can drive on a kernel without fentry or kprobes (the CI host). args:
+/// (iommu, desc, count), as qi_submit_sync's. The fentry/fexit trampolines
+/// add their own cost on top (docs/benchmarks.md).
+#[raw_tracepoint]
+pub fn bench_inval(ctx: RawTracePointContext) -> i32 {
+    enter(tp_arg(&ctx, 0), tp_arg(&ctx, 1), tp_arg(&ctx, 2));
+    exit(inval::VENDOR_INTEL, 0);
+    0
+}
