@@ -120,8 +120,36 @@ pub mod kind {
     pub const SG_TRUNCATED: u16 = 22;
     /// Counter-only: the same for scatter-gather unmaps.
     pub const SG_UNMAP_TRUNCATED: u16 = 23;
+    /// An IOMMU invalidation submission returned (Intel qi_submit_sync, AMD
+    /// completion wait, SMMUv3 command-queue batch): `size` = nanoseconds
+    /// spent, `dir` = its class (`inval::class`: vendor, type, unit, nested),
+    /// `phys` / `addr` = the first descriptor's qw0 / qw1 (Intel; SMMUv3:
+    /// the first command's two words), `aux` = descriptors submitted (low 32
+    /// bits) and the unit's PCI segment (bits 32..48, Intel).
+    pub const IOMMU_INVAL: u16 = 24;
+    /// Counter-only: descriptors queued (intel_iommu:qi_submit), by class
+    /// (`dir`); bytes = pages of page-selective IOTLB invalidations.
+    pub const QI_DESCRIPTOR: u16 = 25;
+    /// Counter-only: cache-tag flushes (intel_iommu:cache_tag_flush_*,
+    /// 6.10+): `dev` = the tag's device, `dir` = class (type = the tag's
+    /// type | the tracepoint << 4), bytes = pages asked for.
+    pub const CACHE_TAG_FLUSH: u16 = 26;
     /// One past the largest kind: sizes per-kind counter arrays.
-    pub const COUNT: u32 = 24;
+    pub const COUNT: u32 = 27;
+
+    /// Kinds that exist only as in-kernel counters, never as records.
+    pub const fn is_counter_only(k: u16) -> bool {
+        matches!(
+            k,
+            SG_TRUNCATED | SG_UNMAP_TRUNCATED | QI_DESCRIPTOR | CACHE_TAG_FLUSH
+        )
+    }
+
+    /// Counter-only kinds whose counts are not tracepoint hits (truncated
+    /// walks count maps that were also counted as maps).
+    pub const fn is_hit(k: u16) -> bool {
+        !matches!(k, SG_TRUNCATED | SG_UNMAP_TRUNCATED)
+    }
 }
 
 /// Human names of the event kinds, as output and metric labels use them
@@ -151,6 +179,9 @@ pub const KIND_NAMES: [&str; kind::COUNT as usize] = [
     "dma_sync_for_device",
     "sg_map_truncated",
     "sg_unmap_truncated",
+    "iommu_invalidation",
+    "qi_descriptor",
+    "cache_tag_flush",
 ];
 
 /// The name of event kind `k` ("unknown" outside the ABI).
@@ -165,6 +196,71 @@ pub mod dir {
     pub const FROM_DEVICE: u32 = 2;
     pub const NONE: u32 = 3;
     pub const NAMES: [&str; 4] = ["bidirectional", "to_device", "from_device", "none"];
+}
+
+/// IOMMU invalidations: the class of a submission, packed into `Event::dir`
+/// and `CounterKey::dir` of `kind::IOMMU_INVAL`, `QI_DESCRIPTOR` and
+/// `CACHE_TAG_FLUSH`: vendor (bits 24..32), type (16..24), nested (15),
+/// IOMMU unit (0..12; `UNIT_UNKNOWN` when not known).
+pub mod inval {
+    pub const VENDOR_INTEL: u32 = 1;
+    pub const VENDOR_AMD: u32 = 2;
+    pub const VENDOR_SMMU: u32 = 3;
+    /// The unit (Intel seq_id, AMD index) could not be read.
+    pub const UNIT_UNKNOWN: u32 = 0xfff;
+    /// The submission ran inside a timed IOMMU call (iommu_map/unmap,
+    /// iotlb_sync) of its task, whose time already includes it.
+    pub const NESTED: u32 = 1 << 15;
+
+    /// Intel queued-invalidation descriptor types, `qw0 & 0xf`
+    /// (drivers/iommu/intel/iommu.h). A submission of no descriptor (a
+    /// lone wait, e.g. the page-request drain) is classed `QI_IWD`.
+    pub const QI_CC: u32 = 0x1;
+    pub const QI_IOTLB: u32 = 0x2;
+    pub const QI_DIOTLB: u32 = 0x3;
+    pub const QI_IEC: u32 = 0x4;
+    pub const QI_IWD: u32 = 0x5;
+    pub const QI_EIOTLB: u32 = 0x6;
+    pub const QI_PC: u32 = 0x7;
+    pub const QI_DEIOTLB: u32 = 0x8;
+    pub const QI_PGRP_RESP: u32 = 0x9;
+    pub const QI_PSTRM_RESP: u32 = 0xa;
+
+    /// AMD-Vi: iommu_completion_wait (the wait for every command queued on
+    /// one unit) and the older per-domain flush completion
+    /// (amd_iommu_domain_flush_complete / domain_flush_complete, unit unknown).
+    pub const AMD_COMPLETION_WAIT: u32 = 0;
+    pub const AMD_DOMAIN_FLUSH_COMPLETE: u32 = 1;
+
+    /// Tracepoints behind `kind::CACHE_TAG_FLUSH` (type bits 4..8; bits
+    /// 0..4 are the tag's `enum cache_tag_type`).
+    pub const TAG_FLUSH_RANGE: u32 = 0;
+    pub const TAG_FLUSH_ALL: u32 = 1;
+    pub const TAG_FLUSH_RANGE_NP: u32 = 2;
+
+    #[inline(always)]
+    pub const fn class(vendor: u32, ty: u32, unit: u32, nested: bool) -> u32 {
+        (vendor & 0xff) << 24
+            | (ty & 0xff) << 16
+            | if nested { NESTED } else { 0 }
+            | (unit & UNIT_UNKNOWN)
+    }
+
+    pub const fn vendor(class: u32) -> u32 {
+        class >> 24
+    }
+
+    pub const fn ty(class: u32) -> u32 {
+        (class >> 16) & 0xff
+    }
+
+    pub const fn unit(class: u32) -> u32 {
+        class & UNIT_UNKNOWN
+    }
+
+    pub const fn nested(class: u32) -> bool {
+        class & NESTED != 0
+    }
 }
 
 /// The maps both sides name: aya names a map after its static, so these
@@ -215,8 +311,15 @@ pub mod maps {
     /// All-zero initial values of new task states and histograms.
     pub const ZERO_TASK: &str = "ZERO_TASK";
     pub const ZERO_HIST: &str = "ZERO_HIST";
+    /// Per-task state of the invalidation hooks (LRU).
+    pub const INVAL_TASKS: &str = "INVAL_TASKS";
+    pub const INVAL_TASKS_CAP: u32 = 16384;
+    /// Per (device, invalidation class) log2 latency histograms
+    /// (aggregate-only mode).
+    pub const INVAL_HIST: &str = "INVAL_HIST";
+    pub const INVAL_HIST_CAP: u32 = 1024;
     /// Every map of the object.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 20] = [
         EVENTS,
         STATS,
         HITS,
@@ -235,6 +338,8 @@ pub mod maps {
         ZERO_TASK,
         ZERO_HIST,
         STACKS,
+        INVAL_TASKS,
+        INVAL_HIST,
     ];
 }
 
@@ -340,6 +445,15 @@ pub struct LatKey {
     pub _pad: u32,
 }
 
+/// Key of `INVAL_HIST` (per-CPU hash): device and `inval::class`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct InvalKey {
+    pub dev: u64,
+    pub class: u32,
+    pub _pad: u32,
+}
+
 /// Value of `LAT_HIST`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,7 +555,8 @@ pub mod flags {
     /// same task was in (dma_map_* -> iommu_map).
     pub const VIA_DMA_API: u16 = 1 << 4;
     /// An IOMMU event attributed through its domain (domain -> device learnt
-    /// from attach calls or from earlier DMA-API nesting), e.g. VFIO.
+    /// from attach calls or from earlier DMA-API nesting), e.g. VFIO; for
+    /// invalidations also the kernel's own cache tag (6.10+).
     pub const VIA_DOMAIN: u16 = 1 << 5;
     /// A DMA-API record made by the fentry/fexit or kprobe/kretprobe hooks on
     /// the DMA-API functions, not by a dma:* tracepoint.
@@ -550,6 +665,20 @@ pub struct KernelOffsets {
     pub sgt_orig_nents: u32,
     /// sizeof(struct page), for page_to_phys() (0: unknown).
     pub page_size: u32,
+    /// offsetof(struct intel_iommu, seq_id / segment), offsetof(struct
+    /// amd_iommu, index): the invalidation hooks' unit; `u32::MAX` unknown.
+    pub intel_iommu_seq_id: u32,
+    pub intel_iommu_segment: u32,
+    pub amd_iommu_index: u32,
+    /// offsetof(struct cache_tag, type / iommu / dev) (6.10+), `u32::MAX`
+    /// where the kernel has no cache tags.
+    pub cache_tag_type: u32,
+    pub cache_tag_iommu: u32,
+    pub cache_tag_dev: u32,
+    /// Argument index of `cmds` in arm_smmu_cmdq_issue_cmdlist: 1 before
+    /// 6.12 (smmu, cmds, n, sync), 2 after (smmu, cmdq, cmds, n, sync).
+    pub smmu_cmds_arg: u32,
+    pub _reserved: u32,
 }
 
 impl KernelOffsets {
@@ -566,6 +695,14 @@ impl KernelOffsets {
         sgt_nents: 8,
         sgt_orig_nents: 12,
         page_size: 64,
+        intel_iommu_seq_id: u32::MAX,
+        intel_iommu_segment: u32::MAX,
+        amd_iommu_index: u32::MAX,
+        cache_tag_type: u32::MAX,
+        cache_tag_iommu: u32::MAX,
+        cache_tag_dev: u32::MAX,
+        smmu_cmds_arg: 1,
+        _reserved: 0,
     };
 }
 
@@ -739,8 +876,9 @@ const _: () = assert!(core::mem::size_of::<Event>() == 64);
 const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 48);
-const _: () = assert!(core::mem::size_of::<Config>() == 80);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 80);
+const _: () = assert!(core::mem::size_of::<Config>() == 112);
+const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 24 + 32 * COUNTER_CACHE);
@@ -767,6 +905,24 @@ mod tests {
         assert_eq!(kind_name(kind::AER), "pcie_aer");
         assert_eq!(kind_name(999), "unknown");
     }
+
+    #[test]
+    fn invalidation_classes_round_trip() {
+        let c = inval::class(inval::VENDOR_INTEL, inval::QI_IOTLB, 3, true);
+        assert_eq!(inval::vendor(c), inval::VENDOR_INTEL);
+        assert_eq!(inval::ty(c), inval::QI_IOTLB);
+        assert_eq!(inval::unit(c), 3);
+        assert!(inval::nested(c));
+        let u = inval::class(inval::VENDOR_AMD, 0, u32::MAX, false);
+        assert_eq!(
+            (inval::unit(u), inval::nested(u)),
+            (inval::UNIT_UNKNOWN, false)
+        );
+        assert!(kind::is_counter_only(kind::QI_DESCRIPTOR));
+        assert!(!kind::is_counter_only(kind::IOMMU_INVAL));
+        assert!(kind::is_hit(kind::CACHE_TAG_FLUSH) && !kind::is_hit(kind::SG_TRUNCATED));
+        assert_eq!(kind_name(kind::IOMMU_INVAL), "iommu_invalidation");
+    }
 }
 
 #[cfg(feature = "user")]
@@ -781,6 +937,7 @@ mod pod {
     unsafe impl aya::Pod for super::Counter {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::LatKey {}
+    unsafe impl aya::Pod for super::InvalKey {}
     unsafe impl aya::Pod for super::LatHist {}
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::MapKey {}

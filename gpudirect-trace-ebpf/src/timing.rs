@@ -36,7 +36,7 @@ static ZERO_TASK: Array<TaskState> = Array::with_max_entries(1, 0);
 
 /// One all-zero LatHist, never written: the initial value of new histograms.
 #[map]
-static ZERO_HIST: Array<LatHist> = Array::with_max_entries(1, 0);
+pub static ZERO_HIST: Array<LatHist> = Array::with_max_entries(1, 0);
 
 /// IOMMU domain -> device, learnt from attach calls and DMA-API nesting.
 #[map]
@@ -44,7 +44,8 @@ static DOMAIN_DEVS: HashMap<u64, u64> = HashMap::with_max_entries(maps::DOMAIN_D
 
 /// In-kernel latency histograms (aggregate-only mode reads only these).
 #[map]
-static LAT_HIST: PerCpuHashMap<LatKey, LatHist> = PerCpuHashMap::with_max_entries(maps::LAT_HIST_CAP, 0);
+static LAT_HIST: PerCpuHashMap<LatKey, LatHist> =
+    PerCpuHashMap::with_max_entries(maps::LAT_HIST_CAP, 0);
 
 #[inline(always)]
 fn tid() -> u32 {
@@ -98,6 +99,51 @@ pub fn current_iommu_device() -> (u64, u16) {
         }
     }
     (0, 0)
+}
+
+/// What an IOMMU invalidation of the current task belongs to (inval.rs):
+/// the device of the innermost call in flight (flush, IOMMU, DMA API), how
+/// it was found, and whether a timed IOMMU-level call (iommu_map/unmap,
+/// iotlb_sync) is in flight, whose time then already includes it.
+#[inline(always)]
+pub fn inval_context() -> (u64, u16, bool) {
+    let Some(st) = TASKS.get_ptr(&tid()) else {
+        return (0, 0, false);
+    };
+    // SAFETY: map value pointer, valid for this program run.
+    let st = unsafe { &*st };
+    let dma = innermost(st, level::DMA_API);
+    let inner = innermost(st, level::INNER);
+    let iommu = innermost(st, level::IOMMU);
+    let nested = inner.is_some() || iommu.is_some();
+    let via = if dma.is_some() {
+        flags::VIA_DMA_API
+    } else {
+        flags::VIA_DOMAIN
+    };
+    let candidates = [
+        inner.map(|i| st.dev[level::INNER][i]),
+        iommu.map(|i| st.dev[level::IOMMU][i]),
+    ];
+    for d in candidates.into_iter().flatten() {
+        if d != 0 {
+            return (d, via, nested);
+        }
+    }
+    match dma.map(|i| st.dev[level::DMA_API][i]) {
+        Some(d) if d != 0 => (d, flags::VIA_DMA_API, nested),
+        _ => (0, 0, nested),
+    }
+}
+
+/// The device learnt for IOMMU domain `domain` (0: unknown).
+#[inline(always)]
+pub fn domain_device(domain: u64) -> u64 {
+    if domain == 0 {
+        return 0;
+    }
+    // SAFETY: value copied out immediately.
+    unsafe { DOMAIN_DEVS.get(&domain) }.copied().unwrap_or(0)
 }
 
 #[inline(always)]
@@ -231,7 +277,7 @@ pub fn exit_dma_timing(o: u32) {
 }
 
 #[inline(always)]
-fn log2(mut v: u64) -> u32 {
+pub fn log2(mut v: u64) -> u32 {
     let mut r = 0;
     if v >= 1 << 32 {
         v >>= 32;

@@ -215,6 +215,13 @@ impl Btf {
         self.find(KIND_FUNC, name).is_some()
     }
 
+    /// Number of parameters of function `name` (its FUNC_PROTO's).
+    pub fn function_args(&self, name: &str) -> Option<usize> {
+        let f = self.find(KIND_FUNC, name)?;
+        let proto = self.types.get(f.size_or_type as usize)?;
+        (proto.kind == KIND_FUNC_PROTO).then_some(proto.vlen as usize)
+    }
+
     pub fn struct_size(&self, name: &str) -> Option<u32> {
         self.find(KIND_STRUCT, name).map(|t| t.size_or_type)
     }

@@ -57,8 +57,10 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     match k {
         kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
         kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        // Kinds from SG_TRUNCATED on are counter-only: never records.
-        1.. if k < kind::SG_TRUNCATED => read::<Event>(bytes, k).map(Record::Event),
+        // Counter-only kinds are never records.
+        1.. if (k as u32) < kind::COUNT && !kind::is_counter_only(k) => {
+            read::<Event>(bytes, k).map(Record::Event)
+        }
         other => Err(DecodeError::UnknownKind(other)),
     }
 }

@@ -118,6 +118,10 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
     text.push_str(&gpus);
     text.push_str(&render::processes_text(&devices));
     text.push_str(&render::latency_text(&devices));
+    text.push_str(&render::invalidations_text(
+        &s.analysis.agg.unit_rows(),
+        &devices,
+    ));
     text.push_str(&render::translation_text(&devices));
     text.push_str(&render::misuse_text(
         s.analysis.checker.as_ref().map(|c| &c.stats),

@@ -273,6 +273,75 @@ pub fn gpus_text(
     s
 }
 
+/// IOMMU invalidations: per unit and type across devices, then per device
+/// (the time each submission to the invalidation queue took).
+pub fn invalidations_text(
+    units: &[crate::aggregate::inval::UnitRow],
+    devices: &[DeviceSnapshot],
+) -> String {
+    use crate::output::ns;
+    let mut s = String::new();
+    if units.is_empty() && devices.iter().all(|d| d.invalidations.is_empty()) {
+        return s;
+    }
+    let head = |s: &mut String, first: &str| {
+        let _ = writeln!(
+            s,
+            "{first:<22} {:<7} {:<21} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}",
+            "IOMMU", "TYPE", "COUNT", "p50", "p99", "max", "TOTAL", "NESTED"
+        );
+    };
+    let row = |s: &mut String, first: &str, r: &crate::aggregate::inval::InvalRow| {
+        let l = &r.latency_ns;
+        let _ = write!(
+            s,
+            "{:<22} {:<7} {:<21} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9}",
+            truncate(first, 22),
+            truncate(&r.iommu, 7),
+            r.kind,
+            r.count,
+            ns(l.p50),
+            ns(l.p99),
+            ns(l.max),
+            ns(r.total_ns),
+            ns(r.nested_ns)
+        );
+    };
+    let _ = writeln!(
+        s,
+        "
+IOMMU invalidations (time per submission to the invalidation queue; NESTED: inside \
+         timed IOMMU calls):"
+    );
+    head(&mut s, "");
+    for u in units {
+        row(&mut s, "(all devices)", &u.row);
+        if let Some(q) = u.descriptors_queued {
+            let _ = write!(s, "  {q} descriptors queued");
+        }
+        s.push('\n');
+    }
+    for d in devices {
+        for r in &d.invalidations {
+            row(&mut s, &d.device, r);
+            s.push('\n');
+        }
+        for t in &d.cache_tag_flushes {
+            let _ = writeln!(
+                s,
+                "{:<22} {:<7} cache tag {} flush {}: {} flushes, {} pages",
+                truncate(&d.device, 22),
+                truncate(&t.iommu, 7),
+                t.tag,
+                t.flush,
+                t.count,
+                t.pages
+            );
+        }
+    }
+    s
+}
+
 /// Per device: the IOMMU's flush policy and what translation costs.
 pub fn translation_text(devices: &[DeviceSnapshot]) -> String {
     let mut s = String::new();
@@ -294,9 +363,11 @@ pub fn translation_text(devices: &[DeviceSnapshot]) -> String {
         if let Some(b) = &d.translation {
             let _ = write!(
                 s,
-                "; DMA-API {:.3} ms/s, of which IOMMU {:.3} ms/s{}; identity would save ~{:.3} ms/s",
+                "; DMA-API {:.3} ms/s, IOMMU {:.3} ms/s (invalidation queue {:.3}){}; identity \
+                 would save ~{:.3} ms/s",
                 b.dma_api_ms_per_s,
                 b.iommu_ms_per_s,
+                b.invalidation_ms_per_s,
                 b.dma_api_ms_per_gb
                     .map(|g| format!(", {g:.1} ms per GB mapped"))
                     .unwrap_or_default(),

@@ -370,6 +370,7 @@ pub fn json(
         "clock": r.clock(),
         "window": {"from_s": r.seconds(r.from_ns), "to_s": r.seconds(r.last_ns)},
         "devices": devices,
+        "iommu_invalidations": r.analysis.agg.unit_rows(),
         "lost_events": lost,
         "losses": r.losses,
         "kernel_events": r.kernel_hits,
@@ -461,6 +462,10 @@ pub fn text(
     ));
     s.push_str(&crate::render::processes_text(devices));
     s.push_str(&crate::render::latency_text(devices));
+    s.push_str(&crate::render::invalidations_text(
+        &r.analysis.agg.unit_rows(),
+        devices,
+    ));
     s.push_str(&crate::render::translation_text(devices));
     s.push_str(&crate::render::misuse_text(
         r.analysis.checker.as_ref().map(|c| &c.stats),

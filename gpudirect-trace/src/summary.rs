@@ -40,6 +40,8 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "mode": if s.stream { "streaming" } else { "aggregate-only" },
         "probes_attached": s.tracer.attached(),
         "devices": v.devices,
+        // Per IOMMU unit and invalidation type, across devices.
+        "iommu_invalidations": s.analysis.agg.unit_rows(),
         "events": s.analysis.agg.events,
         "kernel_events": v.stats.total_hits(),
         "lost_events": v.stats.lost_events,

@@ -238,3 +238,127 @@ fn bench_decode_aggregate() {
         n as f64 / secs
     );
 }
+
+/// The invalidation hook's cost per submission: its entry and exit bodies
+/// (bench_inval, the same code as t_qi_submit_in/out) and the
+/// intel_iommu:qi_submit program, per hit, from the kernel's accounting.
+/// The fentry/fexit trampolines are not in it: the CI host has no function
+/// tracer (docs/benchmarks.md adds the published trampoline cost).
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_invalidation_hook() {
+    let desc = known_kernel_object().addr;
+    const RUNS: u64 = 100_000;
+    for (mode, stream) in [("streaming", true), ("aggregate-only", false)] {
+        let mut tracer = Tracer::load(&TracerOptions {
+            attach: false,
+            stream,
+            ..Default::default()
+        })
+        .expect("load");
+        for p in ["bench_floor", "bench_inval"] {
+            tracer.load_unattached(p).expect("load bench program");
+        }
+        set_bpf_stats(true);
+        let progs: [(&str, Vec<u64>); 3] = [
+            ("bench_floor", vec![0]),
+            ("bench_inval", vec![0, desc, 1]),
+            ("intel_qi_submit", vec![0, 0x32 | 7 << 16, 0x1000, 0, 0]),
+        ];
+        for (prog, args) in &progs {
+            let fd = tracer.program_fd(prog).expect("program").as_raw_fd();
+            for i in 0..RUNS {
+                // SAFETY: the tracer (owner of the fd) outlives this loop.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                run_raw_tracepoint(fd, args, None).expect("test run");
+                if i % 5_000 == 0 {
+                    tracer.drain(|_| {});
+                }
+            }
+            tracer.drain(|_| {});
+        }
+        set_bpf_stats(false);
+        let stats = tracer.program_stats();
+        let floor = stats
+            .iter()
+            .find(|s| s.program == "bench_floor")
+            .map_or(0.0, |s| s.ns_per_run);
+        for s in stats.iter().filter(|s| s.program != "bench_floor") {
+            println!(
+                "BENCH invalidation_hook mode={mode} program={} runs={} ns_per_hit={:.1} \
+                 net_of_floor={:.1}",
+                s.program,
+                s.run_count,
+                s.ns_per_run,
+                s.ns_per_run - floor
+            );
+        }
+    }
+}
+
+/// What the translation budget and the invalidation rows cost userspace:
+/// per device and refresh (live interval, scrape), with every timed
+/// operation and three invalidation classes recorded.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_budget() {
+    use gpudirect_trace::{aggregate::budget, decode::Record};
+    use gpudirect_trace_common::{inval, op};
+    let mut agg = Aggregator::new();
+    let devices: Vec<Arc<str>> = (0..8)
+        .map(|i| Arc::from(format!("0000:00:0{i}.0")))
+        .collect();
+    for (i, dev) in devices.iter().enumerate() {
+        for n in 0..10_000u64 {
+            let ts = n * 1_000 + i as u64;
+            for o in 0..op::COUNT {
+                let lat = Event {
+                    kind: kind::LATENCY,
+                    ts_ns: ts,
+                    size: 500 + (n * 37 + u64::from(o)) % 50_000,
+                    aux: u64::from(o),
+                    ..Default::default()
+                };
+                agg.ingest(&Record::Event(lat), dev);
+            }
+            for t in [inval::QI_IOTLB, inval::QI_DIOTLB, inval::QI_IEC] {
+                let ev = Event {
+                    kind: kind::IOMMU_INVAL,
+                    ts_ns: ts,
+                    dir: inval::class(inval::VENDOR_INTEL, t, 0, n % 2 == 0),
+                    phys: u64::from(t) | 3 << 16,
+                    size: 1_000 + n % 9_000,
+                    aux: 1,
+                    ..Default::default()
+                };
+                agg.ingest(&Record::Event(ev), dev);
+            }
+        }
+    }
+    let runs = 200;
+    let start = Instant::now();
+    let mut kept = 0.0;
+    for _ in 0..runs {
+        for d in agg.devices.values() {
+            kept += budget::of_device(d).map_or(0.0, |b| b.iommu_ms_per_s);
+        }
+    }
+    let per_device = start.elapsed().as_secs_f64() / (runs * agg.devices.len()) as f64;
+    let start = Instant::now();
+    let mut rows = 0;
+    for _ in 0..runs {
+        rows += agg.unit_rows().len();
+        for d in agg.devices.values() {
+            rows += d.inval.rows().len();
+        }
+    }
+    let per_refresh = start.elapsed().as_secs_f64() / runs as f64;
+    assert!(kept > 0.0 && rows > 0);
+    println!(
+        "BENCH budget per_device_us={:.1} ops={} invalidation_rows_per_refresh_us={:.1} devices={}",
+        per_device * 1e6,
+        op::COUNT,
+        per_refresh * 1e6,
+        agg.devices.len()
+    );
+}

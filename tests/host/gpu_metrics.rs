@@ -20,7 +20,7 @@ use gpudirect_trace::{
 const PROMTOOL: &str = "/usr/bin/promtool";
 const H200X2: &str = include_str!("../../gpudirect-trace/src/gpu/testdata/h200x2-nvml.json");
 
-fn promtool(text: &str) -> (bool, String) {
+pub fn promtool(text: &str) -> (bool, String) {
     let mut check = Command::new(PROMTOOL)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())

@@ -31,7 +31,7 @@ const DMA_API_OPS: &[&str] = &[
     "dma_free",
 ];
 /// IOMMU work nested inside them.
-const IOMMU_OPS: &[&str] = &["iommu_map", "iommu_unmap", "iotlb_sync", "qi_submit"];
+const IOMMU_OPS: &[&str] = &["iommu_map", "iommu_unmap", "iotlb_sync"];
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Budget {
@@ -39,21 +39,63 @@ pub struct Budget {
     pub window_s: f64,
     /// Milliseconds of CPU per second of the window in DMA-API calls.
     pub dma_api_ms_per_s: f64,
-    /// Of which in the IOMMU (page tables, IOTLB flushes, invalidations).
+    /// IOMMU work for the device: page tables and IOTLB flushes timed
+    /// inside its DMA-API calls, plus invalidations outside any timed IOMMU
+    /// call (the flush queue's deferred flushes in lazy mode).
     pub iommu_ms_per_s: f64,
+    /// Time in the invalidation queue attributed to the device (nested or
+    /// not), per second: the part of the IOMMU work spent waiting for the
+    /// hardware.
+    pub invalidation_ms_per_s: f64,
     /// Milliseconds of DMA-API CPU per GB mapped.
     pub dma_api_ms_per_gb: Option<f64>,
     /// What identity (passthrough) mapping would save, per second: the IOMMU
     /// part (see the module's note on what the estimate leaves out).
     pub identity_saves_ms_per_s: f64,
+    /// The totals behind the rates, in nanoseconds (serve exports them as
+    /// counters: rate() of them is the same budget over any window).
+    pub dma_api_ns: u64,
+    pub iommu_ns: u64,
+    pub invalidation_ns: u64,
     /// Where the numbers come from.
     pub how: &'static str,
 }
 
+/// The budget of one device, as its snapshot computes it, from the totals
+/// alone (serve builds it at every scrape: no percentiles needed; measured
+/// 220 us per device with percentiles, docs/benchmarks.md).
+pub fn of_device(d: &super::DeviceStats) -> Option<Budget> {
+    use gpudirect_trace_common::op;
+    let mut latency = BTreeMap::new();
+    for o in 0..op::COUNT {
+        let (count, total_ns) = match (d.latency.get(&o), d.kernel_latency.get(&o)) {
+            (Some(l), _) if !l.hist.is_empty() => (l.hist.len(), l.sum),
+            (_, Some(k)) if k.count > 0 => (k.count, k.sum_ns),
+            _ => continue,
+        };
+        let snap = LatencySnapshot {
+            count,
+            total_ns,
+            ..Default::default()
+        };
+        latency.insert(op::NAMES[o as usize], snap);
+    }
+    let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
+    let bytes = if d.dma.maps > 0 || d.dma.unmaps > 0 {
+        d.dma.bytes_mapped
+    } else {
+        d.iommu.bytes_mapped
+    };
+    budget(&latency, window_s, bytes, d.inval.time())
+}
+
+/// `inval`: the device's invalidation time in ns (all, and the part outside
+/// timed IOMMU calls, which their latencies do not already hold).
 pub fn budget(
     latency: &BTreeMap<&'static str, LatencySnapshot>,
     window_s: f64,
     bytes_mapped: u64,
+    inval: (u64, u64),
 ) -> Option<Budget> {
     let total = |ops: &[&str]| -> u64 {
         // Saturating: latencies from a trace file may be crafted.
@@ -64,8 +106,8 @@ pub fn budget(
         )
     };
     let dma = total(DMA_API_OPS);
-    let iommu = total(IOMMU_OPS);
-    if dma == 0 && iommu == 0 {
+    let iommu = total(IOMMU_OPS).saturating_add(inval.1);
+    if dma == 0 && iommu == 0 && inval.0 == 0 {
         return None;
     }
     let per_s = |ns: u64| {
@@ -80,12 +122,17 @@ pub fn budget(
         window_s: round(window_s),
         dma_api_ms_per_s: round(per_s(dma)),
         iommu_ms_per_s: round(per_s(iommu)),
+        invalidation_ms_per_s: round(per_s(inval.0)),
         dma_api_ms_per_gb: (bytes_mapped > 0)
             .then(|| round(dma as f64 / 1e6 / (bytes_mapped as f64 / 1e9))),
         identity_saves_ms_per_s: round(per_s(iommu)),
-        how: "sum of the timed DMA-API calls and of the IOMMU calls nested in them, over the \
-              device's first to last event; identity mapping would save the IOMMU part \
-              (not the device's IOTLB misses, which no CPU hook sees)",
+        dma_api_ns: dma,
+        iommu_ns: iommu,
+        invalidation_ns: inval.0,
+        how: "sum of the timed DMA-API calls and of the IOMMU calls nested in them (plus the \
+              device's invalidations outside them: deferred flushes), over the device's first \
+              to last event; identity mapping would save the IOMMU part (not the device's \
+              IOTLB misses, which no CPU hook sees)",
     })
 }
 
@@ -105,11 +152,16 @@ mod tests {
         l.insert("dma_unmap_sg", t(10_000_000));
         l.insert("iommu_map", t(15_000_000));
         l.insert("iotlb_sync", t(5_000_000));
-        let b = budget(&l, 2.0, 4_000_000_000).expect("timed");
+        // 4 ms of invalidations, 2 of them inside iotlb_sync (already counted).
+        let b = budget(&l, 2.0, 4_000_000_000, (4_000_000, 2_000_000)).expect("timed");
         assert_eq!(b.dma_api_ms_per_s, 20.0);
-        assert_eq!(b.iommu_ms_per_s, 10.0);
-        assert_eq!(b.identity_saves_ms_per_s, 10.0);
+        assert_eq!(b.iommu_ms_per_s, 11.0);
+        assert_eq!(b.invalidation_ms_per_s, 2.0);
+        assert_eq!(b.identity_saves_ms_per_s, 11.0);
         assert_eq!(b.dma_api_ms_per_gb, Some(10.0));
-        assert!(budget(&BTreeMap::new(), 1.0, 0).is_none());
+        assert!(budget(&BTreeMap::new(), 1.0, 0, (0, 0)).is_none());
+        // Lazy mode: only deferred flushes, outside any DMA-API call.
+        let lazy = budget(&BTreeMap::new(), 1.0, 0, (3_000_000, 3_000_000)).expect("flushes");
+        assert_eq!((lazy.iommu_ms_per_s, lazy.dma_api_ms_per_s), (3.0, 0.0));
     }
 }

@@ -1,6 +1,8 @@
-//! Aggregate-only mode's substitute for streamed mapping tracking: the
-//! kernel's own table of outstanding DMA-API mappings (`MAPPINGS`, a
-//! bounded hash) and its log2 lifetime histograms (`LAT_HIST`, op `LIFETIME`).
+//! The kernel's own tables: its loss-free per-device counters
+//! (`DEV_COUNTERS`), and aggregate-only mode's substitute for streamed
+//! mapping tracking: the table of outstanding DMA-API mappings
+//! (`MAPPINGS`, a bounded hash) and the log2 lifetime histograms
+//! (`LAT_HIST`, op `LIFETIME`).
 //!
 //! The table replaces the DMA-API level's outstanding set on each refresh,
 //! so outstanding counts, long-lived listings and fault correlation
@@ -8,11 +10,165 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use gpudirect_trace_common::{op, MapKey, MapValue};
+use gpudirect_trace_common::{kind, op, Counter, CounterKey, LatHist, MapKey, MapValue};
 
-use super::{latency::LatencySnapshot, level::Percentiles, Aggregator};
+use super::{dma_api::is_sync, latency::LatencySnapshot, level::Percentiles, Aggregator};
 
 impl Aggregator {
+    /// Replaces stream-derived counts with the kernel's per-CPU counters,
+    /// which no ring buffer overflow can lose (and which are the only source
+    /// in aggregate-only mode). Histograms and outstanding mappings stay
+    /// stream-derived.
+    pub fn apply_kernel_counters(&mut self, counters: &[(Arc<str>, CounterKey, Counter)]) {
+        let mut per_dev: BTreeMap<Arc<str>, Vec<(CounterKey, Counter)>> = BTreeMap::new();
+        self.units.descriptors.clear();
+        for (name, k, c) in counters {
+            // Descriptors are counted per unit, not per device.
+            if k.event_kind() == kind::QI_DESCRIPTOR {
+                let d = self.units.descriptors.entry(k.dir).or_default();
+                d.count = d.count.saturating_add(c.count);
+                d.bytes = d.bytes.saturating_add(c.bytes);
+                continue;
+            }
+            per_dev.entry(name.clone()).or_default().push((*k, *c));
+        }
+        for (name, list) in per_dev {
+            let unattributed = &*name == super::UNATTRIBUTED;
+            // Invalidations: (count, ns) per class; those the stream moved
+            // to a device named by the descriptor leave the unattributed row.
+            let mut inval_rows: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            let mut tags: BTreeMap<u32, Counter> = BTreeMap::new();
+            for (k, c) in &list {
+                match k.event_kind() {
+                    kind::IOMMU_INVAL => {
+                        let r = inval_rows.entry(k.dir).or_default();
+                        r.0 = r.0.saturating_add(c.count);
+                        r.1 = r.1.saturating_add(c.bytes);
+                    }
+                    kind::CACHE_TAG_FLUSH => {
+                        let t = tags.entry(k.dir).or_default();
+                        t.count = t.count.saturating_add(c.count);
+                        t.bytes = t.bytes.saturating_add(c.bytes);
+                    }
+                    _ => {}
+                }
+            }
+            if unattributed {
+                for (class, r) in inval_rows.iter_mut() {
+                    *r = self.units.unrouted(*class, *r);
+                }
+            }
+            let d = self.device(&name);
+            d.inval.set_kernel(&inval_rows);
+            d.inval.tags = tags;
+            // Saturating sums: the counters may come from a crafted file.
+            let mut dma = (0u64, 0u64, 0u64, 0u64);
+            let mut by_dir = [0u64; 4];
+            let mut iommu = (0u64, 0u64, 0u64, 0u64);
+            let mut coherent = (0u64, 0u64, 0u64, 0u64);
+            let mut sg_maps = 0u64;
+            let mut hits = 0u64;
+            let (mut truncated, mut unmap_truncated, mut syncs) = (0u64, 0u64, (0u64, 0u64));
+            for (k, c) in list {
+                hits = hits.saturating_add(c.count);
+                let k16 = k.kind as u16;
+                d.dma_api.note_source(k16, k.from_hook());
+                match k16 {
+                    kind::DMA_MAP | kind::DMA_MAP_SG => {
+                        dma.0 = dma.0.saturating_add(c.count);
+                        dma.2 = dma.2.saturating_add(c.bytes);
+                        if let Some(b) = by_dir.get_mut(k.dir as usize) {
+                            *b = b.saturating_add(c.bytes);
+                        }
+                        if k.kind as u16 == kind::DMA_MAP_SG {
+                            sg_maps = sg_maps.saturating_add(c.count);
+                        }
+                    }
+                    kind::DMA_UNMAP | kind::DMA_UNMAP_SG => {
+                        dma.1 = dma.1.saturating_add(c.count);
+                        dma.3 = dma.3.saturating_add(c.bytes);
+                    }
+                    kind::IOMMU_MAP => {
+                        iommu.0 = iommu.0.saturating_add(c.count);
+                        iommu.2 = iommu.2.saturating_add(c.bytes);
+                    }
+                    kind::IOMMU_UNMAP => {
+                        iommu.1 = iommu.1.saturating_add(c.count);
+                        iommu.3 = iommu.3.saturating_add(c.bytes);
+                    }
+                    kind::DMA_ALLOC => {
+                        coherent.0 = coherent.0.saturating_add(c.count);
+                        coherent.2 = coherent.2.saturating_add(c.bytes);
+                    }
+                    kind::DMA_FREE => {
+                        coherent.1 = coherent.1.saturating_add(c.count);
+                        coherent.3 = coherent.3.saturating_add(c.bytes);
+                    }
+                    kind::SWIOTLB_BOUNCED => {
+                        d.swiotlb_bounces = c.count;
+                        d.swiotlb_bytes = c.bytes;
+                    }
+                    k if is_sync(k) => {
+                        syncs.0 = syncs.0.saturating_add(c.count);
+                        syncs.1 = syncs.1.saturating_add(c.bytes);
+                    }
+                    // Counter-only kinds: maps (unmaps) whose walk stopped early.
+                    kind::SG_TRUNCATED => truncated = truncated.saturating_add(c.count),
+                    kind::SG_UNMAP_TRUNCATED => {
+                        unmap_truncated = unmap_truncated.saturating_add(c.count)
+                    }
+                    _ => {}
+                }
+            }
+            let x = &mut d.dma_api;
+            (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
+            (x.syncs, x.sync_bytes) = syncs;
+            for (level, (m, u, bm, bu)) in [
+                (&mut d.dma, dma),
+                (&mut d.iommu, iommu),
+                (&mut d.coherent, coherent),
+            ] {
+                level.maps = m;
+                level.unmaps = u;
+                level.bytes_mapped = bm;
+                level.bytes_unmapped = bu;
+            }
+            d.bytes_by_dir = by_dir;
+            d.sg_maps = sg_maps;
+            d.events = d.events.max(hits);
+        }
+    }
+
+    /// Takes the kernel's per-(device, op) log2 latency histograms (summed
+    /// over CPUs); used where no latency was streamed (aggregate-only).
+    pub fn apply_kernel_latency(&mut self, hists: &[(Arc<str>, u32, LatHist)]) {
+        for (name, o, h) in hists {
+            self.device(name).kernel_latency.insert(*o, *h);
+        }
+    }
+
+    /// Takes the kernel's per-(device, class) log2 invalidation histograms
+    /// (aggregate-only mode), summed over CPUs.
+    pub fn apply_kernel_invalidations(&mut self, hists: &[(Arc<str>, u32, LatHist)]) {
+        let mut per: BTreeMap<(Arc<str>, u32), LatHist> = BTreeMap::new();
+        for (name, class, h) in hists {
+            let key = (name.clone(), class & !gpudirect_trace_common::inval::NESTED);
+            let sum = match per.get(&key) {
+                Some(prev) => super::sum_log2([prev, h].into_iter()),
+                None => *h,
+            };
+            per.insert(key, sum);
+        }
+        for ((name, class), h) in per {
+            self.device(&name)
+                .inval
+                .by_class
+                .entry(class)
+                .or_default()
+                .kernel_log2 = Some(h);
+        }
+    }
+
     /// Takes the kernel's outstanding DMA-API mappings (rows by device name)
     /// as the DMA-API level's outstanding set of every device.
     pub fn apply_kernel_mappings(&mut self, rows: &[(Arc<str>, MapKey, MapValue)]) {

@@ -12,6 +12,7 @@
 
 pub mod budget;
 mod dma_api;
+pub mod inval;
 mod kernel_tables;
 mod latency;
 mod level;
@@ -22,10 +23,9 @@ use std::{
     sync::Arc,
 };
 
-use gpudirect_trace_common::{flags, kind, op, Counter, CounterKey, Event, LatHist};
+use gpudirect_trace_common::{flags, kind, op, Event, LatHist};
 use serde::Serialize;
 
-use self::dma_api::is_sync;
 use crate::{
     gpu::GpuIdentity,
     model::{MapLevel, MappingState, Process},
@@ -80,6 +80,8 @@ pub struct DeviceStats {
     pub last_ts: u64,
     /// The DMA-API level's source, truncated walks, syncs (dma_api.rs).
     pub dma_api: DmaApiStats,
+    /// IOMMU invalidations attributed to the device (inval.rs).
+    pub inval: inval::DeviceInval,
 }
 
 /// An unmap kept for fault correlation.
@@ -168,6 +170,15 @@ pub struct DeviceSnapshot {
     /// What translation costs this device (where the calls are timed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub translation: Option<budget::Budget>,
+    /// IOMMU invalidations attributed to this device, per unit and type.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalidations: Vec<inval::InvalRow>,
+    /// How they were attributed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalidations_via: Option<inval::Via>,
+    /// The kernel's cache-tag flushes for this device (6.10+ VT-d).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cache_tag_flushes: Vec<inval::TagRow>,
     /// Who maps the most at the reported level: the top `TOP_PROCESSES` by
     /// outstanding bytes, then by bytes mapped. Outstanding bytes belong to
     /// the pid that made the mapping.
@@ -237,6 +248,8 @@ pub struct Aggregator {
     pub max_devices: Option<usize>,
     /// Updates that went to [`FOLDED_DEVICES`] because of `max_devices`.
     pub folded: u64,
+    /// IOMMU invalidations across devices, per unit and type.
+    pub units: inval::Units,
 }
 
 /// The row of the devices beyond `Aggregator::max_devices`.
@@ -283,6 +296,11 @@ impl Aggregator {
 
     /// Adds one decoded record, attributed to `device`.
     pub fn ingest(&mut self, record: &Record, device: &Arc<str>) {
+        if let Record::Event(ev) = record {
+            if ev.kind == kind::IOMMU_INVAL {
+                return self.ingest_inval(ev, device);
+            }
+        }
         self.events += 1;
         let ev = *record.event();
         let d = self.device(device);
@@ -381,103 +399,6 @@ impl Aggregator {
             _ => {}
         }
         true
-    }
-
-    /// Replaces stream-derived counts with the kernel's per-CPU counters,
-    /// which no ring buffer overflow can lose (and which are the only source
-    /// in aggregate-only mode). Histograms and outstanding mappings stay
-    /// stream-derived.
-    pub fn apply_kernel_counters(&mut self, counters: &[(Arc<str>, CounterKey, Counter)]) {
-        let mut per_dev: BTreeMap<Arc<str>, Vec<(CounterKey, Counter)>> = BTreeMap::new();
-        for (name, k, c) in counters {
-            per_dev.entry(name.clone()).or_default().push((*k, *c));
-        }
-        for (name, list) in per_dev {
-            let d = self.device(&name);
-            // Saturating sums: the counters may come from a crafted file.
-            let mut dma = (0u64, 0u64, 0u64, 0u64);
-            let mut by_dir = [0u64; 4];
-            let mut iommu = (0u64, 0u64, 0u64, 0u64);
-            let mut coherent = (0u64, 0u64, 0u64, 0u64);
-            let mut sg_maps = 0u64;
-            let mut hits = 0u64;
-            let (mut truncated, mut unmap_truncated, mut syncs) = (0u64, 0u64, (0u64, 0u64));
-            for (k, c) in list {
-                hits = hits.saturating_add(c.count);
-                let k16 = k.kind as u16;
-                d.dma_api.note_source(k16, k.from_hook());
-                match k16 {
-                    kind::DMA_MAP | kind::DMA_MAP_SG => {
-                        dma.0 = dma.0.saturating_add(c.count);
-                        dma.2 = dma.2.saturating_add(c.bytes);
-                        if let Some(b) = by_dir.get_mut(k.dir as usize) {
-                            *b = b.saturating_add(c.bytes);
-                        }
-                        if k.kind as u16 == kind::DMA_MAP_SG {
-                            sg_maps = sg_maps.saturating_add(c.count);
-                        }
-                    }
-                    kind::DMA_UNMAP | kind::DMA_UNMAP_SG => {
-                        dma.1 = dma.1.saturating_add(c.count);
-                        dma.3 = dma.3.saturating_add(c.bytes);
-                    }
-                    kind::IOMMU_MAP => {
-                        iommu.0 = iommu.0.saturating_add(c.count);
-                        iommu.2 = iommu.2.saturating_add(c.bytes);
-                    }
-                    kind::IOMMU_UNMAP => {
-                        iommu.1 = iommu.1.saturating_add(c.count);
-                        iommu.3 = iommu.3.saturating_add(c.bytes);
-                    }
-                    kind::DMA_ALLOC => {
-                        coherent.0 = coherent.0.saturating_add(c.count);
-                        coherent.2 = coherent.2.saturating_add(c.bytes);
-                    }
-                    kind::DMA_FREE => {
-                        coherent.1 = coherent.1.saturating_add(c.count);
-                        coherent.3 = coherent.3.saturating_add(c.bytes);
-                    }
-                    kind::SWIOTLB_BOUNCED => {
-                        d.swiotlb_bounces = c.count;
-                        d.swiotlb_bytes = c.bytes;
-                    }
-                    k if is_sync(k) => {
-                        syncs.0 = syncs.0.saturating_add(c.count);
-                        syncs.1 = syncs.1.saturating_add(c.bytes);
-                    }
-                    // Counter-only kinds: maps (unmaps) whose walk stopped early.
-                    kind::SG_TRUNCATED => truncated = truncated.saturating_add(c.count),
-                    kind::SG_UNMAP_TRUNCATED => {
-                        unmap_truncated = unmap_truncated.saturating_add(c.count)
-                    }
-                    _ => {}
-                }
-            }
-            let x = &mut d.dma_api;
-            (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
-            (x.syncs, x.sync_bytes) = syncs;
-            for (level, (m, u, bm, bu)) in [
-                (&mut d.dma, dma),
-                (&mut d.iommu, iommu),
-                (&mut d.coherent, coherent),
-            ] {
-                level.maps = m;
-                level.unmaps = u;
-                level.bytes_mapped = bm;
-                level.bytes_unmapped = bu;
-            }
-            d.bytes_by_dir = by_dir;
-            d.sg_maps = sg_maps;
-            d.events = d.events.max(hits);
-        }
-    }
-
-    /// Takes the kernel's per-(device, op) log2 latency histograms (summed
-    /// over CPUs); used where no latency was streamed (aggregate-only).
-    pub fn apply_kernel_latency(&mut self, hists: &[(Arc<str>, u32, LatHist)]) {
-        for (name, o, h) in hists {
-            self.device(name).kernel_latency.insert(*o, *h);
-        }
     }
 
     /// Counts a fault (an Xid when `xid` is set) on its device: called by
@@ -644,7 +565,9 @@ impl Aggregator {
             let gpu = self.gpus.iter().find(|g| *g.bus_id == **name).cloned();
             let latency_ns = latency_snapshot(d);
             let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
-            let translation = budget::budget(&latency_ns, window_s, primary.bytes_mapped);
+            let translation =
+                budget::budget(&latency_ns, window_s, primary.bytes_mapped, d.inval.time());
+            let invalidations = d.inval.rows();
             out.push(DeviceSnapshot {
                 device: name.to_string(),
                 level,
@@ -684,6 +607,9 @@ impl Aggregator {
                 gpu,
                 iommu_policy: self.policies.get(&**name).cloned(),
                 translation,
+                invalidations_via: (!invalidations.is_empty()).then_some(d.inval.via),
+                invalidations,
+                cache_tag_flushes: d.inval.tag_rows(),
                 processes,
             });
         }

@@ -11,8 +11,10 @@
 use serde::Serialize;
 
 mod dma_api;
+mod inval;
 
 pub use dma_api::{dma_op_name, DMA_API_TIMING, DMA_OPS};
+pub use inval::{INTEL_TRACEPOINTS, INVAL_TIMING};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -177,6 +179,10 @@ pub const CATALOG: &[ProbeSpec] = &[
         false,
     ),
     tp("swiotlb:swiotlb_bounced", "swiotlb_bounced", 3, "3.x+ (4 args before 5.18, 3 after)", "", true),
+    INTEL_TRACEPOINTS[0],
+    INTEL_TRACEPOINTS[1],
+    INTEL_TRACEPOINTS[2],
+    INTEL_TRACEPOINTS[3],
     ProbeSpec {
         name: "nvidia:nvidia_dev_xid",
         kind: ProbeKind::RawTracepoint,
@@ -217,6 +223,11 @@ pub struct TimingSpec {
     /// The DMA-API operations (`gpudirect_trace_common::hook_ops`) these
     /// hooks report when no dma:* tracepoint does; 0: timing only.
     pub dma_ops: u32,
+    /// Candidates that belong to one IOMMU vendor's driver: (function,
+    /// /sys/class/iommu unit-name prefix). Such a function is attached only
+    /// where a unit of that vendor exists (x86 kernels build several
+    /// drivers in; only one runs).
+    pub units: &'static [(&'static str, &'static str)],
 }
 
 impl TimingSpec {
@@ -231,6 +242,7 @@ impl TimingSpec {
         unless: &[],
         sg_walk: false,
         dma_ops: 0,
+        units: &[],
     };
 
     /// The slot (program base name) for `func`.

@@ -8,7 +8,8 @@ use aya::{
     Ebpf,
 };
 use gpudirect_trace_common::{
-    maps as names, Counter, CounterKey, CpuState, DeviceName, LatHist, LatKey, MapKey, MapValue,
+    maps as names, Counter, CounterKey, CpuState, DeviceName, InvalKey, LatHist, LatKey, MapKey,
+    MapValue,
     TaskState,
 };
 
@@ -23,6 +24,8 @@ pub struct Maps {
     /// in `counters`.
     pub cpu_state: PerCpuArray<MapData, CpuState>,
     pub latency: PerCpuHashMap<MapData, LatKey, LatHist>,
+    /// Per (device, invalidation class) log2 histograms (aggregate-only).
+    pub invalidations: PerCpuHashMap<MapData, InvalKey, LatHist>,
     /// Written by userspace only in tests (setting a task's timing state).
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     pub tasks: HashMap<MapData, u32, TaskState>,
@@ -52,6 +55,7 @@ impl Maps {
             counters: take(ebpf, names::DEV_COUNTERS)?,
             cpu_state: take(ebpf, names::CPU_STATE)?,
             latency: take(ebpf, names::LAT_HIST)?,
+            invalidations: take(ebpf, names::INVAL_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,
             stacks: take(ebpf, names::STACKS)?,

@@ -365,8 +365,9 @@ impl Tracer {
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.maps.hits, k)).collect();
         for (key, c) in counters {
-            // Counter-only kinds (truncated walks) are not hits.
-            if key.event_kind() >= kind::SG_TRUNCATED {
+            // Truncated walks are not hits of their own (the descriptor and
+            // cache-tag counters are: each is a tracepoint hit).
+            if !kind::is_hit(key.event_kind()) {
                 continue;
             }
             if let Some(h) = hits.get_mut(key.event_kind() as usize) {
@@ -516,6 +517,21 @@ impl Tracer {
             .collect()
     }
 
+    /// The kernel's log2 invalidation histograms (aggregate-only mode),
+    /// summed over CPUs: (device name, `inval::class`, histogram).
+    pub fn kernel_invalidations(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
+        let raw: Vec<(gpudirect_trace_common::InvalKey, LatHist)> = self
+            .maps
+            .invalidations
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
+            .collect();
+        raw.into_iter()
+            .map(|(k, h)| (self.device_name(k.dev), k.class, h))
+            .collect()
+    }
+
     /// The kernel's table of outstanding DMA-API mappings (aggregate-only
     /// mode), by device name.
     pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
@@ -567,7 +583,7 @@ mod tests {
     use gpudirect_trace_common::maps;
 
     use super::EBPF_OBJECT;
-    use crate::catalog::{self, ATTACH_LEARN, FAULT_HANDLER, NVIDIA_TIMING, TIMING};
+    use crate::catalog::{self, ATTACH_LEARN, FAULT_HANDLER, INVAL_TIMING, NVIDIA_TIMING, TIMING};
 
     /// The contract, checked without root: the embedded object (parsed with
     /// aya-obj, as aya parses it to load) has every map userspace takes and
@@ -582,6 +598,25 @@ mod tests {
         let have: BTreeSet<&str> = obj.programs.keys().map(String::as_str).collect();
         for p in catalog::programs() {
             assert!(have.contains(p), "tracepoint program {p} missing");
+        }
+        for spec in TIMING
+            .iter()
+            .chain([&FAULT_HANDLER])
+            .chain(NVIDIA_TIMING)
+            .chain(INVAL_TIMING)
+        {
+            let slots = std::iter::once(spec.slot).chain(spec.programs.iter().map(|(_, s)| *s));
+            for slot in slots {
+                for side in ["in", "out"] {
+                    for prefix in ["t", "k"] {
+                        let name = format!("{prefix}_{slot}_{side}");
+                        assert!(
+                            have.contains(name.as_str()),
+                            "timing program {name} missing"
+                        );
+                    }
+                }
+            }
         }
         for spec in TIMING.iter().chain([&FAULT_HANDLER]).chain(NVIDIA_TIMING) {
             for side in ["in", "out"] {

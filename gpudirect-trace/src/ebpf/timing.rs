@@ -19,7 +19,10 @@ use super::{
     ProbeStatus, Status,
 };
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN, DMA_API_TIMING, FAULT_HANDLER, NVIDIA_TIMING, TIMING},
+    catalog::{
+        TimingSpec, ATTACH_LEARN, DMA_API_TIMING, FAULT_HANDLER, INVAL_TIMING, NVIDIA_TIMING,
+        TIMING,
+    },
     kernel::KernelInfo,
 };
 
@@ -41,6 +44,9 @@ pub struct HookSupport {
     /// Address of the kernel variable `vmemmap_base` (x86_64), for
     /// page_to_phys() in the dma_map_page_attrs hooks.
     pub vmemmap_base: Option<u64>,
+    /// The IOMMU units (/sys/class/iommu: dmar0, ivhd0, smmu3.0x...), for
+    /// the vendor-specific hooks (`TimingSpec::units`).
+    pub iommu_units: Vec<String>,
 }
 
 impl HookSupport {
@@ -108,12 +114,34 @@ impl HookSupport {
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
             kallsyms,
             vmemmap_base,
+            iommu_units: iommu_units(Path::new("/sys/class/iommu")),
+        }
+    }
+
+    /// Whether `func`'s vendor (if `spec` names one) has a unit here.
+    fn vendor_present(&self, spec: &TimingSpec, func: &str) -> bool {
+        match spec.units.iter().find(|(f, _)| *f == func) {
+            Some((_, prefix)) => self.iommu_units.iter().any(|u| u.starts_with(prefix)),
+            None => true,
         }
     }
 
     fn exists(&self, kernel: &KernelInfo, func: &str) -> bool {
         kernel.btf.as_ref().is_some_and(|b| b.has_function(func)) || self.kallsyms.contains(func)
     }
+}
+
+/// The unit names under `dir` (/sys/class/iommu), sorted; none if absent.
+pub fn iommu_units(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
 }
 
 pub(super) fn errno_text(e: &ProgramError) -> String {
@@ -178,6 +206,7 @@ pub fn attach_all(
         .chain(TIMING)
         .chain([&FAULT_HANDLER, &ATTACH_LEARN])
         .chain(NVIDIA_TIMING)
+        .chain(INVAL_TIMING)
         .chain(standin)
         .map(|spec| {
             let st = attach_one(ebpf, kernel, support, &mut modules, spec, attach);
@@ -338,12 +367,30 @@ fn attach_one(
             format!("not needed: {cover} exists here and its hook covers this operation"),
         );
     }
+    // Verification (attach false) loads every vendor's programs.
+    let vendor_ok = |f: &str| !attach || support.vendor_present(spec, f);
     let Some(func) = spec
         .candidates
         .iter()
         .copied()
-        .find(|f| support.exists(kernel, f))
+        .find(|f| support.exists(kernel, f) && vendor_ok(f))
     else {
+        if let Some(f) = spec.candidates.iter().find(|f| support.exists(kernel, f)) {
+            let units = if support.iommu_units.is_empty() {
+                "none".to_owned()
+            } else {
+                support.iommu_units.join(", ")
+            };
+            return status(
+                Status::Unavailable,
+                "fentry|kprobe",
+                "",
+                format!(
+                    "{f} exists, but this machine has no IOMMU unit of its driver \
+                     (/sys/class/iommu: {units})"
+                ),
+            );
+        }
         return status(
             Status::Unavailable,
             "fentry|kprobe",

@@ -50,6 +50,18 @@ pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
     {
         off.nv_dma_device_dev = o;
     }
+    // The invalidation hooks' units and the cache tags' devices (inval.rs).
+    let m = |s: &str, f: &str| btf.member_offset(s, f).unwrap_or(u32::MAX);
+    off.intel_iommu_seq_id = m("intel_iommu", "seq_id");
+    off.intel_iommu_segment = m("intel_iommu", "segment");
+    off.amd_iommu_index = m("amd_iommu", "index");
+    off.cache_tag_type = m("cache_tag", "type");
+    off.cache_tag_iommu = m("cache_tag", "iommu");
+    off.cache_tag_dev = m("cache_tag", "dev");
+    // 6.12 added the command queue: (smmu, cmdq, cmds, n, sync).
+    if btf.function_args("arm_smmu_cmdq_issue_cmdlist") == Some(5) {
+        off.smmu_cmds_arg = 2;
+    }
     off
 }
 

@@ -37,6 +37,29 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_iommu_map_latency_seconds" => {
             "Time spent in DMA-API, IOMMU map/unmap, IOTLB sync and swiotlb map operations."
         }
+        "gpudirect_iommu_invalidation_seconds" => {
+            "Time per submission to the IOMMU's invalidation queue and its wait for completion \
+             (Intel qi_submit_sync, AMD completion wait, SMMUv3 command batch), by device, unit \
+             and type."
+        }
+        "gpudirect_iommu_invalidation_descriptors_total" => {
+            "Invalidation descriptors queued (intel_iommu:qi_submit, every descriptor of a \
+             batch), by unit and type."
+        }
+        "gpudirect_iommu_cache_tag_flushes_total" => {
+            "Cache-tag flushes the VT-d driver made (intel_iommu:cache_tag_flush_*, 6.10+), by \
+             device, unit, tag type and flush kind."
+        }
+        "gpudirect_translation_seconds_total" => {
+            "CPU time translation cost the device: dma_api (timed DMA-API calls), iommu (IOMMU \
+             work inside them plus invalidations outside any timed IOMMU call), invalidation \
+             (all its invalidation-queue time)."
+        }
+        "gpudirect_translation_budget_ratio" => {
+            "The translation budget over the device's first to last event: CPU seconds per \
+             second by part (1000 x this is the report's ms/s), and what identity (passthrough) \
+             mapping would save (part=identity_saves, an estimate)."
+        }
         "gpudirect_pcie_aer_errors_total" => "PCIe AER errors reported in the kernel log.",
         "gpudirect_probe_attached" => "1 if the probe is attached on this kernel, else 0.",
         "gpudirect_events_total" => "Tracepoint hits counted in-kernel (loss-free), by event kind.",

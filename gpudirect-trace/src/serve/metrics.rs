@@ -237,6 +237,8 @@ struct Family {
     unit: Option<Unit>,
     kind: Type,
     values: BTreeMap<Labels, u64>,
+    /// Samples that are not whole numbers (seconds, rates).
+    fvalues: BTreeMap<Labels, f64>,
     histograms: BTreeMap<Labels, HistogramValue>,
 }
 
@@ -281,6 +283,7 @@ impl Model {
                     unit,
                     kind,
                     values: BTreeMap::new(),
+                    fvalues: BTreeMap::new(),
                     histograms: BTreeMap::new(),
                 });
                 self.families.len() - 1
@@ -291,6 +294,10 @@ impl Model {
 
     fn add(&mut self, name: &'static str, kind: Type, unit: Option<Unit>, l: Labels, v: u64) {
         *self.family(name, kind, unit).values.entry(l).or_default() += v;
+    }
+
+    fn add_f64(&mut self, name: &'static str, kind: Type, unit: Option<Unit>, l: Labels, v: f64) {
+        *self.family(name, kind, unit).fvalues.entry(l).or_default() += v;
     }
 
     fn add_histogram(&mut self, name: &'static str, unit: Unit, l: Labels, h: &HistogramValue) {
@@ -382,7 +389,9 @@ impl Model {
                 self.add("gpudirect_nvidia_xid", Counter, None, l, n);
             }
             self.add_latency(&dev, d);
+            self.add_invalidations(&dev, d);
         }
+        self.add_units(agg);
     }
 
     /// `gpudirect_iommu_map_latency_seconds{device,op}`: the kernel's
@@ -450,9 +459,15 @@ impl Model {
             let up = u64::from(p.status == Status::Attached);
             self.add("gpudirect_probe_attached", Gauge, None, l, up);
         }
-        // Counter-only kinds (SG_TRUNCATED and up) are not events.
-        let kinds = (stats.hits.iter()).take(gpudirect_trace_common::kind::SG_TRUNCATED as usize);
-        for (k, &n) in kinds.enumerate().skip(1) {
+        // Truncated walks are counted maps, not events of their own.
+        let hit = |k: usize| gpudirect_trace_common::kind::is_hit(k as u16);
+        for (k, &n) in stats
+            .hits
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(k, _)| hit(*k))
+        {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
             self.add("gpudirect_events", Counter, None, l, n);
         }
@@ -533,6 +548,13 @@ impl Collector for Model {
             for (l, &v) in &f.values {
                 encode_value(f.kind, v, m.encode_family(l)?)?;
             }
+            for (l, &v) in &f.fvalues {
+                let e = m.encode_family(l)?;
+                match f.kind {
+                    Type::Counter => ConstCounter::new(v).encode(e)?,
+                    _ => ConstGauge::new(v).encode(e)?,
+                }
+            }
         }
         Ok(())
     }
@@ -567,6 +589,8 @@ pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error
 mod flight;
 #[path = "metrics_gpu.rs"]
 pub mod gpu;
+#[path = "metrics_inval.rs"]
+mod inval;
 #[path = "metrics_misuse.rs"]
 mod misuse;
 pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};

@@ -453,6 +453,8 @@ impl Session {
         if !self.stream {
             let mappings = self.tracer.kernel_mappings();
             self.analysis.agg.apply_kernel_mappings(&mappings);
+            let inval = self.tracer.kernel_invalidations();
+            self.analysis.agg.apply_kernel_invalidations(&inval);
         }
         self.tracer
             .self_stats_with(counters.iter().map(|(_, k, c)| (k, c)))

@@ -523,7 +523,7 @@ fn distributions(anchor: &str, st: &DeviceStats, d: &DeviceSnapshot) -> String {
         ));
     }
     s.push_str("</div>");
-    if !d.latency_ns.is_empty() {
+    if !d.latency_ns.is_empty() || !d.invalidations.is_empty() {
         s.push_str(
             "<h4>Latency percentiles</h4><table class=\"num\"><thead><tr><th>operation</th><th>calls</th><th>p50</th>\
              <th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>source</th></tr></thead><tbody>",
@@ -534,6 +534,24 @@ fn distributions(anchor: &str, st: &DeviceStats, d: &DeviceSnapshot) -> String {
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(op),
                 l.count,
+                ns(l.p50),
+                ns(l.p90),
+                ns(l.p99),
+                ns(l.p999),
+                ns(l.max),
+                l.source
+            );
+        }
+        // Submissions to the IOMMU's invalidation queue (time:qi_submit_sync
+        // and the other vendors' waits), per unit and type.
+        for r in &d.invalidations {
+            let l = &r.latency_ns;
+            let _ = write!(
+                s,
+                "<tr><td>invalidation {} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(r.kind),
+                esc(&r.iommu),
+                r.count,
                 ns(l.p50),
                 ns(l.p90),
                 ns(l.p99),
