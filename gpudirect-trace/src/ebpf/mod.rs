@@ -2,9 +2,11 @@
 //! and reading back events and maps.
 
 mod dma_source;
+pub mod explain;
 pub mod maps;
 pub mod module_fentry;
 mod sg_cont;
+pub mod sys;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;

@@ -171,6 +171,7 @@ pub fn attach_all(
         relocated: None,
         btf_fds: HashMap::new(),
         hooks: Vec::new(),
+        policy: super::explain::Policy::discover(),
     };
     let mut dma_hooked = 0;
     let statuses = DMA_API_TIMING
@@ -201,6 +202,7 @@ struct ModuleLoader<'a> {
     relocated: Option<Result<RelocatedObject, String>>,
     btf_fds: HashMap<String, Result<OwnedFd, String>>,
     hooks: Vec<ModuleHook>,
+    policy: super::explain::Policy,
 }
 
 impl ModuleLoader<'_> {
@@ -208,7 +210,7 @@ impl ModuleLoader<'_> {
         &mut self,
         ebpf: &Ebpf,
         module: &str,
-        btf_id: u32,
+        target: (&str, u32),
         fin: &str,
         fout: &str,
     ) -> Result<(), String> {
@@ -226,8 +228,8 @@ impl ModuleLoader<'_> {
             })
             .as_ref()
             .map_err(Clone::clone)?;
-        let entry = module_fentry::attach(obj, fin, false, btf_id, btf.as_fd())?;
-        let exit = module_fentry::attach(obj, fout, true, btf_id, btf.as_fd())?;
+        let entry = module_fentry::attach(obj, fin, false, target, btf.as_fd(), &self.policy)?;
+        let exit = module_fentry::attach(obj, fout, true, target, btf.as_fd(), &self.policy)?;
         self.hooks.extend([entry, exit]);
         Ok(())
     }
@@ -402,7 +404,7 @@ fn attach_one(
         }
         (Some(_), Some((id, Some(owner))), Some(module)) if owner == module => {
             let (fin, fout, _, _) = names(slot, "");
-            match modules.attach_pair(ebpf, module, id, &fin, &fout) {
+            match modules.attach_pair(ebpf, module, (func, id), &fin, &fout) {
                 Ok(()) => {
                     return status(
                         Status::Attached,
