@@ -23,6 +23,14 @@ pub struct Policy {
     pub lsms: Option<Vec<String>>,
 }
 
+/// What the explanations name besides the error: the kernel release and
+/// the security policy in force.
+#[derive(Clone, Debug, Default)]
+pub struct Env {
+    pub release: String,
+    pub policy: Policy,
+}
+
 pub const SECURITYFS: &str = "/sys/kernel/security";
 
 impl Policy {
@@ -230,7 +238,9 @@ pub fn verifier_summary(log: &str) -> Option<String> {
 
 /// One line saying why `target` failed at `stage`, with the kernel's own
 /// words and the likely cause on this machine.
-pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, policy: &Policy) -> String {
+pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, env: &Env) -> String {
+    let policy = &env.policy;
+    let release = &env.release;
     if stage == Stage::Load {
         if let Some(summary) = verifier_summary(&f.verifier_log) {
             if !f.verifier_log.is_empty() {
@@ -245,7 +255,6 @@ pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, policy: &Policy) -
         }
     }
     let e = &f.text;
-    let release = crate::kernel::release();
     match (f.errno, stage, target) {
         (Some(libc::EPERM | libc::EACCES), _, Target::Object) => format!(
             "the kernel refused the object ({e}): as root this is a security policy: {}",
@@ -306,6 +315,13 @@ pub fn no_kernel_btf() -> &'static str {
 mod tests {
     use super::*;
 
+    fn env(policy: Policy) -> Env {
+        Env {
+            release: "6.1.0-50-amd64".into(),
+            policy,
+        }
+    }
+
     fn io(errno: i32) -> Failure {
         Failure::from_io(&io::Error::from_raw_os_error(errno), "")
     }
@@ -320,7 +336,7 @@ mod tests {
             Target::Fentry {
                 name: "nv_dma_map_sgt",
             },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.contains("security policy"), "{s}");
         assert!(s.contains("BPF LSM"), "{s}");
@@ -338,7 +354,7 @@ mod tests {
             &io(libc::EPERM),
             Stage::Load,
             Target::Fentry { name: "iommu_map" },
-            &p,
+            &env(p),
         );
         assert!(s.contains("confidentiality mode"), "{s}");
         assert!(s.contains("the BPF LSM is active"), "{s}");
@@ -352,7 +368,7 @@ mod tests {
             &io(libc::EPERM),
             Stage::Attach,
             Target::Kprobe { name: "f" },
-            &quiet,
+            &env(quiet),
         );
         assert!(
             s.contains("none of the active LSMs (capability,yama)"),
@@ -387,16 +403,19 @@ mod tests {
             Target::Tracepoint {
                 name: "dma:dma_map_phys",
             },
-            &Policy::default(),
+            &env(Policy::default()),
         );
-        assert!(s.contains("has no tracepoint dma:dma_map_phys"), "{s}");
+        assert_eq!(
+            s,
+            "this kernel (6.1.0-50-amd64) has no tracepoint dma:dma_map_phys"
+        );
         let s = explain(
             &io(libc::ENOENT),
             Stage::Attach,
             Target::Kprobe {
                 name: "dma_map_page_attrs",
             },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(
             s.contains("no probe-able function dma_map_page_attrs"),
@@ -408,7 +427,7 @@ mod tests {
             Target::Fentry {
                 name: "nv_dma_map_sgt",
             },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.contains("no BTF for nv_dma_map_sgt"), "{s}");
         assert!(no_kernel_btf().contains("CONFIG_DEBUG_INFO_BTF"));
@@ -420,28 +439,28 @@ mod tests {
             &io(libc::EINVAL),
             Stage::Attach,
             Target::Tracepoint { name: "iommu:map" },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.starts_with("prototype mismatch"), "{s}");
         let s = explain(
             &io(libc::EINVAL),
             Stage::Load,
             Target::Fentry { name: "iommu_map" },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.contains("CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS"), "{s}");
         let s = explain(
             &io(ENOTSUPP),
             Stage::Load,
             Target::Fentry { name: "iommu_map" },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.contains("no BPF trampolines"), "{s}");
         let s = explain(
             &io(libc::EINVAL),
             Stage::Load,
             Target::Object,
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.contains("ring buffers need Linux 5.8"), "{s}");
     }
@@ -461,7 +480,7 @@ mod tests {
             &f,
             Stage::Load,
             Target::Kprobe { name: "f" },
-            &Policy::default(),
+            &env(Policy::default()),
         );
         assert!(s.starts_with("verifier rejected it"), "{s}");
         assert!(s.ends_with("R1 invalid mem access 'scalar'"), "{s}");
@@ -474,7 +493,7 @@ mod tests {
         assert_eq!(verifier_summary("\n  \n"), None);
         // The kernel ran out of log buffer.
         let f = Failure::from_io(&io::Error::from_raw_os_error(libc::ENOSPC), "0: r0 = 0\n");
-        let s = explain(&f, Stage::Load, Target::Object, &Policy::default());
+        let s = explain(&f, Stage::Load, Target::Object, &env(Policy::default()));
         assert!(s.contains("outgrew its buffer"), "{s}");
     }
 
@@ -494,7 +513,7 @@ mod tests {
         assert!(f.verifier_log.is_empty());
         let f = Failure::other("program x missing");
         assert_eq!(
-            explain(&f, Stage::Load, Target::Object, &Policy::default()),
+            explain(&f, Stage::Load, Target::Object, &env(Policy::default())),
             "program x missing"
         );
     }

@@ -5,6 +5,7 @@ mod dma_source;
 pub mod explain;
 pub mod maps;
 pub mod module_fentry;
+pub mod plan;
 mod sg_cont;
 pub mod sys;
 #[cfg(any(test, feature = "test-support"))]
@@ -29,10 +30,7 @@ use gpudirect_trace_common::{
 };
 use serde::Serialize;
 
-use self::{
-    dma_source::dma_plan,
-    tracepoints::{attach_probe, load_program, tracepoint_exists},
-};
+use self::{dma_source::dma_plan, tracepoints::load_program};
 pub use self::{
     dma_source::{DmaOpSource, DmaSource},
     tracepoints::offsets_from_btf,
@@ -201,38 +199,41 @@ impl Tracer {
             .set_max_entries("EVENTS", ring_bytes)
             .set_max_entries(gpudirect_trace_common::maps::STACKS, stack_entries)
             .load(EBPF_OBJECT)
-            .map_err(|e| explain_load_error(&e))?;
+            .map_err(|e| explain_load_error(&e, &kernel.release))?;
 
+        let facts = plan::Facts::discover(
+            &kernel,
+            &hooks,
+            opts.module_standin
+                .as_ref()
+                .map(|(m, f)| catalog::standin_spec(m, f)),
+        );
         let mut probes = Vec::new();
         let mut load_errors: HashMap<&str, String> = HashMap::new();
-        for name in catalog::programs() {
-            // A program whose tracepoints this kernel lacks is not loaded:
-            // the dma:* programs use bpf_loop() (6.8+ has it), which older
-            // verifiers reject.
-            let needed = !opts.attach
-                || catalog::CATALOG
-                    .iter()
-                    .any(|p| p.program == name && tracepoint_exists(&kernel, p));
-            if !needed {
-                continue;
-            }
-            if let Err(e) = load_program(&mut ebpf, name) {
+        for name in plan::programs_to_load(&facts, opts.attach) {
+            if let Err(e) = load_program(&mut ebpf, name, &facts.env) {
                 load_errors.insert(name, e);
             }
         }
-        let hooks_only = opts.dma_source == DmaSource::Hooks;
+        let plan_opts = plan::Options {
+            attach: opts.attach,
+            dma_source: opts.dma_source,
+        };
         for spec in catalog::CATALOG {
-            let (status, reason) = match load_errors.get(spec.program) {
-                Some(e) => (
-                    Status::Failed,
-                    format!("program {} did not load: {e}", spec.program),
+            let step = plan::tracepoint(
+                &facts,
+                spec,
+                plan_opts,
+                load_errors.get(spec.program).map(String::as_str),
+            );
+            let (status, reason) = match step {
+                plan::TpStep::Decided(status, reason) => (status, reason),
+                plan::TpStep::Attach { btf_args } => plan::tracepoint_attached(
+                    &facts,
+                    spec,
+                    btf_args,
+                    tracepoints::attach(&mut ebpf, spec),
                 ),
-                None if !opts.attach => (Status::Loaded, "verified; not attached".to_owned()),
-                None if hooks_only && spec.group() == "dma" => (
-                    Status::Loaded,
-                    "not attached: --dma-source hooks (the DMA-API hooks report it)".to_owned(),
-                ),
-                None => attach_probe(&mut ebpf, &kernel, spec),
             };
             probes.push(ProbeStatus {
                 name: spec.name,
@@ -247,7 +248,7 @@ impl Tracer {
         let attached = timing::attach_all(
             &mut ebpf,
             EBPF_OBJECT,
-            &kernel,
+            &facts,
             &hooks,
             opts.attach,
             opts.module_standin
@@ -458,7 +459,11 @@ impl Tracer {
     /// attaching it (benchmarks: `bench_floor`).
     #[cfg(any(test, feature = "test-support"))]
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
-        load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
+        let env = explain::Env {
+            release: self.kernel.release.clone(),
+            policy: explain::Policy::default(),
+        };
+        load_program(&mut self.ebpf, name, &env).map_err(|e| anyhow::anyhow!(e))
     }
 
     /// The instruction pointers of kernel stack `id` (`--stacks`), innermost
@@ -521,14 +526,18 @@ fn c_str(bytes: &[u8; DEV_NAME_LEN]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {
-    let text = e.to_string();
-    let hint = if text.contains("ring") || text.contains("Invalid argument") {
-        " (BPF ring buffers need Linux 5.8 or newer)"
-    } else {
-        ""
+fn explain_load_error(e: &aya::EbpfError, release: &str) -> anyhow::Error {
+    let env = explain::Env {
+        release: release.to_owned(),
+        policy: explain::Policy::discover(),
     };
-    anyhow::anyhow!("loading the eBPF object failed: {text}{hint}")
+    let why = explain::explain(
+        &explain::Failure::from_error(e),
+        explain::Stage::Load,
+        explain::Target::Object,
+        &env,
+    );
+    anyhow::anyhow!("loading the eBPF object failed: {why}")
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use aya_obj::{
 };
 
 use super::{
-    explain::{self, Failure, Policy, Stage, Target},
+    explain::{self, Env, Failure, Stage, Target},
     sys,
 };
 
@@ -140,7 +140,7 @@ pub fn attach(
     exit: bool,
     (func, btf_id): (&str, u32),
     module_btf: BorrowedFd<'_>,
-    policy: &Policy,
+    env: &Env,
 ) -> Result<ModuleHook, String> {
     let insns = obj
         .instructions(program)
@@ -180,8 +180,7 @@ pub fn attach(
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
             let failure = Failure::from_io(&first, &text);
-            let why =
-                explain::explain(&failure, Stage::Load, Target::Fentry { name: func }, policy);
+            let why = explain::explain(&failure, Stage::Load, Target::Fentry { name: func }, env);
             return Err(format!("{program}: {why}"));
         }
     };
@@ -190,7 +189,7 @@ pub fn attach(
             &Failure::from_io(&e, ""),
             Stage::Attach,
             Target::Fentry { name: func },
-            policy,
+            env,
         );
         format!("attaching {program} failed: {why}")
     })?;
