@@ -326,9 +326,9 @@ impl Tracer {
         name
     }
 
-    /// The programs' self-metrics. Reads DEV_COUNTERS for the hit counts;
-    /// where the caller has just read them (`kernel_counters`), use
-    /// `self_stats_with` instead of reading the map twice.
+    /// The programs' self-metrics, reading DEV_COUNTERS for the hit counts
+    /// (tests; the session has just read them and calls `self_stats_with`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn self_stats(&self) -> SelfStats {
         let merged = self.merged_counters();
         self.self_stats_with(&merged)
@@ -405,7 +405,7 @@ pub struct ProgramStat {
 
 impl Tracer {
     /// Sum of the programs' recursion_misses (from /proc/self/fdinfo).
-    pub fn recursion_misses(&self) -> u64 {
+    fn recursion_misses(&self) -> u64 {
         self.ebpf
             .programs()
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
@@ -456,7 +456,7 @@ impl Tracer {
     }
 
     /// Loads one more raw tracepoint program of the object without
-    /// attaching it (benchmarks: `bench_floor`).
+    /// attaching it (tests: `bench_sg_bounded`).
     #[cfg(any(test, feature = "test-support"))]
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
         let env = explain::Env {
@@ -578,5 +578,14 @@ mod tests {
         for p in ["attach_fentry", "attach_kprobe"] {
             assert!(have.contains(p), "{p} missing");
         }
+        // The benchmarks' empty program ships only in the test object.
+        assert!(
+            !have.contains("bench_floor"),
+            "bench_floor in the tool's object"
+        );
+        let support: &[u8] =
+            aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
+        let obj = aya_obj::Object::parse(support).expect("the test-support object parses");
+        assert!(obj.programs.contains_key("bench_floor"));
     }
 }
