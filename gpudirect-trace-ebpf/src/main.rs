@@ -392,14 +392,6 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
 
 // ---- benchmark support ----
 
-/// Does nothing: `cargo xtask bench` runs it to measure the floor of the
-/// kernel's per-run accounting (the clock reads around every run), which
-/// every program's ns/hit includes.
-#[raw_tracepoint]
-pub fn bench_floor(_ctx: RawTracePointContext) -> i32 {
-    0
-}
-
 /// dma_map_sg's record built by the bounded walk of the programs for
 /// kernels without bpf_loop() (the `_nl` hooks), continued in tail calls
 /// when `bench_sg_bounded_cont` is registered, as a raw tracepoint that the

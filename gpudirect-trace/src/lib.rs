@@ -5,8 +5,11 @@
 //! (load, attach, drain) -> [`decode`] -> [`session`] (one driver) ->
 //! [`analysis`] (the [`aggregate`] tables and the fault ledger, over the
 //! [`model`]'s types) -> sinks: [`live`], [`record`] (trace files, read back
-//! by [`report`] and [`export`] through the same analysis) and [`serve`].
-//! [`commands`] is the CLI; nothing below it sees clap's types.
+//! by [`report`] and [`export`] through the same analysis), [`flight`] (a
+//! bounded ring of the same blocks, snapshots on triggers) and [`serve`].
+//! [`commands`] is the CLI; nothing below it sees clap's types. Beside the
+//! trace path: [`probes`] (what attaches here and why), [`doctor`] (host
+//! checks from sysfs/procfs and NVML) and [`selftest`].
 
 pub mod aggregate;
 pub mod analysis;

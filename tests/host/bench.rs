@@ -4,7 +4,7 @@
 //! identity, which must hold at any rate.
 
 use std::{
-    os::fd::{AsRawFd as _, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aya::{programs::RawTracePoint, Ebpf};
 use gpudirect_trace::{
     aggregate::Aggregator,
     decode::decode,
@@ -19,7 +20,10 @@ use gpudirect_trace::{
 };
 use gpudirect_trace_common::{kind, Event};
 
-use crate::inject::{known_kernel_object, Injector};
+use crate::{
+    inject::{known_kernel_object, Injector},
+    sg_walk::TEST_SUPPORT,
+};
 
 fn set_bpf_stats(on: bool) {
     std::fs::write(
@@ -79,14 +83,23 @@ fn bench_program_cost() {
             ..Default::default()
         })
         .expect("load");
-        tracer
-            .load_unattached("bench_floor")
-            .expect("load bench_floor");
+        // The floor lives in the test-support object (not the tool's).
+        let mut support = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
+        let floor: &mut RawTracePoint = support
+            .program_mut("bench_floor")
+            .expect("bench_floor")
+            .try_into()
+            .expect("raw tracepoint");
+        floor.load().expect("load bench_floor");
+        let floor_fd = floor.fd().expect("fd").as_fd().as_raw_fd();
         set_bpf_stats(true);
         for group in &groups {
             let fds: Vec<_> = group
                 .iter()
-                .map(|(prog, args)| (tracer.program_fd(prog).expect("program").as_raw_fd(), *args))
+                .map(|(prog, args)| match *prog {
+                    "bench_floor" => (floor_fd, *args),
+                    _ => (tracer.program_fd(prog).expect("program").as_raw_fd(), *args),
+                })
                 .collect();
             for i in 0..RUNS {
                 for (fd, args) in &fds {
@@ -102,11 +115,14 @@ fn bench_program_cost() {
         }
         set_bpf_stats(false);
         let stats = tracer.program_stats();
-        let floor = stats
-            .iter()
-            .find(|s| s.program == "bench_floor")
-            .map_or(0.0, |s| s.ns_per_run);
-        for s in stats.iter().filter(|s| s.program != "bench_floor") {
+        let floor = support
+            .program("bench_floor")
+            .and_then(|p| p.info().ok())
+            .filter(|i| i.run_count() > 0)
+            .map_or(0.0, |i| {
+                i.run_time().as_nanos() as f64 / i.run_count() as f64
+            });
+        for s in &stats {
             println!(
                 "BENCH program_cost mode={mode} program={} runs={} ns_per_hit={:.1} \
                  net_of_floor={:.1}",

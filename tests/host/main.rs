@@ -434,3 +434,16 @@ fn kmsg_is_read_without_blocking() {
     let mut f = gpudirect_trace::faults::KmsgFollower::open().expect("follow /dev/kmsg");
     f.poll().expect("poll returns at EAGAIN");
 }
+
+/// The running kernel's BTF (every kernel this suite runs on has it: the
+/// CI host and the VMs): struct device starts with its kobject, whose name
+/// comes first, and iommu:map's prototype has the 3 arguments the program
+/// reads. (Was a lib test that passed silently without BTF.)
+#[test]
+fn running_kernel_btf_gives_the_offsets() {
+    let btf = gpudirect_trace::btf::Btf::vmlinux()
+        .expect("the host tests need /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF)");
+    assert_eq!(btf.member_offset("device", "kobj"), Some(0));
+    assert_eq!(btf.member_offset("kobject", "name"), Some(0));
+    assert_eq!(btf.tracepoint_args("map"), Some(3), "iommu:map has 3 args");
+}

@@ -28,7 +28,7 @@ use gpudirect_trace_common::{flags, kind, KernelOffsets, SgEvent, SG_LENS};
 
 use crate::inject::Injector;
 
-static TEST_SUPPORT: &[u8] =
+pub(crate) static TEST_SUPPORT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
 
 /// test_support.rs: bytes per arena element, elements.

@@ -3,9 +3,9 @@
 //! and the replay of a trace file feed it the same inputs in the same order
 //! (the recorder writes them as they arrive), so both tell the same story.
 //!
-//! One physical event often reaches us twice: the NVIDIA driver fires
-//! nvidia:nvidia_dev_xid and prints its Xid line from the same
-//! nv_report_error() call; AMD-Vi calls report_iommu_fault() (the
+//! One physical event often reaches us twice: the NVIDIA driver prints its
+//! Xid line and fires nvidia:nvidia_dev_xid from the same nvErrorLog call
+//! (the tracepoint with the message alone, no `pid=`/`name=`); AMD-Vi calls report_iommu_fault() (the
 //! iommu:io_page_fault tracepoint) and then logs the event; AER fires
 //! ras:aer_event and prints `AER:` lines. A report from one channel merges
 //! into an open incident from the other channel with the same merge key

@@ -2,10 +2,13 @@
 //! and reading back events and maps.
 
 mod dma_source;
+pub mod explain;
 pub mod maps;
 pub mod module_fentry;
 mod names;
+pub mod plan;
 mod sg_cont;
+pub mod sys;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;
@@ -28,10 +31,7 @@ use gpudirect_trace_common::{
 };
 use serde::Serialize;
 
-use self::{
-    dma_source::dma_plan,
-    tracepoints::{attach_probe, load_program, tracepoint_exists},
-};
+use self::{dma_source::dma_plan, tracepoints::load_program};
 pub use self::{
     dma_source::{DmaOpSource, DmaSource},
     tracepoints::offsets_from_btf,
@@ -236,38 +236,41 @@ impl Tracer {
             .set_max_entries("EVENTS", ring_bytes)
             .set_max_entries(gpudirect_trace_common::maps::STACKS, stack_entries)
             .load(EBPF_OBJECT)
-            .map_err(|e| explain_load_error(&e))?;
+            .map_err(|e| explain_load_error(&e, &kernel.release))?;
 
+        let facts = plan::Facts::discover(
+            &kernel,
+            &hooks,
+            opts.module_standin
+                .as_ref()
+                .map(|(m, f)| catalog::standin_spec(m, f)),
+        );
         let mut probes = Vec::new();
         let mut load_errors: HashMap<&str, String> = HashMap::new();
-        for name in catalog::programs() {
-            // A program whose tracepoints this kernel lacks is not loaded:
-            // the dma:* programs use bpf_loop() (6.8+ has it), which older
-            // verifiers reject.
-            let needed = !opts.attach
-                || catalog::CATALOG
-                    .iter()
-                    .any(|p| p.program == name && tracepoint_exists(&kernel, p));
-            if !needed {
-                continue;
-            }
-            if let Err(e) = load_program(&mut ebpf, name) {
+        for name in plan::programs_to_load(&facts, opts.attach) {
+            if let Err(e) = load_program(&mut ebpf, name, &facts.env) {
                 load_errors.insert(name, e);
             }
         }
-        let hooks_only = opts.dma_source == DmaSource::Hooks;
+        let plan_opts = plan::Options {
+            attach: opts.attach,
+            dma_source: opts.dma_source,
+        };
         for spec in catalog::CATALOG {
-            let (status, reason) = match load_errors.get(spec.program) {
-                Some(e) => (
-                    Status::Failed,
-                    format!("program {} did not load: {e}", spec.program),
+            let step = plan::tracepoint(
+                &facts,
+                spec,
+                plan_opts,
+                load_errors.get(spec.program).map(String::as_str),
+            );
+            let (status, reason) = match step {
+                plan::TpStep::Decided(status, reason) => (status, reason),
+                plan::TpStep::Attach { btf_args } => plan::tracepoint_attached(
+                    &facts,
+                    spec,
+                    btf_args,
+                    tracepoints::attach(&mut ebpf, spec),
                 ),
-                None if !opts.attach => (Status::Loaded, "verified; not attached".to_owned()),
-                None if hooks_only && spec.group() == "dma" => (
-                    Status::Loaded,
-                    "not attached: --dma-source hooks (the DMA-API hooks report it)".to_owned(),
-                ),
-                None => attach_probe(&mut ebpf, &kernel, spec),
             };
             probes.push(ProbeStatus {
                 name: spec.name,
@@ -282,7 +285,7 @@ impl Tracer {
         let attached = timing::attach_all(
             &mut ebpf,
             EBPF_OBJECT,
-            &kernel,
+            &facts,
             &hooks,
             opts.attach,
             opts.module_standin
@@ -345,9 +348,9 @@ impl Tracer {
         }
     }
 
-    /// The programs' self-metrics. Reads DEV_COUNTERS for the hit counts;
-    /// where the caller has just read them (`kernel_counters`), use
-    /// `self_stats_with` instead of reading the map twice.
+    /// The programs' self-metrics, reading DEV_COUNTERS for the hit counts
+    /// (tests; the session has just read them and calls `self_stats_with`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn self_stats(&self) -> SelfStats {
         let merged = self.merged_counters();
         self.self_stats_with(&merged)
@@ -439,7 +442,7 @@ pub struct ProgramStat {
 
 impl Tracer {
     /// Sum of the programs' recursion_misses (from /proc/self/fdinfo).
-    pub fn recursion_misses(&self) -> u64 {
+    fn recursion_misses(&self) -> u64 {
         self.ebpf
             .programs()
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
@@ -490,10 +493,14 @@ impl Tracer {
     }
 
     /// Loads one more raw tracepoint program of the object without
-    /// attaching it (benchmarks: `bench_floor`).
+    /// attaching it (tests: `bench_sg_bounded`).
     #[cfg(any(test, feature = "test-support"))]
     pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
-        load_program(&mut self.ebpf, name).map_err(|e| anyhow::anyhow!(e))
+        let env = explain::Env {
+            release: self.kernel.release.clone(),
+            policy: explain::Policy::default(),
+        };
+        load_program(&mut self.ebpf, name, &env).map_err(|e| anyhow::anyhow!(e))
     }
 
     /// The instruction pointers of kernel stack `id` (`--stacks`), innermost
@@ -566,14 +573,18 @@ pub fn drain_ring(ring: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usiz
     n
 }
 
-fn explain_load_error(e: &aya::EbpfError) -> anyhow::Error {
-    let text = e.to_string();
-    let hint = if text.contains("ring") || text.contains("Invalid argument") {
-        " (BPF ring buffers need Linux 5.8 or newer)"
-    } else {
-        ""
+fn explain_load_error(e: &aya::EbpfError, release: &str) -> anyhow::Error {
+    let env = explain::Env {
+        release: release.to_owned(),
+        policy: explain::Policy::discover(),
     };
-    anyhow::anyhow!("loading the eBPF object failed: {text}{hint}")
+    let why = explain::explain(
+        &explain::Failure::from_error(e),
+        explain::Stage::Load,
+        explain::Target::Object,
+        &env,
+    );
+    anyhow::anyhow!("loading the eBPF object failed: {why}")
 }
 
 #[cfg(test)]
@@ -633,5 +644,14 @@ mod tests {
         for p in ["attach_fentry", "attach_kprobe"] {
             assert!(have.contains(p), "{p} missing");
         }
+        // The benchmarks' empty program ships only in the test object.
+        assert!(
+            !have.contains("bench_floor"),
+            "bench_floor in the tool's object"
+        );
+        let support: &[u8] =
+            aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
+        let obj = aya_obj::Object::parse(support).expect("the test-support object parses");
+        assert!(obj.programs.contains_key("bench_floor"));
     }
 }

@@ -21,6 +21,8 @@ use aya::{
 };
 use gpudirect_trace_common::{sg_scratch, SG_BOUNDED_REST, SG_PREFIX, SG_TAIL_CALLS};
 
+use super::explain::{Env, Stage, Target};
+
 /// The scratch slots (fentry/fexit, kprobe) of a DMA-API spec's walking
 /// programs, by the spec's slot name.
 fn slots(slot: &str) -> Option<(u32, u32)> {
@@ -42,7 +44,20 @@ pub const fn reach() -> u32 {
 
 /// Loads the continuation of `slot`'s walking program and registers it;
 /// `btf` Some: the fentry/fexit build on `func`, None: the kprobe build.
-pub fn load(ebpf: &mut Ebpf, slot: &str, func: &str, btf: Option<&AyaBtf>) -> Result<(), String> {
+pub fn load(
+    ebpf: &mut Ebpf,
+    slot: &str,
+    func: &str,
+    btf: Option<&AyaBtf>,
+    env: &Env,
+) -> Result<(), String> {
+    let why = |e: &aya::programs::ProgramError| {
+        let target = match btf {
+            Some(_) => Target::Fentry { name: func },
+            None => Target::Kprobe { name: func },
+        };
+        super::timing::why(e, Stage::Load, target, env)
+    };
     let (t, k) = slots(slot).ok_or_else(|| format!("no continuation for slot {slot}"))?;
     let (name, array, index) = match btf {
         Some(_) => (format!("t_{slot}_cont"), "SG_CONT_T", t),
@@ -53,18 +68,16 @@ pub fn load(ebpf: &mut Ebpf, slot: &str, func: &str, btf: Option<&AyaBtf>) -> Re
         .ok_or_else(|| format!("program {name} missing"))?;
     let fd = match (prog, btf) {
         (Program::FEntry(p), Some(btf)) => {
-            p.load(func, btf)
-                .map_err(|e| super::timing::errno_text(&e))?;
+            p.load(func, btf).map_err(|e| why(&e))?;
             p.fd().and_then(|fd| fd.try_clone().map_err(Into::into))
         }
         (Program::FExit(p), Some(btf)) => {
-            p.load(func, btf)
-                .map_err(|e| super::timing::errno_text(&e))?;
+            p.load(func, btf).map_err(|e| why(&e))?;
             p.fd().and_then(|fd| fd.try_clone().map_err(Into::into))
         }
         (Program::KProbe(p), None) => {
             let p: &mut KProbe = p;
-            p.load().map_err(|e| super::timing::errno_text(&e))?;
+            p.load().map_err(|e| why(&e))?;
             p.fd().and_then(|fd| fd.try_clone().map_err(Into::into))
         }
         _ => return Err(format!("program {name} is not of its caller's type")),

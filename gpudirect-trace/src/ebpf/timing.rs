@@ -15,14 +15,13 @@ use aya::{
 };
 
 use super::{
+    explain::{self, Env, Failure, Stage, Target},
     module_fentry::{self, ModuleHook, RelocatedObject},
+    plan::{self, Facts},
     ProbeStatus, Status,
 };
 use crate::{
-    catalog::{
-        TimingSpec, ATTACH_LEARN, DMA_API_TIMING, FAULT_HANDLER, INVAL_TIMING, NVIDIA_TIMING,
-        TIMING,
-    },
+    catalog::{TimingSpec, ATTACH_LEARN},
     kernel::KernelInfo,
 };
 
@@ -33,14 +32,14 @@ pub const NO_FENTRY_ENV: &str = "GPUDIRECT_TRACE_NO_FENTRY";
 /// What the kernel offers for function hooks.
 pub struct HookSupport {
     /// vmlinux BTF for fentry/fexit; None where fentry cannot work.
-    btf: Option<AyaBtf>,
-    fentry_reason: String,
+    pub(super) btf: Option<AyaBtf>,
+    pub(super) fentry_reason: String,
     /// Why the function tracer looks unusable, added to fentry failures: a
     /// kernel may forbid tracefs's view of ftrace (EPERM) and still run BPF
     /// trampolines, so this is a hint, not a verdict.
-    ftrace_hint: Option<String>,
-    kprobes: bool,
-    kallsyms: HashSet<String>,
+    pub(super) ftrace_hint: Option<String>,
+    pub(super) kprobes: bool,
+    pub(super) kallsyms: HashSet<String>,
     /// Address of the kernel variable `vmemmap_base` (x86_64), for
     /// page_to_phys() in the dma_map_page_attrs hooks.
     pub vmemmap_base: Option<u64>,
@@ -80,7 +79,7 @@ impl HookSupport {
         let no_fentry = std::env::var_os(NO_FENTRY_ENV).is_some_and(|v| v == "1");
         let (btf, fentry_reason) = match (&kernel.btf, ftrace) {
             _ if no_fentry => (None, format!("not tried: {NO_FENTRY_ENV}=1")),
-            (None, _) => (None, "no kernel BTF".to_owned()),
+            (None, _) => (None, super::explain::no_kernel_btf().to_owned()),
             (_, Err(why)) => (None, why),
             (Some(_), Ok(())) => match AyaBtf::from_sys_fs() {
                 Ok(b) => (Some(b), String::new()),
@@ -117,18 +116,6 @@ impl HookSupport {
             iommu_units: iommu_units(Path::new("/sys/class/iommu")),
         }
     }
-
-    /// Whether `func`'s vendor (if `spec` names one) has a unit here.
-    fn vendor_present(&self, spec: &TimingSpec, func: &str) -> bool {
-        match spec.units.iter().find(|(f, _)| *f == func) {
-            Some((_, prefix)) => self.iommu_units.iter().any(|u| u.starts_with(prefix)),
-            None => true,
-        }
-    }
-
-    fn exists(&self, kernel: &KernelInfo, func: &str) -> bool {
-        kernel.btf.as_ref().is_some_and(|b| b.has_function(func)) || self.kallsyms.contains(func)
-    }
 }
 
 /// The unit names under `dir` (/sys/class/iommu), sorted; none if absent.
@@ -144,35 +131,9 @@ pub fn iommu_units(dir: &Path) -> Vec<String> {
     out
 }
 
-pub(super) fn errno_text(e: &ProgramError) -> String {
-    match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } if verifier_log.to_string().trim().is_empty() => refusal(io_error),
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            format!("verifier rejected it ({io_error}): {verifier_log}")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// Why the kernel refused a tracing program before its verifier ran.
-pub fn refusal(e: &std::io::Error) -> String {
-    if e.raw_os_error() == Some(libc::EPERM) {
-        format!(
-            "the kernel refused to load it ({e}): as root this is a security policy (kernel \
-             lockdown or an LSM such as the BPF LSM) forbidding tracing programs"
-        )
-    } else {
-        format!(
-            "the kernel refused to load it ({e}); for fentry this usually means no ftrace \
-             direct-call trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS)"
-        )
-    }
+/// What the kernel's refusal of a hook program means (`super::explain`).
+pub(super) fn why(e: &ProgramError, stage: Stage, target: Target<'_>, env: &Env) -> String {
+    explain::explain(&Failure::from_program_error(e), stage, target, env)
 }
 
 /// What `attach_all` did.
@@ -185,31 +146,32 @@ pub struct Attached {
     pub dma_hooked: u32,
 }
 
-/// Attaches (or, with `attach` false, only verifies) every timing hook.
+/// Attaches (or, with `attach` false, only verifies) every timing hook:
+/// `plan::hook` decides what to try, `Kernel` tries it.
 pub fn attach_all(
     ebpf: &mut Ebpf,
     object: &[u8],
-    kernel: &KernelInfo,
+    facts: &Facts,
     support: &HookSupport,
     attach: bool,
     standin: Option<&'static TimingSpec>,
 ) -> Attached {
-    let mut modules = ModuleLoader {
-        object,
-        relocated: None,
-        btf_fds: HashMap::new(),
-        hooks: Vec::new(),
+    let mut kernel = Kernel {
+        ebpf,
+        support,
+        env: &facts.env,
+        modules: ModuleLoader {
+            object,
+            relocated: None,
+            btf_fds: HashMap::new(),
+            hooks: Vec::new(),
+        },
     };
     let mut dma_hooked = 0;
-    let statuses = DMA_API_TIMING
-        .iter()
-        .chain(TIMING)
-        .chain([&FAULT_HANDLER, &ATTACH_LEARN])
-        .chain(NVIDIA_TIMING)
-        .chain(INVAL_TIMING)
-        .chain(standin)
+    let statuses = plan::hook_specs(standin)
         .map(|spec| {
-            let st = attach_one(ebpf, kernel, support, &mut modules, spec, attach);
+            let step = plan::hook(facts, spec, attach);
+            let st = plan::hook_outcome(facts, spec, step, &mut kernel);
             if st.status == Status::Attached {
                 dma_hooked |= spec.dma_ops;
             }
@@ -218,8 +180,66 @@ pub fn attach_all(
         .collect();
     Attached {
         statuses,
-        module_hooks: modules.hooks,
+        module_hooks: kernel.modules.hooks,
         dma_hooked,
+    }
+}
+
+/// The running kernel, answering what a hook plan tries.
+struct Kernel<'a, 'o> {
+    ebpf: &'a mut Ebpf,
+    support: &'a HookSupport,
+    env: &'a Env,
+    modules: ModuleLoader<'o>,
+}
+
+impl plan::Attempts for Kernel<'_, '_> {
+    fn verify(&mut self, spec: &TimingSpec, func: &str, slot: &str) -> Result<String, String> {
+        // The kprobe variant loads without a target function.
+        let env = self.env;
+        let b = first_build(
+            spec,
+            |(_, _, kin, kout)| load_kprobes(self.ebpf, kin, kout, func, env),
+            slot,
+        )?;
+        Ok(build_note(self.ebpf, spec, b, func, None, env))
+    }
+
+    fn fentry(&mut self, spec: &TimingSpec, func: &str, slot: &str) -> Result<String, String> {
+        let env = self.env;
+        let btf = self
+            .support
+            .btf
+            .as_ref()
+            .ok_or_else(|| self.support.fentry_reason.clone())?;
+        let b = first_build(
+            spec,
+            |(fin, fout, _, _)| attach_fentry(self.ebpf, btf, func, fin, fout, env),
+            slot,
+        )?;
+        Ok(build_note(self.ebpf, spec, b, func, Some(btf), env))
+    }
+
+    fn module_fentry(
+        &mut self,
+        module: &str,
+        func: &str,
+        btf_id: u32,
+        slot: &str,
+    ) -> Result<(), String> {
+        let (fin, fout, _, _) = names(slot, "");
+        self.modules
+            .attach_pair(self.ebpf, module, (func, btf_id), &fin, &fout, self.env)
+    }
+
+    fn kprobes(&mut self, spec: &TimingSpec, func: &str, slot: &str) -> Result<String, String> {
+        let env = self.env;
+        let b = first_build(
+            spec,
+            |(_, _, kin, kout)| attach_kprobes(self.ebpf, func, kin, kout, env),
+            slot,
+        )?;
+        Ok(build_note(self.ebpf, spec, b, func, None, env))
     }
 }
 
@@ -237,9 +257,10 @@ impl ModuleLoader<'_> {
         &mut self,
         ebpf: &Ebpf,
         module: &str,
-        btf_id: u32,
+        target: (&str, u32),
         fin: &str,
         fout: &str,
+        env: &Env,
     ) -> Result<(), String> {
         let obj = self
             .relocated
@@ -255,8 +276,8 @@ impl ModuleLoader<'_> {
             })
             .as_ref()
             .map_err(Clone::clone)?;
-        let entry = module_fentry::attach(obj, fin, false, btf_id, btf.as_fd())?;
-        let exit = module_fentry::attach(obj, fout, true, btf_id, btf.as_fd())?;
+        let entry = module_fentry::attach(obj, fin, false, target, btf.as_fd(), env)?;
+        let exit = module_fentry::attach(obj, fout, true, target, btf.as_fd(), env)?;
         self.hooks.extend([entry, exit]);
         Ok(())
     }
@@ -316,12 +337,13 @@ fn build_note(
     build: &str,
     func: &str,
     btf: Option<&AyaBtf>,
+    env: &Env,
 ) -> String {
     if build != "_nl" {
         return String::new();
     }
     let bounded = gpudirect_trace_common::SG_PREFIX + gpudirect_trace_common::SG_BOUNDED_REST;
-    match super::sg_cont::load(ebpf, spec.slot, func, btf) {
+    match super::sg_cont::load(ebpf, spec.slot, func, btf, env) {
         Ok(()) => format!(
             " (no bpf_loop(): scatterlists walked in tail-called chunks, up to {} entries)",
             super::sg_cont::reach()
@@ -330,164 +352,6 @@ fn build_note(
             " (no bpf_loop(): scatterlists walked up to {bounded} entries; the walk's \
              continuation did not load: {e})"
         ),
-    }
-}
-
-fn attach_one(
-    ebpf: &mut Ebpf,
-    kernel: &KernelInfo,
-    support: &HookSupport,
-    modules: &mut ModuleLoader<'_>,
-    spec: &TimingSpec,
-    attach: bool,
-) -> ProbeStatus {
-    let status = |status, kind: &'static str, program: &'static str, reason: String| ProbeStatus {
-        name: spec.name,
-        kind,
-        program,
-        status,
-        reason,
-        hot: true,
-    };
-    if let Some(module) = spec.module {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return status(
-                Status::Unavailable,
-                "fentry|kprobe",
-                "",
-                format!("module {module} is not loaded"),
-            );
-        }
-    }
-    if let Some(cover) = spec.unless.iter().find(|f| support.exists(kernel, f)) {
-        return status(
-            Status::Unavailable,
-            "fentry|kprobe",
-            "",
-            format!("not needed: {cover} exists here and its hook covers this operation"),
-        );
-    }
-    // Verification (attach false) loads every vendor's programs.
-    let vendor_ok = |f: &str| !attach || support.vendor_present(spec, f);
-    let Some(func) = spec
-        .candidates
-        .iter()
-        .copied()
-        .find(|f| support.exists(kernel, f) && vendor_ok(f))
-    else {
-        if let Some(f) = spec.candidates.iter().find(|f| support.exists(kernel, f)) {
-            let units = if support.iommu_units.is_empty() {
-                "none".to_owned()
-            } else {
-                support.iommu_units.join(", ")
-            };
-            return status(
-                Status::Unavailable,
-                "fentry|kprobe",
-                "",
-                format!(
-                    "{f} exists, but this machine has no IOMMU unit of its driver \
-                     (/sys/class/iommu: {units})"
-                ),
-            );
-        }
-        return status(
-            Status::Unavailable,
-            "fentry|kprobe",
-            "",
-            format!(
-                "none of {} exists on this kernel",
-                spec.candidates.join(", ")
-            ),
-        );
-    };
-    let slot = spec.slot_for(func);
-    if !attach {
-        // Verify the kprobe variant: it loads without a target function.
-        return match first_build(
-            spec,
-            |(_, _, kin, kout)| load_kprobes(ebpf, kin, kout),
-            slot,
-        ) {
-            Ok(b) => {
-                let note = build_note(ebpf, spec, b, func, None);
-                status(
-                    Status::Loaded,
-                    "kprobe/kretprobe",
-                    func,
-                    format!("verified; not attached{note}"),
-                )
-            }
-            Err(e) => status(Status::Failed, "kprobe/kretprobe", func, e),
-        };
-    }
-    let mut why = Vec::new();
-    let hint = |e: String| match &support.ftrace_hint {
-        Some(h) => format!("fentry: {e} ({h})"),
-        None => format!("fentry: {e}"),
-    };
-    let btf_id = kernel.btf.as_ref().and_then(|b| b.function_id(func));
-    match (&support.btf, btf_id, spec.module) {
-        (None, _, _) => why.push(format!("fentry: {}", support.fentry_reason)),
-        (Some(btf), Some((_, None)), None) => {
-            match first_build(
-                spec,
-                |(fin, fout, _, _)| attach_fentry(ebpf, btf, func, fin, fout),
-                slot,
-            ) {
-                Ok(b) => {
-                    let note = build_note(ebpf, spec, b, func, Some(btf));
-                    return status(
-                        Status::Attached,
-                        "fentry/fexit",
-                        func,
-                        format!("on {func}{note}"),
-                    );
-                }
-                Err(e) => why.push(hint(e)),
-            }
-        }
-        (Some(_), Some((id, Some(owner))), Some(module)) if owner == module => {
-            let (fin, fout, _, _) = names(slot, "");
-            match modules.attach_pair(ebpf, module, id, &fin, &fout) {
-                Ok(()) => {
-                    return status(
-                        Status::Attached,
-                        "fentry/fexit",
-                        func,
-                        format!("on {func} (through the BTF of module {module})"),
-                    )
-                }
-                Err(e) => why.push(hint(e)),
-            }
-        }
-        (Some(_), _, Some(module)) => why.push(format!(
-            "fentry: {func} is not in the BTF of module {module} (/sys/kernel/btf/{module})"
-        )),
-        (Some(_), _, None) => why.push(format!("fentry: {func} has no BTF")),
-    }
-    if !support.kprobes {
-        why.push("kprobe: no kprobes (CONFIG_KPROBES)".into());
-        return status(Status::Unavailable, "fentry|kprobe", func, why.join("; "));
-    }
-    match first_build(
-        spec,
-        |(_, _, kin, kout)| attach_kprobes(ebpf, func, kin, kout),
-        slot,
-    ) {
-        Ok(b) => {
-            let note = build_note(ebpf, spec, b, func, None);
-            status(
-                Status::Attached,
-                "kprobe/kretprobe",
-                func,
-                format!("on {func}{note} ({})", why.join("; ")),
-            )
-        }
-        Err(e) => {
-            why.push(format!("kprobe: {e}"));
-            status(Status::Failed, "fentry|kprobe", func, why.join("; "))
-        }
     }
 }
 
@@ -502,21 +366,33 @@ where
         .map_err(|e: ProgramError| e.to_string())
 }
 
-fn load_kprobes(ebpf: &mut Ebpf, kin: &str, kout: &str) -> Result<(), String> {
+fn load_kprobes(
+    ebpf: &mut Ebpf,
+    kin: &str,
+    kout: &str,
+    func: &str,
+    env: &Env,
+) -> Result<(), String> {
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
         program::<KProbe>(ebpf, name)?
             .load()
-            .map_err(|e| errno_text(&e))?;
+            .map_err(|e| why(&e, Stage::Load, Target::Kprobe { name: func }, env))?;
     }
     Ok(())
 }
 
-fn attach_kprobes(ebpf: &mut Ebpf, func: &str, kin: &str, kout: &str) -> Result<(), String> {
-    load_kprobes(ebpf, kin, kout)?;
+fn attach_kprobes(
+    ebpf: &mut Ebpf,
+    func: &str,
+    kin: &str,
+    kout: &str,
+    env: &Env,
+) -> Result<(), String> {
+    load_kprobes(ebpf, kin, kout, func, env)?;
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
         program::<KProbe>(ebpf, name)?
             .attach(func, 0)
-            .map_err(|e| errno_text(&e))?;
+            .map_err(|e| why(&e, Stage::Attach, Target::Kprobe { name: func }, env))?;
     }
     Ok(())
 }
@@ -527,19 +403,26 @@ fn attach_fentry(
     func: &str,
     fin: &str,
     fout: &str,
+    env: &Env,
 ) -> Result<(), String> {
+    let target = Target::Fentry { name: func };
     {
         let p = program::<FEntry>(ebpf, fin)?;
-        p.load(func, btf).map_err(|e| errno_text(&e))?;
-        p.attach().map_err(|e| errno_text(&e))?;
+        p.load(func, btf)
+            .map_err(|e| why(&e, Stage::Load, target, env))?;
+        p.attach()
+            .map_err(|e| why(&e, Stage::Attach, target, env))?;
     }
     if fout.is_empty() {
         return Ok(());
     }
     let result = (|| {
         let p = program::<FExit>(ebpf, fout)?;
-        p.load(func, btf).map_err(|e| errno_text(&e))?;
-        p.attach().map_err(|e| errno_text(&e)).map(|_| ())
+        p.load(func, btf)
+            .map_err(|e| why(&e, Stage::Load, target, env))?;
+        p.attach()
+            .map_err(|e| why(&e, Stage::Attach, target, env))
+            .map(|_| ())
     })();
     if result.is_err() {
         // Never leave an entry hook without its exit hook.

@@ -1,6 +1,6 @@
-//! Raw tracepoint programs: loading them, deciding whether the running kernel
-//! has each catalog tracepoint and attaching it; and the structure offsets
-//! the programs take from BTF.
+//! Raw tracepoint programs: loading them and attaching them where
+//! `plan::tracepoint` says; and the structure offsets the programs take
+//! from BTF.
 
 use aya::{
     programs::{ProgramError, RawTracePoint},
@@ -8,12 +8,8 @@ use aya::{
 };
 use gpudirect_trace_common::KernelOffsets;
 
-use super::Status;
-use crate::{
-    btf::Btf,
-    catalog::{ProbeSpec, Provider},
-    kernel::KernelInfo,
-};
+use super::explain::{self, Env, Failure, Stage, Target};
+use crate::{btf::Btf, catalog::ProbeSpec};
 
 /// Structure offsets from BTF, falling back to the defaults (documented in
 /// `KernelOffsets::DEFAULT`) member by member.
@@ -65,106 +61,30 @@ pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
     off
 }
 
-pub(super) fn load_program(ebpf: &mut Ebpf, name: &str) -> Result<(), String> {
+pub(super) fn load_program(ebpf: &mut Ebpf, name: &str, env: &Env) -> Result<(), String> {
     let prog: &mut RawTracePoint = ebpf
         .program_mut(name)
         .ok_or_else(|| format!("program {name} missing from the object"))?
         .try_into()
         .map_err(|e: ProgramError| e.to_string())?;
-    prog.load().map_err(|e| match e {
-        ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            format!("verifier rejected it ({io_error}): {verifier_log}")
-        }
-        other => other.to_string(),
+    prog.load().map_err(|e| {
+        explain::explain(
+            &Failure::from_program_error(&e),
+            Stage::Load,
+            Target::Tracepoint { name },
+            env,
+        )
     })
 }
 
-/// Whether the kernel has the tracepoint (BTF prototype or tracefs entry;
-/// unknown counts as present: attaching then says).
-pub(super) fn tracepoint_exists(kernel: &KernelInfo, spec: &ProbeSpec) -> bool {
-    if let Provider::Module(module) = spec.provider {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return false;
-        }
-    }
-    let btf = kernel
-        .btf
-        .as_ref()
-        .and_then(|b| b.tracepoint_args(spec.event()))
-        .is_some();
-    btf || kernel.tracefs_has(spec.group(), spec.event()) != Some(false)
-}
-
-/// Decides whether `spec` exists on this kernel and attaches it.
-pub(super) fn attach_probe(
-    ebpf: &mut Ebpf,
-    kernel: &KernelInfo,
-    spec: &ProbeSpec,
-) -> (Status, String) {
-    if let Provider::Module(module) = spec.provider {
-        if !kernel.modules.iter().any(|m| m == module) {
-            return (
-                Status::Unavailable,
-                format!("module {module} is not loaded"),
-            );
-        }
-    }
-    let btf_args = kernel
-        .btf
-        .as_ref()
-        .and_then(|b| b.tracepoint_args(spec.event()));
-    let in_tracefs = kernel.tracefs_has(spec.group(), spec.event());
-    if btf_args.is_none() && in_tracefs == Some(false) {
-        return (
-            Status::Unavailable,
-            format!(
-                "this kernel ({}) has no tracepoint {}",
-                kernel.release, spec.name
-            ),
-        );
-    }
-    if let Some(n) = btf_args {
-        if n < spec.args_read {
-            return (
-                Status::Failed,
-                format!(
-                    "prototype mismatch: the kernel's {} has {n} arguments, the program reads {}",
-                    spec.name, spec.args_read
-                ),
-            );
-        }
-    }
+/// Attaches `spec`'s program to its tracepoint (`plan::tracepoint` decided
+/// to); what the kernel answered.
+pub(super) fn attach(ebpf: &mut Ebpf, spec: &ProbeSpec) -> Result<(), Failure> {
     let prog: &mut RawTracePoint = match ebpf.program_mut(spec.program).map(TryInto::try_into) {
         Some(Ok(p)) => p,
-        _ => return (Status::Failed, format!("program {} missing", spec.program)),
+        _ => return Err(Failure::other(format!("program {} missing", spec.program))),
     };
-    match prog.attach(spec.event()) {
-        Ok(_) => {
-            let how = match btf_args {
-                Some(n) => format!("{n} args per BTF"),
-                None => "no BTF prototype; attached by name".to_owned(),
-            };
-            (Status::Attached, how)
-        }
-        Err(e) => {
-            let errno = match &e {
-                ProgramError::SyscallError(s) => s.io_error.raw_os_error(),
-                _ => None,
-            };
-            if errno == Some(libc::ENOENT) {
-                (
-                    Status::Unavailable,
-                    format!(
-                        "this kernel ({}) has no tracepoint {}",
-                        kernel.release, spec.name
-                    ),
-                )
-            } else {
-                (Status::Failed, format!("attach failed: {e}"))
-            }
-        }
-    }
+    prog.attach(spec.event())
+        .map(|_| ())
+        .map_err(|e| Failure::from_program_error(&e))
 }

@@ -39,10 +39,14 @@ pub fn from_io_page_fault(driver: &str, device: &str, iova: u64, flags: u32, raw
     f
 }
 
-/// A fault from nvidia:nvidia_dev_xid: the driver's message is the text of
-/// its Xid line after the number, so the process comes from its `pid=` and
-/// `name=` exactly as for the log line (the tracepoint's current task is the
-/// driver's worker or an interrupt, not the faulting process).
+/// A fault from nvidia:nvidia_dev_xid. The driver hands the tracepoint the
+/// caller's message only (nv_report_error() in kernel-open/nvidia/
+/// nv-report-err.c, from nvErrorLog2()): its Xid line adds `pid=`/`name=`
+/// in krcReportXid(), the tracepoint's text has neither. So the process
+/// stays unknown here unless the message itself names one; the caller
+/// falls back to the tracepoint's current task (marked as such: it is the
+/// driver's worker or an interrupt, not the faulting process) and the log
+/// line, when it merges in, names the real one (analysis/ledger.rs).
 pub fn from_xid_event(device: &str, xid: u32, msg: &str) -> Fault {
     let mut f = super::xid::from_message(xid, msg, msg);
     f.set_device(device);
@@ -93,26 +97,29 @@ pub fn parse(body: &str) -> Option<Fault> {
 mod tests {
     use super::*;
 
-    // The message nv_report_error() hands to the tracepoint is the Xid line's
-    // text after the number (H200 host, driver 580, 2026-12-01: the Xid 31 of
-    // a CUDA kernel writing to an unmapped address, fired in pid 181).
+    // The H200 host's Xid 31 (driver 580, 2026-12-01: a CUDA kernel writing
+    // to an unmapped address, fired in pid 181): the tracepoint's message is
+    // its line's text after `pid=619, name=xid, `.
     #[test]
     fn xid_event_takes_its_process_from_the_message() {
         let f = from_xid_event(
             "0000:00:06.0",
             31,
-            "pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS \
-             GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE \
+            "channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 \
+             GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE \
              ACCESS_TYPE_VIRT_WRITE",
         );
         assert_eq!(f.xid, Some(31));
-        assert_eq!(
-            f.process,
-            Some(crate::model::Process::reported(619, Some("xid".into())))
-        );
+        assert_eq!(f.process, None, "the message names no one");
         assert_eq!(f.access, Some(Access::Write));
         assert_eq!(f.device.as_deref(), Some("0000:00:06.0"));
         assert!(f.reason.starts_with("Xid 31: channel"), "{}", f.reason);
+        // A message that does name one (format-1.0 recordings hold such).
+        let named = from_xid_event("0000:00:06.0", 31, "pid=619, name=xid, channel 0x00000002");
+        assert_eq!(
+            named.process,
+            Some(crate::model::Process::reported(619, Some("xid".into())))
+        );
         let anon = from_xid_event(
             "0000:00:06.0",
             43,

@@ -13,6 +13,17 @@
 //! - 550+:  `..., pid='<unknown>', name=<unknown>, GPU has fallen off the bus.`
 //! - 595:   `..., pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ...`
 //! - no Xid: `NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.` (follows Xid 79)
+//!
+//! The open module's krcReportXid() (src/nvidia/src/kernel/gpu/rc/kernel_rc.c)
+//! prints them: 515 to 565 always `%d, pid=%s, name=%s, %s` (pid `'<unknown>'`
+//! and name `<unknown>` without a channel), 570+ `%d, pid=%s, name=%s, %s%s`
+//! with a process and `%d, %s%s` without one, the last `%s` being
+//! ` caused by previous Xid %d` for an Xid 45 with a known cause; on a MIG
+//! GPU the parenthesis is `(PCI:%04x:%02x:%02x GPU-I:%02u)` or
+//! `(... GPU-I:%02u GPU-CI:%02u)`. The nvidia:nvidia_dev_xid tracepoint
+//! (575+) gets less: nvErrorLog2() hands nv_report_error() only the
+//! caller's message, so the tracepoint's text has no `pid=`/`name=`, and an
+//! Xid seen there takes its process from its log line (analysis/ledger.rs).
 
 use super::{parse_hex, Access, Fault, Source};
 use crate::model::Process;
@@ -131,11 +142,24 @@ pub fn parse(body: &str) -> Option<Fault> {
 }
 
 fn parse_xid(rest: &str, raw: &str) -> Fault {
-    // "(PCI:0000:01:00): 79, pid=..., name=..., text"
-    let (device, after_dev) = match rest.strip_prefix('(').and_then(|r| r.split_once("):")) {
-        Some((dev, tail)) => (Some(dev), tail),
+    // "(PCI:0000:01:00): 79, pid=..., name=..., text", or on a MIG GPU
+    // "(PCI:0000:01:00 GPU-I:05 GPU-CI:01): ..."
+    let (attribution, after_dev) = match rest.strip_prefix('(').and_then(|r| r.split_once("):")) {
+        Some((attr, tail)) => (Some(attr), tail),
         None => (None, rest),
     };
+    let mut attr = attribution.unwrap_or("").split_whitespace();
+    let device = attr.next();
+    let instances: Vec<String> = attr
+        .filter_map(|a| {
+            if let Some(i) = a.strip_prefix("GPU-I:") {
+                Some(format!("gpu_instance={i}"))
+            } else {
+                a.strip_prefix("GPU-CI:")
+                    .map(|i| format!("compute_instance={i}"))
+            }
+        })
+        .collect();
     let tail = after_dev.trim();
     let (num, text) = match tail.split_once(',') {
         Some((n, t)) => (n.trim(), t.trim()),
@@ -156,15 +180,15 @@ fn parse_xid(rest: &str, raw: &str) -> Fault {
         Some(dev) => f.set_device(dev),
         None => f.partial = true,
     }
+    f.flags.extend(instances);
     f
 }
 
 /// An Xid from its number and the driver's message: the text after
-/// `Xid (PCI:...): N, ` in the log line, which is also what the driver hands
-/// to the nvidia:nvidia_dev_xid tracepoint (nv_report_error() formats it
-/// once for both). The process comes from the message's own `pid=`/`name=`
-/// (quoted or not, `<unknown>` meaning none), never from whichever task
-/// printed it.
+/// `Xid (PCI:...): N, ` in the log line, or the tracepoint's message (the
+/// same without `pid=`/`name=`, see the module doc). The process comes from
+/// the message's own `pid=`/`name=` (quoted or not, `<unknown>` meaning
+/// none), never from whichever task printed it.
 pub fn from_message(xid: u32, message: &str, raw: &str) -> Fault {
     let mut f = Fault::new(Source::NvidiaXid, "", raw);
     f.xid = Some(xid);
@@ -189,6 +213,12 @@ pub fn from_message(xid: u32, message: &str, raw: &str) -> Fault {
     }
     if pid.is_some() || name.is_some() {
         f.process = Some(Process::reported(pid.unwrap_or(0), name));
+    }
+    // 570+: an Xid 45 names the Xid that caused it.
+    if let Some((_, cause)) = text.rsplit_once(" caused by previous Xid ") {
+        if let Ok(n) = cause.trim().trim_end_matches('.').parse::<u32>() {
+            f.flags.push(format!("caused_by_xid={n}"));
+        }
     }
     if xid == 31 {
         mmu_fault_details(&mut f, text);
@@ -258,6 +288,10 @@ fn fallen_off_without_xid(msg: &str, raw: &str) -> Option<Fault> {
     }
     Some(f)
 }
+
+#[cfg(test)]
+#[path = "xid_formats_tests.rs"]
+pub(crate) mod formats;
 
 #[cfg(test)]
 mod tests {

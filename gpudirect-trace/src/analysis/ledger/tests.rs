@@ -16,9 +16,11 @@ fn none(_: &Fault) -> Option<MappingState> {
 }
 
 /// The H200 host's Xid 31 (driver 580, 2026-12-01): the kernel log line,
-/// and the same message through nvidia:nvidia_dev_xid, fired in pid 181.
+/// and the same Xid through nvidia:nvidia_dev_xid, fired in pid 181, whose
+/// message is the line's text without `pid=`/`name=` (nv_report_error()
+/// gets only the caller's message: faults/xid.rs).
 const XID31_LINE: &str = "NVRM: Xid (PCI:0000:00:06): 31, pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE";
-const XID31_MSG: &str = "pid=619, name=xid, channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE";
+const XID31_MSG: &str = "channel 0x00000002, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC0 GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE";
 
 fn xid_from_tracepoint(ts: u64, task: u32) -> Fault {
     let mut f = tracepoint::from_xid_event("0000:00:06.0", 31, XID31_MSG);
