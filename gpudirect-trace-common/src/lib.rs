@@ -563,7 +563,18 @@ pub mod flags {
     pub const FROM_HOOK: u16 = 1 << 6;
     /// A sync of a scatterlist (dma_sync_sg_*), not of a single range.
     pub const SCATTERLIST: u16 = 1 << 7;
+    /// Made in interrupt context (hard interrupt, serving a softirq, or
+    /// NMI): `pid`/`tid` are whichever task was interrupted, not the
+    /// caller. Set only where the kernel's preempt count can be read
+    /// (`Config::preempt_count_ptr`).
+    pub const IN_INTERRUPT: u16 = 1 << 8;
 }
+
+/// The preempt-count bits that mean interrupt context: NMI (0x00f00000;
+/// one bit before 5.11), hard interrupt (0x000f0000), and serving a softirq
+/// (SOFTIRQ_OFFSET 0x100; 0x200 and up count local_bh_disable() in process
+/// context, which is not interrupt context).
+pub const PREEMPT_IRQ_MASK: u32 = 0x00f0_0000 | 0x000f_0000 | 0x100;
 
 /// The common fixed-size event: 64 bytes, one per tracepoint hit.
 ///
@@ -729,6 +740,13 @@ pub struct Config {
     pub stacks: u32,
     /// log2 of the CPU page size (12 on x86_64).
     pub page_shift: u32,
+    /// Kernel address of `__per_cpu_offset[]`, and the per-CPU address of
+    /// the preempt count (`__preempt_count`, or `pcpu_hot` plus the offset
+    /// of its `preempt_count` on 6.2 to 6.14), both from kallsyms: a
+    /// record's `flags::IN_INTERRUPT` is read from them. 0: unknown (no
+    /// data symbols in kallsyms, or not x86_64); the flag is never set.
+    pub per_cpu_offset_ptr: u64,
+    pub preempt_count_ptr: u64,
 }
 
 impl Config {
@@ -740,6 +758,8 @@ impl Config {
         vmemmap_base_ptr: 0,
         stacks: 0,
         page_shift: 12,
+        per_cpu_offset_ptr: 0,
+        preempt_count_ptr: 0,
     };
 }
 
@@ -877,7 +897,7 @@ const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 80);
-const _: () = assert!(core::mem::size_of::<Config>() == 112);
+const _: () = assert!(core::mem::size_of::<Config>() == 128);
 const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);

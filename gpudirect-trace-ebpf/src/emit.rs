@@ -5,13 +5,16 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
     flags, kind, maps, stat, Config, Counter, CounterKey, CpuState, Event, COUNTER_FROM_HOOK,
-    COUNTER_SLOTS,
+    COUNTER_SLOTS, PREEMPT_IRQ_MASK,
 };
 
 use crate::device::remember_device;
@@ -153,6 +156,39 @@ pub fn stamp(ev: &mut Event) {
     ev.ts_ns = unsafe { bpf_ktime_get_ns() };
     ev.pid = (pid_tgid >> 32) as u32;
     ev.tid = pid_tgid as u32;
+    if in_interrupt() {
+        ev.flags |= flags::IN_INTERRUPT;
+    }
+}
+
+/// Whether this program runs in interrupt context, from the kernel's
+/// preempt count: `per_cpu(preempt_count, cpu)`, i.e. the per-CPU address
+/// plus `__per_cpu_offset[cpu]` (the same sum for zero-based per-CPU
+/// symbols before 6.15 and for relocated ones after). Two 4-8 byte kernel
+/// reads; false where userspace found no addresses.
+#[inline(always)]
+fn in_interrupt() -> bool {
+    // SAFETY: as in `config`.
+    let (offsets, count) = unsafe {
+        (
+            core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.per_cpu_offset_ptr)),
+            core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.preempt_count_ptr)),
+        )
+    };
+    if offsets == 0 || count == 0 {
+        return false;
+    }
+    // SAFETY: helper without preconditions.
+    let cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
+    // SAFETY: bpf_probe_read_kernel checks the address; a bad one is an error.
+    let Ok(base) = (unsafe { bpf_probe_read_kernel((offsets + cpu * 8) as *const u64) }) else {
+        return false;
+    };
+    // SAFETY: as above.
+    match unsafe { bpf_probe_read_kernel(count.wrapping_add(base) as *const u32) } {
+        Ok(pc) => pc & PREEMPT_IRQ_MASK != 0,
+        Err(_) => false,
+    }
 }
 
 /// Per-CPU bookkeeping of the hot path, in one map value so that a hot

@@ -142,6 +142,10 @@ pub fn event_json(h: &Header, r: &Record, device: &str, red: &mut Redactor) -> M
     m.insert("device".into(), json!(device));
     m.insert("pid".into(), json!(e.pid));
     m.insert("tid".into(), json!(e.tid));
+    // pid/tid then name the interrupted task, not the caller.
+    if e.flags & gpudirect_trace_common::flags::IN_INTERRUPT != 0 {
+        m.insert("context".into(), json!("interrupt"));
+    }
     m.insert("dir".into(), json!(dir_name(e.dir)));
     m.insert("flags".into(), json!(e.flags));
     m.insert("addr".into(), json!(hex(e.addr)));

@@ -391,6 +391,8 @@ pub fn processes_text(devices: &[DeviceSnapshot]) -> String {
         for p in &d.processes {
             let pid = if p.pid == crate::aggregate::procs::OTHER_PID {
                 "other".to_owned()
+            } else if p.context.is_some() {
+                "irq".to_owned()
             } else {
                 p.pid.to_string()
             };

@@ -4,7 +4,8 @@
 //! timed by the kernel's accounting (kernel.bpf_stats_enabled) against an
 //! empty program in the same run: a per-CPU array lookup, the counter's
 //! per-CPU hash lookup, the clock, the task, a 64-byte record by
-//! reserve+submit and by output, and the backlog query.
+//! reserve+submit and by output, the backlog query, and the interrupt-
+//! context test (the CPU number and two kernel reads).
 
 use std::os::fd::AsFd as _;
 
@@ -18,7 +19,7 @@ use gpudirect_trace::ebpf::testrun::run_raw_tracepoint;
 static TEST_SUPPORT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
 
-const PARTS: [&str; 8] = [
+const PARTS: [&str; 9] = [
     "part_empty",
     "part_percpu_array",
     "part_percpu_hash",
@@ -27,6 +28,7 @@ const PARTS: [&str; 8] = [
     "part_reserve_submit",
     "part_output",
     "part_query",
+    "part_preempt_count",
 ];
 
 #[test]

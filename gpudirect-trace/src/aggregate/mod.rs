@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::{
     gpu::GpuIdentity,
-    model::{MapLevel, MappingState, Process},
+    model::{task_of, MapLevel, MappingState, Process, INTERRUPT_PID},
 };
 
 pub use self::{
@@ -106,7 +106,7 @@ impl DeviceStats {
             addr: ev.addr,
             size,
             ts_ns: ev.ts_ns,
-            pid: ev.pid,
+            pid: task_of(ev),
             level,
         });
     }
@@ -191,8 +191,13 @@ pub const TOP_PROCESSES: usize = 10;
 /// One process's mappings on one device.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ProcessRow {
-    /// The thread-group id; `procs::OTHER_PID` for the pids past the cap.
+    /// The thread-group id; `procs::OTHER_PID` for the pids past the cap;
+    /// 0 for the row of interrupt context.
     pub pid: u32,
+    /// "interrupt" for the mappings made in interrupt context (hard
+    /// interrupt, softirq, NMI), which belong to no process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<&'static str>,
     pub comm: Option<String>,
     /// Container id (short) or name, where the task runs in one.
     pub container: Option<String>,
@@ -321,7 +326,7 @@ impl Aggregator {
                         ev.size,
                         lens.iter().filter(|&&l| l > 0).map(|&l| u64::from(l)),
                         ev.ts_ns,
-                        ev.pid,
+                        task_of(&ev),
                     );
                     if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
                         *b = b.saturating_add(ev.size);
@@ -352,7 +357,7 @@ impl Aggregator {
             // DMA_MAPPING_ERROR as the handle) mapped nothing.
             kind::DMA_MAP if ev.addr == u64::MAX => d.map_errors += 1,
             kind::DMA_MAP => {
-                d.dma.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
+                d.dma.map(ev.addr, ev.size, ev.ts_ns, task_of(ev));
                 if let Some(b) = d.bytes_by_dir.get_mut(ev.dir as usize) {
                     *b = b.saturating_add(ev.size);
                 }
@@ -368,13 +373,13 @@ impl Aggregator {
                     d.iommu_via_domain += 1;
                 }
                 if ev.kind == kind::IOMMU_MAP {
-                    d.iommu.map(ev.addr, ev.size, ev.ts_ns, ev.pid);
+                    d.iommu.map(ev.addr, ev.size, ev.ts_ns, task_of(ev));
                 } else {
                     d.iommu.unmap(ev.addr, ev.aux.max(ev.size), ev.ts_ns);
                     d.note_unmap(ev, ev.aux.max(ev.size), MapLevel::Iommu);
                 }
             }
-            kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, ev.pid),
+            kind::DMA_ALLOC => d.coherent.map(ev.addr, ev.size, ev.ts_ns, task_of(ev)),
             kind::DMA_FREE => {
                 d.coherent.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                 d.note_unmap(ev, ev.size, MapLevel::Coherent);
@@ -430,7 +435,7 @@ impl Aggregator {
                 return MappingState::Mapped {
                     level,
                     age_ns: ts_ns.map_or(0, |t| t.saturating_sub(since)),
-                    by: (pid != 0).then(|| Process::current_task(pid)),
+                    by: Process::of_task(pid),
                 };
             }
         }
@@ -443,7 +448,7 @@ impl Aggregator {
             Some(u) => MappingState::Unmapped {
                 level: u.level,
                 before_ns: ts_ns.map_or(0, |t| t.saturating_sub(u.ts_ns)),
-                by: (u.pid != 0).then(|| Process::current_task(u.pid)),
+                by: Process::of_task(u.pid),
             },
             None => MappingState::NeverMapped {
                 device_seen: d.dma.maps + d.iommu.maps + d.coherent.maps > 0,
@@ -458,7 +463,7 @@ impl Aggregator {
             .values()
             .flat_map(|d| [&d.dma, &d.iommu, &d.coherent])
             .flat_map(|l| l.procs.iter().map(|(pid, _)| pid))
-            .filter(|p| *p != procs::OTHER_PID && !self.names.contains_key(p))
+            .filter(|p| *p != procs::OTHER_PID && *p != INTERRUPT_PID && !self.names.contains_key(p))
             .collect();
         out.sort_unstable();
         out.dedup();
@@ -542,9 +547,15 @@ impl Aggregator {
                 .iter()
                 .map(|(pid, p)| {
                     let n = self.names.get(&pid);
+                    let irq = pid == INTERRUPT_PID;
                     ProcessRow {
-                        pid,
-                        comm: n.and_then(|n| n.comm.clone()),
+                        pid: if irq { 0 } else { pid },
+                        context: irq.then_some("interrupt"),
+                        comm: if irq {
+                            Some("(interrupt context)".to_owned())
+                        } else {
+                            n.and_then(|n| n.comm.clone())
+                        },
                         container: n.and_then(|n| n.container.clone()),
                         maps: p.maps,
                         unmaps: p.unmaps,

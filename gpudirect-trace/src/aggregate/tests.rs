@@ -376,3 +376,50 @@ fn dma_source_map_errors_syncs_and_level_none() {
         "the truncation counter adds no bytes"
     );
 }
+
+/// Issue 20: a map made in interrupt context (an e1000e refill in NAPI) is
+/// its own row, never the interrupted task's; an unmap from a completion
+/// interrupt names no process in the mapping's state.
+#[test]
+fn interrupt_context_is_its_own_row_not_the_interrupted_task() {
+    use gpudirect_trace_common::flags::IN_INTERRUPT;
+    let mut agg = Aggregator::new();
+    let nic: Arc<str> = Arc::from("0000:00:03.0");
+    let task = |pid, flags, k, addr| {
+        Record::Event(Event {
+            kind: k,
+            addr,
+            size: 4096,
+            pid,
+            tid: pid,
+            flags,
+            ts_ns: 1_000,
+            ..Default::default()
+        })
+    };
+    agg.ingest(&task(500, 0, kind::DMA_MAP, 0x1000), &nic);
+    agg.ingest(&task(500, IN_INTERRUPT, kind::DMA_MAP, 0x2000), &nic);
+    agg.ingest(&task(500, IN_INTERRUPT, kind::DMA_MAP, 0x3000), &nic);
+    agg.ingest(&task(77, IN_INTERRUPT, kind::DMA_UNMAP, 0x1000), &nic);
+    let snap = agg.snapshot(1.0, &[]);
+    let rows = &snap[0].processes;
+    let irq = rows
+        .iter()
+        .find(|r| r.context == Some("interrupt"))
+        .expect("an interrupt row");
+    assert_eq!((irq.pid, irq.maps, irq.outstanding_bytes), (0, 2, 8192));
+    assert_eq!(irq.comm.as_deref(), Some("(interrupt context)"));
+    let p = rows.iter().find(|r| r.pid == 500).expect("pid 500");
+    assert_eq!((p.maps, p.unmaps, p.outstanding_mappings), (1, 1, 0));
+    assert!(!agg.unnamed_pids().contains(&INTERRUPT_PID));
+    match agg.mapping_state("0000:00:03.0", 0x1000, Some(2_000)) {
+        MappingState::Unmapped { by, .. } => {
+            assert_eq!(by, Some(Process::interrupt()));
+            assert_eq!(by.expect("by").to_string(), "interrupt context");
+        }
+        other => panic!("{other:?}"),
+    }
+    let json = serde_json::to_value(irq).expect("json");
+    assert_eq!(json["context"], "interrupt");
+    assert!(serde_json::to_value(p).expect("json").get("context").is_none());
+}

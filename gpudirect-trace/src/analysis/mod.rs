@@ -9,6 +9,7 @@
 pub mod ledger;
 pub mod misuse;
 
+use crate::model::task_of;
 use std::sync::Arc;
 
 use gpudirect_trace_common::kind;
@@ -218,7 +219,7 @@ impl Analysis {
                         bytes: Some(ev.size),
                         direction: dir_name(ev.dir).into(),
                     };
-                    let id = self.ledger.map_error(device, ev.ts_ns, ev.pid, e);
+                    let id = self.ledger.map_error(device, ev.ts_ns, task_of(ev), e);
                     return Some(Outcome::New(id));
                 }
                 kind::DMA_MAP_SG_ERR => {
@@ -230,7 +231,7 @@ impl Analysis {
                         bytes: None,
                         direction: dir_name(ev.dir).into(),
                     };
-                    let id = self.ledger.map_error(device, ev.ts_ns, ev.pid, e);
+                    let id = self.ledger.map_error(device, ev.ts_ns, task_of(ev), e);
                     return Some(Outcome::New(id));
                 }
                 kind::GROUP_ADD_DEVICE | kind::GROUP_REMOVE_DEVICE => {
@@ -241,7 +242,7 @@ impl Analysis {
                         IommuChange::GroupRemove { group }
                     };
                     return Some(Outcome::New(
-                        self.ledger.iommu_change(device, ev.ts_ns, ev.pid, c),
+                        self.ledger.iommu_change(device, ev.ts_ns, task_of(ev), c),
                     ));
                 }
                 kind::DOMAIN_ATTACH | kind::DOMAIN_DETACH => {
@@ -251,7 +252,7 @@ impl Analysis {
                         IommuChange::DomainDetach
                     };
                     return Some(Outcome::New(
-                        self.ledger.iommu_change(device, ev.ts_ns, ev.pid, c),
+                        self.ledger.iommu_change(device, ev.ts_ns, task_of(ev), c),
                     ));
                 }
                 _ => None,
@@ -261,8 +262,8 @@ impl Analysis {
         f.timestamp_ns = Some(ev.ts_ns);
         // Only where the report names no one: the tracepoint's current task,
         // marked as such.
-        if f.process.is_none() && ev.pid != 0 {
-            f.process = Some(Process::current_task(ev.pid));
+        if f.process.is_none() {
+            f.process = Process::of_task(task_of(ev));
         }
         Some(self.fault(f, Channel::Tracepoint))
     }

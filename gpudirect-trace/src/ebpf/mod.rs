@@ -9,6 +9,7 @@ mod names;
 pub mod plan;
 mod sg_cont;
 pub mod sys;
+pub mod task_context;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;
@@ -204,6 +205,7 @@ impl Tracer {
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
         let hooks = timing::HookSupport::discover(&kernel);
+        let task_context = task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref());
         // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
         let ring_bytes = opts
             .ring_bytes
@@ -223,6 +225,8 @@ impl Tracer {
             vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
             stacks: u32::from(opts.stacks),
             page_shift: 12,
+            per_cpu_offset_ptr: task_context.as_ref().map_or(0, |f| f.per_cpu_offset),
+            preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
         };
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.
@@ -301,6 +305,7 @@ impl Tracer {
         runtime.set(runtime::HOOK_OPS, hook_mask, 0)?;
         runtime.set(runtime::SG_WALK_MAX, opts.sg_walk_max.max(1), 0)?;
         probes.extend(attached.statuses);
+        probes.push(task_context::status(&task_context, opts.attach));
 
         let maps = maps::Maps::take(&mut ebpf)?;
         Ok(Self {

@@ -43,6 +43,8 @@ pub struct HookSupport {
     /// Address of the kernel variable `vmemmap_base` (x86_64), for
     /// page_to_phys() in the dma_map_page_attrs hooks.
     pub vmemmap_base: Option<u64>,
+    /// The data symbols `task_context` reads, by name (0: hidden).
+    pub task_context_syms: std::collections::HashMap<&'static str, u64>,
     /// The IOMMU units (/sys/class/iommu: dmar0, ivhd0, smmu3.0x...), for
     /// the vendor-specific hooks (`TimingSpec::units`).
     pub iommu_units: Vec<String>,
@@ -88,6 +90,7 @@ impl HookSupport {
         };
         let mut kallsyms = HashSet::new();
         let mut vmemmap_base = None;
+        let mut task_context_syms = std::collections::HashMap::new();
         if let Ok(text) = std::fs::read_to_string("/proc/kallsyms") {
             for l in text.lines() {
                 let mut it = l.split_whitespace();
@@ -102,6 +105,14 @@ impl HookSupport {
                     "d" | "D" | "b" | "B" if name == "vmemmap_base" => {
                         vmemmap_base = u64::from_str_radix(addr, 16).ok().filter(|&a| a != 0);
                     }
+                    // Zero-based per-CPU symbols (x86_64 before 6.15) may
+                    // show as absolute ("A").
+                    "d" | "D" | "b" | "B" | "A" => {
+                        if let Some(&n) = super::task_context::SYMBOLS.iter().find(|&&n| n == name) {
+                            let a = u64::from_str_radix(addr, 16).unwrap_or(0);
+                            task_context_syms.insert(n, a);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -113,6 +124,7 @@ impl HookSupport {
             kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
             kallsyms,
             vmemmap_base,
+            task_context_syms,
             iommu_units: iommu_units(Path::new("/sys/class/iommu")),
         }
     }

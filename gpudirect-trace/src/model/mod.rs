@@ -20,5 +20,5 @@ pub use self::{
     fault::{Access, Channel, Fault, Source},
     incident::{Category, Incident, IommuChange, MapError},
     mapping::{MapLevel, MappingState},
-    process::{Process, ProcessOrigin},
+    process::{task_of, Process, ProcessOrigin, INTERRUPT_PID},
 };

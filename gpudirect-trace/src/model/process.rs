@@ -18,6 +18,22 @@ pub enum ProcessOrigin {
     /// The task current when the tracepoint fired; may be unrelated to the
     /// event (an interrupt handler, a driver worker).
     CurrentTask,
+    /// No process: the record was made in interrupt context (hard
+    /// interrupt, softirq or NMI; `flags::IN_INTERRUPT`).
+    Interrupt,
+}
+
+/// The pid under which records made in interrupt context are counted
+/// (Linux pids stay below 2^22): never shown as a number.
+pub const INTERRUPT_PID: u32 = u32::MAX - 1;
+
+/// Who a record's work belongs to: its task, or `INTERRUPT_PID`.
+pub fn task_of(ev: &gpudirect_trace_common::Event) -> u32 {
+    if ev.flags & gpudirect_trace_common::flags::IN_INTERRUPT != 0 {
+        INTERRUPT_PID
+    } else {
+        ev.pid
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -46,12 +62,32 @@ impl Process {
             from: ProcessOrigin::CurrentTask,
         }
     }
+
+    pub fn interrupt() -> Self {
+        Self {
+            pid: 0,
+            comm: None,
+            from: ProcessOrigin::Interrupt,
+        }
+    }
+
+    /// The process of a `task_of` value: None for 0 (unknown).
+    pub fn of_task(pid: u32) -> Option<Self> {
+        match pid {
+            0 => None,
+            INTERRUPT_PID => Some(Self::interrupt()),
+            p => Some(Self::current_task(p)),
+        }
+    }
 }
 
 impl std::fmt::Display for Process {
     /// `pid 619 (xid)`, or `pid 181 [current task]` when only the
     /// tracepoint's current task is known.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.from == ProcessOrigin::Interrupt {
+            return f.write_str("interrupt context");
+        }
         match (&self.comm, self.pid) {
             (Some(c), 0) => write!(f, "{c}")?,
             (Some(c), p) => write!(f, "pid {p} ({c})")?,

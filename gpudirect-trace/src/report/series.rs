@@ -16,6 +16,7 @@
 //! the bucket's exact maximum; the tables' percentiles are exact). The page
 //! may merge buckets further (`coarsen`) to stay within its size budget.
 
+use crate::model::task_of;
 use std::{collections::BTreeMap, sync::Arc};
 
 use gpudirect_trace_common::kind;
@@ -351,10 +352,10 @@ impl Series {
             Gauge::set(&mut b.outstanding_bytes[l], level.outstanding_bytes);
         }
         let n = self.processes.len();
-        let p = match self.processes.get_mut(&(device.clone(), ev.pid)) {
+        let p = match self.processes.get_mut(&(device.clone(), task_of(&ev))) {
             Some(p) => p,
             None if n < MAX_PROCESSES => {
-                self.processes.entry((device.clone(), ev.pid)).or_default()
+                self.processes.entry((device.clone(), task_of(&ev))).or_default()
             }
             None => self.other_processes.entry(device.clone()).or_default(),
         };

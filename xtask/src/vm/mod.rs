@@ -3,6 +3,7 @@
 
 pub mod checks;
 pub mod checks_iommu;
+pub mod checks_task;
 pub mod cpio;
 pub mod demo;
 pub mod flight_checks;

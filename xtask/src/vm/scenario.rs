@@ -280,6 +280,7 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
                 _ => super::checks::record_report(series, &v),
             }
         }
+        "irq-context" => super::checks_task::irq_context(series, lines, tagged(lines, "IRQCTX")?),
         other => bail!("unknown host check {other}"),
     }
 }

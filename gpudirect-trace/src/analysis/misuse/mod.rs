@@ -24,6 +24,7 @@ mod lines;
 #[cfg(test)]
 mod tests;
 
+use crate::model::task_of;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -155,7 +156,7 @@ impl DmaCall {
             class,
             api,
             ts_ns: ev.ts_ns,
-            pid: ev.pid,
+            pid: task_of(ev),
             tid: ev.tid,
             addr: ev.addr,
             phys: (class == ApiClass::Single && matches!(op, Op::Map)).then_some(ev.phys),
@@ -595,7 +596,7 @@ impl Checker {
             at: self.clock.stamp(c.ts_ns),
             api: c.api.to_owned(),
             class: c.class,
-            process: (c.pid != 0).then(|| Process::current_task(c.pid)),
+            process: Process::of_task(c.pid),
             tid: c.tid,
             address: Some(c.addr),
             size: c.size,

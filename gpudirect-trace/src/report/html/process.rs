@@ -1,7 +1,8 @@
 //! Who mapped what: mapped and outstanding bytes per process and device.
 //! The pid is the task current when the DMA-API or IOMMU tracepoint fired:
-//! the caller for a driver's map in process context, whichever task was
-//! interrupted for maps made from interrupts (see `model::process`).
+//! the caller for a driver's map in process context; maps made in
+//! interrupt context are their own row where the kernel's preempt count
+//! could be read, else they fall to the interrupted task (`model::process`).
 //! Names appear only where the trace has them (a driver's Xid line names
 //! its process).
 
@@ -75,7 +76,8 @@ pub fn section(ctx: &Ctx) -> String {
     }
     s.push_str(
         "<p class=\"note\">The pid is the task current when the mapping tracepoint fired: the caller for maps \
-         made in process context; for maps made from an interrupt, the interrupted task. Outstanding: \
+         made in process context; maps made in an interrupt show as interrupt context where the kernel's preempt \
+         count could be read (the probe list's \"interrupt context\" row), as the interrupted task where not. Outstanding: \
          mappings this pid made that were still mapped at the end of the window.</p>",
     );
     // Per device: bars of bytes mapped, and of bytes outstanding.
@@ -155,12 +157,19 @@ pub fn section(ctx: &Ctx) -> String {
     flat.sort_by(|a, b| b.3.stats.bytes_mapped[b.2].cmp(&a.3.stats.bytes_mapped[a.2]));
     for (dev, pid, l, row) in flat.iter().take(ROWS) {
         let st = &row.stats;
+        let pid_n = *pid;
+        let irq = pid_n == crate::model::INTERRUPT_PID;
+        let pid = if irq { "-".to_owned() } else { pid_n.to_string() };
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{pid}</td><td>{}</td><td>{}</td><td>{}</td><td data-k=\"{}\">{}</td><td>{}</td>\
              <td>{}</td><td data-k=\"{}\">{}</td></tr>",
             ctx.device_link(dev),
-            names.get(pid).map(|n| esc(n)).unwrap_or_default(),
+            if irq {
+                "(interrupt context)".to_owned()
+            } else {
+                names.get(&pid_n).map(|n| esc(n)).unwrap_or_default()
+            },
             LEVELS[*l],
             st.maps[*l],
             st.bytes_mapped[*l],
@@ -196,6 +205,7 @@ pub fn section(ctx: &Ctx) -> String {
 fn label(pid: u32, names: &HashMap<u32, String>) -> String {
     match (pid, names.get(&pid)) {
         (0, _) => "pid 0 (kernel)".into(),
+        (crate::model::INTERRUPT_PID, _) => "interrupt context".into(),
         (p, Some(n)) => format!("pid {p} ({n})"),
         (p, None) => format!("pid {p}"),
     }

@@ -1,0 +1,25 @@
+#!/bin/sh
+# Interrupt context (issue 20): the NVMe's unmaps run in its completion
+# interrupt (hard IRQ, or the block softirq), its maps in dd's submission.
+# Records made in interrupt context must carry the flag (export's
+# "context":"interrupt") and the probe list must say how the preempt count
+# was read: __preempt_count on 5.10 and 6.1, pcpu_hot.preempt_count on 6.12
+# (check=irq-context).
+# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=irq-context
+set -e
+. /scenarios/common.lib
+gpudirect-trace record -o /tmp/t.gdt --duration 8s 2> /tmp/rec.err &
+rec=$!
+wait_for /tmp/rec.err "probes attached" $rec
+dd if=/dev/nvme0n1 of=/dev/null bs=64k count=512 iflag=direct
+wait $rec
+gpudirect-trace probes | grep '^interrupt context' | sed 's/^/PROBE /'
+gpudirect-trace export /tmp/t.gdt --format jsonl -o /tmp/t.jsonl
+grep "\"device\":\"$GDT_NVME_BDF\"" /tmp/t.jsonl > /tmp/nvme.jsonl || true
+count() { grep -E "\"kind\":\"$1\"" /tmp/nvme.jsonl | grep -c "$2" || true; }
+m=$(count 'dma_map(_sg)?' '')
+mi=$(count 'dma_map(_sg)?' '"context":"interrupt"')
+u=$(count 'dma_unmap(_sg)?' '')
+ui=$(count 'dma_unmap(_sg)?' '"context":"interrupt"')
+echo "IRQCTX {\"maps\":$m,\"maps_in_interrupt\":$mi,\"unmaps\":$u,\"unmaps_in_interrupt\":$ui}"
+gpudirect-trace report /tmp/t.gdt | grep -A4 '^processes mapping' || true
