@@ -860,6 +860,11 @@ pub struct CpuState {
     /// Records streamed, and the backlog seen at the last wake-up check.
     pub records: u64,
     pub last_avail: u64,
+    /// This CPU's preempt count's address, computed on the CPU's first
+    /// streamed record (`Config::preempt_count_ptr` plus the CPU's
+    /// `__per_cpu_offset`); 0 until then. One kernel read per record
+    /// instead of two.
+    pub preempt_count_at: u64,
     /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
     pub cache_keys: [CounterKey; COUNTER_CACHE],
     pub cache: [Counter; COUNTER_CACHE],
@@ -901,7 +906,7 @@ const _: () = assert!(core::mem::size_of::<Config>() == 128);
 const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 24 + 32 * COUNTER_CACHE);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 32 * COUNTER_CACHE);
 const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
