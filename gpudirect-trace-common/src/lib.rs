@@ -31,23 +31,7 @@ pub const BPF_MAX_LOOPS: u32 = 1 << 23;
 pub const SG_BOUNDED_REST: u32 = 5000;
 /// Scatterlist-walk scratch slots, one per program that walks a list (also
 /// the index of its continuation in the `SG_CONT_*` program arrays).
-pub mod sg_scratch {
-    pub const TP_MAP: u32 = 0;
-    pub const TP_UNMAP: u32 = 1;
-    pub const FEXIT_MAP: u32 = 2;
-    pub const FENTRY_UNMAP: u32 = 3;
-    pub const KRET_MAP: u32 = 4;
-    pub const KPROBE_UNMAP: u32 = 5;
-    pub const FEXIT_SGTABLE: u32 = 6;
-    pub const KRET_SGTABLE: u32 = 7;
-    pub const TP_SYNC_CPU: u32 = 8;
-    pub const TP_SYNC_DEV: u32 = 9;
-    pub const BTF_SYNC_CPU: u32 = 10;
-    pub const BTF_SYNC_DEV: u32 = 11;
-    pub const REGS_SYNC_CPU: u32 = 12;
-    pub const REGS_SYNC_DEV: u32 = 13;
-    pub const COUNT: u32 = 14;
-}
+pub mod sg_scratch;
 
 /// Tail calls the kernel allows one program run (MAX_TAIL_CALL_CNT: 32 on
 /// 5.10 to 5.16, the kernels that need them; 33 later): the bounded walk
@@ -76,81 +60,7 @@ pub const fn aux_stack(aux: u64) -> Option<u32> {
 }
 
 /// Event kinds (first field of every record in the ring buffer).
-pub mod kind {
-    pub const IOMMU_MAP: u16 = 1;
-    pub const IOMMU_UNMAP: u16 = 2;
-    pub const IO_PAGE_FAULT: u16 = 3;
-    pub const GROUP_ADD_DEVICE: u16 = 4;
-    pub const GROUP_REMOVE_DEVICE: u16 = 5;
-    pub const DOMAIN_ATTACH: u16 = 6;
-    pub const DOMAIN_DETACH: u16 = 7;
-    /// dma_map_page (5.x-6.17), dma_map_phys (6.18+), dma_map_resource.
-    pub const DMA_MAP: u16 = 8;
-    pub const DMA_UNMAP: u16 = 9;
-    pub const DMA_MAP_SG: u16 = 10;
-    pub const DMA_UNMAP_SG: u16 = 11;
-    pub const DMA_MAP_SG_ERR: u16 = 12;
-    pub const DMA_ALLOC: u16 = 13;
-    pub const DMA_FREE: u16 = 14;
-    pub const SWIOTLB_BOUNCED: u16 = 15;
-    pub const NV_XID: u16 = 16;
-    /// A timed kernel function returned: `size` = nanoseconds spent,
-    /// `aux` = the operation (`op::*`), `addr` = its IOVA/DMA address argument
-    /// when it has one.
-    pub const LATENCY: u16 = 17;
-    /// ras:aer_event: a PCIe AER error. `addr` = the AER status register,
-    /// `aux` = severity (0 uncorrected non-fatal, 1 fatal, 2 corrected),
-    /// `dev` = a tagged key (bit 0 set) of the DEVICES name map: the
-    /// tracepoint names the device by string, not by `struct device *`.
-    pub const AER: u16 = 18;
-    /// A DMA-API map that failed: dma_map_page/phys/resource returned
-    /// `DMA_MAPPING_ERROR`, or dma_alloc_attrs returned NULL (with
-    /// `flags::COHERENT`). `phys`, `size`, `dir`, `aux` (attrs) as for DMA_MAP.
-    pub const DMA_MAP_ERR: u16 = 19;
-    /// dma_sync_single_for_cpu / dma_sync_sg_for_cpu (`flags::SCATTERLIST`):
-    /// `addr` = DMA address (first entry's), `size` = bytes synced, `aux` =
-    /// entries (sg).
-    pub const DMA_SYNC_CPU: u16 = 20;
-    /// dma_sync_*_for_device, as DMA_SYNC_CPU.
-    pub const DMA_SYNC_DEVICE: u16 = 21;
-    /// Counter-only (never a record): scatter-gather MAPS whose walk stopped
-    /// before the end of the list (`--sg-walk-max`, a kernel limit or
-    /// an unreadable entry). `DEV_COUNTERS` count = such maps, bytes = what
-    /// was walked of them (their total is a lower bound).
-    pub const SG_TRUNCATED: u16 = 22;
-    /// Counter-only: the same for scatter-gather unmaps.
-    pub const SG_UNMAP_TRUNCATED: u16 = 23;
-    /// An IOMMU invalidation submission returned (Intel qi_submit_sync, AMD
-    /// completion wait, SMMUv3 command-queue batch): `size` = nanoseconds
-    /// spent, `dir` = its class (`inval::class`: vendor, type, unit, nested),
-    /// `phys` / `addr` = the first descriptor's qw0 / qw1 (Intel; SMMUv3:
-    /// the first command's two words), `aux` = descriptors submitted (low 32
-    /// bits) and the unit's PCI segment (bits 32..48, Intel).
-    pub const IOMMU_INVAL: u16 = 24;
-    /// Counter-only: descriptors queued (intel_iommu:qi_submit), by class
-    /// (`dir`); bytes = pages of page-selective IOTLB invalidations.
-    pub const QI_DESCRIPTOR: u16 = 25;
-    /// Counter-only: cache-tag flushes (intel_iommu:cache_tag_flush_*,
-    /// 6.10+): `dev` = the tag's device, `dir` = class (type = the tag's
-    /// type | the tracepoint << 4), bytes = pages asked for.
-    pub const CACHE_TAG_FLUSH: u16 = 26;
-    /// One past the largest kind: sizes per-kind counter arrays.
-    pub const COUNT: u32 = 27;
-
-    /// Kinds that exist only as in-kernel counters, never as records.
-    pub const fn is_counter_only(k: u16) -> bool {
-        matches!(
-            k,
-            SG_TRUNCATED | SG_UNMAP_TRUNCATED | QI_DESCRIPTOR | CACHE_TAG_FLUSH
-        )
-    }
-
-    /// Counter-only kinds whose counts are not tracepoint hits (truncated
-    /// walks count maps that were also counted as maps).
-    pub const fn is_hit(k: u16) -> bool {
-        !matches!(k, SG_TRUNCATED | SG_UNMAP_TRUNCATED)
-    }
-}
+pub mod kind;
 
 /// Human names of the event kinds, as output and metric labels use them
 /// (index = kind; 0 is no kind).
@@ -202,235 +112,21 @@ pub mod dir {
 /// and `CounterKey::dir` of `kind::IOMMU_INVAL`, `QI_DESCRIPTOR` and
 /// `CACHE_TAG_FLUSH`: vendor (bits 24..32), type (16..24), nested (15),
 /// IOMMU unit (0..12; `UNIT_UNKNOWN` when not known).
-pub mod inval {
-    pub const VENDOR_INTEL: u32 = 1;
-    pub const VENDOR_AMD: u32 = 2;
-    pub const VENDOR_SMMU: u32 = 3;
-    /// The unit (Intel seq_id, AMD index) could not be read.
-    pub const UNIT_UNKNOWN: u32 = 0xfff;
-    /// The submission ran inside a timed IOMMU call (iommu_map/unmap,
-    /// iotlb_sync) of its task, whose time already includes it.
-    pub const NESTED: u32 = 1 << 15;
-
-    /// Intel queued-invalidation descriptor types, `qw0 & 0xf`
-    /// (drivers/iommu/intel/iommu.h). A submission of no descriptor (a
-    /// lone wait, e.g. the page-request drain) is classed `QI_IWD`.
-    pub const QI_CC: u32 = 0x1;
-    pub const QI_IOTLB: u32 = 0x2;
-    pub const QI_DIOTLB: u32 = 0x3;
-    pub const QI_IEC: u32 = 0x4;
-    pub const QI_IWD: u32 = 0x5;
-    pub const QI_EIOTLB: u32 = 0x6;
-    pub const QI_PC: u32 = 0x7;
-    pub const QI_DEIOTLB: u32 = 0x8;
-    pub const QI_PGRP_RESP: u32 = 0x9;
-    pub const QI_PSTRM_RESP: u32 = 0xa;
-
-    /// AMD-Vi: iommu_completion_wait (the wait for every command queued on
-    /// one unit) and the older per-domain flush completion
-    /// (amd_iommu_domain_flush_complete / domain_flush_complete, unit unknown).
-    pub const AMD_COMPLETION_WAIT: u32 = 0;
-    pub const AMD_DOMAIN_FLUSH_COMPLETE: u32 = 1;
-
-    /// Tracepoints behind `kind::CACHE_TAG_FLUSH` (type bits 4..8; bits
-    /// 0..4 are the tag's `enum cache_tag_type`).
-    pub const TAG_FLUSH_RANGE: u32 = 0;
-    pub const TAG_FLUSH_ALL: u32 = 1;
-    pub const TAG_FLUSH_RANGE_NP: u32 = 2;
-
-    #[inline(always)]
-    pub const fn class(vendor: u32, ty: u32, unit: u32, nested: bool) -> u32 {
-        (vendor & 0xff) << 24
-            | (ty & 0xff) << 16
-            | if nested { NESTED } else { 0 }
-            | (unit & UNIT_UNKNOWN)
-    }
-
-    pub const fn vendor(class: u32) -> u32 {
-        class >> 24
-    }
-
-    pub const fn ty(class: u32) -> u32 {
-        (class >> 16) & 0xff
-    }
-
-    pub const fn unit(class: u32) -> u32 {
-        class & UNIT_UNKNOWN
-    }
-
-    pub const fn nested(class: u32) -> bool {
-        class & NESTED != 0
-    }
-}
+pub mod inval;
 
 /// The maps both sides name: aya names a map after its static, so these
 /// are the statics' names in the eBPF crate, and the capacities it creates
 /// them with. Userspace takes the maps by these names (a unit test checks
 /// the embedded object has each of them).
-pub mod maps {
-    /// The event stream (its size is set by the loader).
-    pub const EVENTS: &str = "EVENTS";
-    /// Default ring size in the object, before the loader sets its own.
-    pub const EVENTS_DEFAULT_BYTES: u32 = 4 << 20;
-    /// Self-metrics, indexed by `stat`.
-    pub const STATS: &str = "STATS";
-    /// Hits per event kind that no counter could take.
-    pub const HITS: &str = "HITS";
-    /// Per (device, kind, direction, nesting slot) counts and bytes.
-    pub const DEV_COUNTERS: &str = "DEV_COUNTERS";
-    pub const DEV_COUNTERS_CAP: u32 = 8192;
-    /// Per-CPU hot-path bookkeeping (nesting depth, wake-up checks).
-    pub const CPU_STATE: &str = "CPU_STATE";
-    /// `struct device *` -> name.
-    pub const DEVICES: &str = "DEVICES";
-    pub const DEVICES_CAP: u32 = 4096;
-    /// Per-task timing state (LRU).
-    pub const TASKS: &str = "TASKS";
-    pub const TASKS_CAP: u32 = 16384;
-    /// IOMMU domain -> device.
-    pub const DOMAIN_DEVS: &str = "DOMAIN_DEVS";
-    pub const DOMAIN_DEVS_CAP: u32 = 4096;
-    /// Per (device, op) log2 latency histograms.
-    pub const LAT_HIST: &str = "LAT_HIST";
-    pub const LAT_HIST_CAP: u32 = 4096;
-    /// Outstanding DMA-API mappings (aggregate-only lifetimes).
-    pub const MAPPINGS: &str = "MAPPINGS";
-    pub const MAPPINGS_CAP: u32 = 65536;
-    /// Scatter-gather records under construction, one per program.
-    pub const SG_SCRATCH: &str = "SG_SCRATCH";
-    /// Settings the loader writes after load (`runtime`).
-    pub const RUNTIME: &str = "RUNTIME";
-    /// Tail-call continuations of bounded scatterlist walks (kernels
-    /// without bpf_loop()), per program type: tracing, kprobe, raw tracepoint.
-    pub const SG_CONT_T: &str = "SG_CONT_T";
-    pub const SG_CONT_K: &str = "SG_CONT_K";
-    pub const SG_CONT_R: &str = "SG_CONT_R";
-    /// Kernel stacks of DMA-API calls (`--stacks`); one entry when off.
-    pub const STACKS: &str = "STACKS";
-    pub const STACKS_CAP: u32 = 8192;
-    /// All-zero initial values of new task states and histograms.
-    pub const ZERO_TASK: &str = "ZERO_TASK";
-    pub const ZERO_HIST: &str = "ZERO_HIST";
-    /// Per-task state of the invalidation hooks (LRU).
-    pub const INVAL_TASKS: &str = "INVAL_TASKS";
-    pub const INVAL_TASKS_CAP: u32 = 16384;
-    /// Per (device, invalidation class) log2 latency histograms
-    /// (aggregate-only mode).
-    pub const INVAL_HIST: &str = "INVAL_HIST";
-    pub const INVAL_HIST_CAP: u32 = 1024;
-    /// Every map of the object.
-    pub const ALL: [&str; 20] = [
-        EVENTS,
-        STATS,
-        HITS,
-        DEV_COUNTERS,
-        CPU_STATE,
-        DEVICES,
-        TASKS,
-        DOMAIN_DEVS,
-        LAT_HIST,
-        MAPPINGS,
-        SG_SCRATCH,
-        RUNTIME,
-        SG_CONT_T,
-        SG_CONT_K,
-        SG_CONT_R,
-        ZERO_TASK,
-        ZERO_HIST,
-        STACKS,
-        INVAL_TASKS,
-        INVAL_HIST,
-    ];
-}
+pub mod maps;
 
 /// Timed operations (fentry/fexit or kprobe/kretprobe pairs).
-pub mod op {
-    pub const DMA_MAP: u32 = 0;
-    pub const DMA_UNMAP: u32 = 1;
-    pub const DMA_MAP_SG: u32 = 2;
-    pub const DMA_UNMAP_SG: u32 = 3;
-    pub const IOMMU_MAP: u32 = 4;
-    pub const IOMMU_UNMAP: u32 = 5;
-    pub const IOTLB_SYNC: u32 = 6;
-    pub const SWIOTLB_MAP: u32 = 7;
-    /// The IOMMU driver's fault interrupt handler (Intel: dmar_fault).
-    pub const FAULT_HANDLER: u32 = 8;
-    /// The NVIDIA driver's own DMA paths (nv-dma.c) and the GPUDirect RDMA
-    /// peer-to-peer API (nv-p2p.c), one op per function.
-    pub const NV_DMA_MAP_SGT: u32 = 9;
-    pub const NV_DMA_MAP_ALLOC: u32 = 10;
-    pub const NV_DMA_UNMAP_ALLOC: u32 = 11;
-    pub const NV_DMA_MAP_PEER: u32 = 12;
-    pub const NV_DMA_UNMAP_PEER: u32 = 13;
-    pub const NV_DMA_MAP_MMIO: u32 = 14;
-    pub const P2P_GET_PAGES: u32 = 15;
-    pub const P2P_PUT_PAGES: u32 = 16;
-    pub const P2P_DMA_MAP_PAGES: u32 = 17;
-    pub const P2P_DMA_UNMAP_PAGES: u32 = 18;
-    /// Not a function: map-to-unmap lifetime of DMA-API mappings, kept
-    /// in-kernel (`LAT_HIST`) in aggregate-only mode.
-    pub const LIFETIME: u32 = 19;
-    /// DMA-API calls timed by the hooks that are also a DMA-API source on
-    /// kernels without the dma:* tracepoints.
-    pub const DMA_MAP_RESOURCE: u32 = 20;
-    pub const DMA_UNMAP_RESOURCE: u32 = 21;
-    pub const DMA_ALLOC: u32 = 22;
-    pub const DMA_FREE: u32 = 23;
-    /// All four dma_sync_* functions.
-    pub const DMA_SYNC: u32 = 24;
-    /// dma_map_sgtable where it does not call a hooked __dma_map_sg_attrs.
-    pub const DMA_MAP_SGTABLE: u32 = 25;
-    pub const COUNT: u32 = 26;
-
-    pub const NAMES: [&str; COUNT as usize] = [
-        "dma_map",
-        "dma_unmap",
-        "dma_map_sg",
-        "dma_unmap_sg",
-        "iommu_map",
-        "iommu_unmap",
-        "iotlb_sync",
-        "swiotlb_map",
-        "fault_handler",
-        "nv_dma_map_sgt",
-        "nv_dma_map_alloc",
-        "nv_dma_unmap_alloc",
-        "nv_dma_map_peer",
-        "nv_dma_unmap_peer",
-        "nv_dma_map_mmio",
-        "nvidia_p2p_get_pages",
-        "nvidia_p2p_put_pages",
-        "nvidia_p2p_dma_map_pages",
-        "nvidia_p2p_dma_unmap_pages",
-        "lifetime",
-        "dma_map_resource",
-        "dma_unmap_resource",
-        "dma_alloc",
-        "dma_free",
-        "dma_sync",
-        "dma_map_sgtable",
-    ];
-}
+pub mod op;
 
 /// Nesting levels of the timed operations: a DMA-API call may map through
 /// the IOMMU, which may flush the IOTLB; each level is timed separately and
 /// inner levels inherit the outer level's device.
-pub mod level {
-    pub const DMA_API: usize = 0;
-    pub const IOMMU: usize = 1;
-    pub const INNER: usize = 2;
-    /// Interrupt handlers (IOMMU fault IRQ), which run on top of whatever
-    /// task they interrupt and must not disturb its levels.
-    pub const IRQ: usize = 3;
-    /// A driver's own DMA entry points (NVIDIA nv_dma_*, nvidia_p2p_*), which
-    /// call into the DMA API.
-    pub const DRIVER: usize = 4;
-    pub const COUNT: usize = 5;
-    /// Calls in flight per level and task: the task's own, plus one made by
-    /// an interrupt handler that interrupted it mid-call (interrupts nest
-    /// strictly, so the later entry always exits first).
-    pub const NEST: usize = 2;
-}
+pub mod level;
 
 /// Log2 latency buckets kept in-kernel per (device, op): bucket `b` holds
 /// durations in [2^b, 2^(b+1)) ns (bucket 0 also holds 0).
@@ -489,35 +185,12 @@ pub const DMA_ARGS: usize = 5;
 /// `Config` (read-only data, whose values the verifier knows): a known walk
 /// bound makes each bpf_loop() iteration a distinct state, and the
 /// callback's verification never converges.
-pub mod runtime {
-    /// `hook_ops` bits.
-    pub const HOOK_OPS: u32 = 0;
-    /// Data entries walked per scatterlist at most (`--sg-walk-max`).
-    pub const SG_WALK_MAX: u32 = 1;
-    pub const COUNT: u32 = 2;
-}
+pub mod runtime;
 
 /// Bits of the `RUNTIME[HOOK_OPS]` value: which DMA-API operations the hooks
 /// turn into records (because no dma:* tracepoint reports them here, or
 /// `--dma-source hooks`). Set by the loader after attaching.
-pub mod hook_ops {
-    /// dma_map_page_attrs / dma_map_phys.
-    pub const MAP: u32 = 1 << 0;
-    /// dma_unmap_page_attrs / dma_unmap_phys.
-    pub const UNMAP: u32 = 1 << 1;
-    /// __dma_map_sg_attrs / dma_map_sg_attrs / dma_map_sgtable.
-    pub const MAP_SG: u32 = 1 << 2;
-    pub const UNMAP_SG: u32 = 1 << 3;
-    /// dma_map_resource and dma_unmap_resource.
-    pub const RESOURCE: u32 = 1 << 4;
-    /// dma_alloc_attrs and dma_free_attrs.
-    pub const COHERENT: u32 = 1 << 5;
-    /// The four dma_sync_* functions.
-    pub const SYNC: u32 = 1 << 6;
-    /// Failed scatter-gather maps (the return value of the sg map functions).
-    pub const MAP_SG_ERR: u32 = 1 << 7;
-    pub const ALL: u32 = (1 << 8) - 1;
-}
+pub mod hook_ops;
 
 /// Key of the in-kernel mapping table (`MAPPINGS`, a bounded hash), used for
 /// DMA-API mapping lifetimes in aggregate-only mode.
@@ -541,34 +214,7 @@ pub struct MapValue {
 }
 
 /// Bits of `Event::flags`.
-pub mod flags {
-    /// `Event::dev` was null or its name could not be read.
-    pub const NO_DEVICE: u16 = 1 << 0;
-    /// The DMA mapping is of MMIO/resource space (dma_map_resource, DMA_ATTR_MMIO).
-    pub const RESOURCE: u16 = 1 << 1;
-    /// A coherent allocation (dma_alloc*/dma_free*), not a streaming mapping.
-    pub const COHERENT: u16 = 1 << 2;
-    /// The scatterlist walk stopped before the list's end (`--sg-walk-max`,
-    /// a kernel limit, or an unreadable entry): `size` is a lower bound.
-    pub const SG_TRUNCATED: u16 = 1 << 3;
-    /// An IOMMU event attributed to the device of the DMA-API call that the
-    /// same task was in (dma_map_* -> iommu_map).
-    pub const VIA_DMA_API: u16 = 1 << 4;
-    /// An IOMMU event attributed through its domain (domain -> device learnt
-    /// from attach calls or from earlier DMA-API nesting), e.g. VFIO; for
-    /// invalidations also the kernel's own cache tag (6.10+).
-    pub const VIA_DOMAIN: u16 = 1 << 5;
-    /// A DMA-API record made by the fentry/fexit or kprobe/kretprobe hooks on
-    /// the DMA-API functions, not by a dma:* tracepoint.
-    pub const FROM_HOOK: u16 = 1 << 6;
-    /// A sync of a scatterlist (dma_sync_sg_*), not of a single range.
-    pub const SCATTERLIST: u16 = 1 << 7;
-    /// Made in interrupt context (hard interrupt, serving a softirq, or
-    /// NMI): `pid`/`tid` are whichever task was interrupted, not the
-    /// caller. Set only where the kernel's preempt count can be read
-    /// (`Config::preempt_count_ptr`).
-    pub const IN_INTERRUPT: u16 = 1 << 8;
-}
+pub mod flags;
 
 /// The preempt-count bits that mean interrupt context: NMI (0x00f00000;
 /// one bit before 5.11), hard interrupt (0x000f0000), and serving a softirq
@@ -872,29 +518,7 @@ pub struct CpuState {
 
 /// Per-CPU self-metrics kept by the programs (array map `STATS`, one slot per
 /// index below).
-pub mod stat {
-    /// Ring buffer reservations that failed: events lost before userspace.
-    pub const RINGBUF_LOST: u32 = 0;
-    /// Device names that could not be read (null or bad pointer).
-    pub const DEVICE_NAME_FAILED: u32 = 1;
-    /// Insertions into the DEVICES map that failed (map full).
-    pub const DEVICE_MAP_FULL: u32 = 2;
-    /// Timed calls not timed because both nesting slots of their level were
-    /// in flight (`level::NEST`).
-    pub const TIMING_NEST_FULL: u32 = 3;
-    /// Unmaps whose mapping was not in `MAPPINGS` (mapped before the trace
-    /// began, or not tracked because the table was full): no lifetime.
-    pub const LIFETIME_UNMATCHED: u32 = 4;
-    /// DMA-API mappings not tracked in `MAPPINGS` because it was full.
-    pub const MAPPINGS_FULL: u32 = 5;
-    /// DMA-API maps the kretprobe could not report: its kprobe entry kept
-    /// no arguments (both nesting slots busy, or the entry was missed).
-    pub const HOOK_ARGS_MISSING: u32 = 6;
-    /// DMA-API calls whose kernel stack could not be kept (`--stacks`: the
-    /// stack map full, or a hash collision with another stack).
-    pub const STACK_LOST: u32 = 7;
-    pub const COUNT: u32 = 8;
-}
+pub mod stat;
 
 const _: () = assert!(KIND_NAMES.len() == kind::COUNT as usize);
 const _: () = assert!(core::mem::size_of::<Event>() == 64);

@@ -6,6 +6,8 @@ pub mod series;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_golden;
 
 use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 

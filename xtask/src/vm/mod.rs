@@ -2,6 +2,7 @@
 //! an initramfs and run one command in the guest.
 
 pub mod checks;
+pub mod checks_dmaapi;
 pub mod checks_iommu;
 pub mod checks_task;
 pub mod cpio;

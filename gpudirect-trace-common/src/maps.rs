@@ -1,0 +1,73 @@
+/// The event stream (its size is set by the loader).
+pub const EVENTS: &str = "EVENTS";
+/// Default ring size in the object, before the loader sets its own.
+pub const EVENTS_DEFAULT_BYTES: u32 = 4 << 20;
+/// Self-metrics, indexed by `stat`.
+pub const STATS: &str = "STATS";
+/// Hits per event kind that no counter could take.
+pub const HITS: &str = "HITS";
+/// Per (device, kind, direction, nesting slot) counts and bytes.
+pub const DEV_COUNTERS: &str = "DEV_COUNTERS";
+pub const DEV_COUNTERS_CAP: u32 = 8192;
+/// Per-CPU hot-path bookkeeping (nesting depth, wake-up checks).
+pub const CPU_STATE: &str = "CPU_STATE";
+/// `struct device *` -> name.
+pub const DEVICES: &str = "DEVICES";
+pub const DEVICES_CAP: u32 = 4096;
+/// Per-task timing state (LRU).
+pub const TASKS: &str = "TASKS";
+pub const TASKS_CAP: u32 = 16384;
+/// IOMMU domain -> device.
+pub const DOMAIN_DEVS: &str = "DOMAIN_DEVS";
+pub const DOMAIN_DEVS_CAP: u32 = 4096;
+/// Per (device, op) log2 latency histograms.
+pub const LAT_HIST: &str = "LAT_HIST";
+pub const LAT_HIST_CAP: u32 = 4096;
+/// Outstanding DMA-API mappings (aggregate-only lifetimes).
+pub const MAPPINGS: &str = "MAPPINGS";
+pub const MAPPINGS_CAP: u32 = 65536;
+/// Scatter-gather records under construction, one per program.
+pub const SG_SCRATCH: &str = "SG_SCRATCH";
+/// Settings the loader writes after load (`runtime`).
+pub const RUNTIME: &str = "RUNTIME";
+/// Tail-call continuations of bounded scatterlist walks (kernels
+/// without bpf_loop()), per program type: tracing, kprobe, raw tracepoint.
+pub const SG_CONT_T: &str = "SG_CONT_T";
+pub const SG_CONT_K: &str = "SG_CONT_K";
+pub const SG_CONT_R: &str = "SG_CONT_R";
+/// Kernel stacks of DMA-API calls (`--stacks`); one entry when off.
+pub const STACKS: &str = "STACKS";
+pub const STACKS_CAP: u32 = 8192;
+/// All-zero initial values of new task states and histograms.
+pub const ZERO_TASK: &str = "ZERO_TASK";
+pub const ZERO_HIST: &str = "ZERO_HIST";
+/// Per-task state of the invalidation hooks (LRU).
+pub const INVAL_TASKS: &str = "INVAL_TASKS";
+pub const INVAL_TASKS_CAP: u32 = 16384;
+/// Per (device, invalidation class) log2 latency histograms
+/// (aggregate-only mode).
+pub const INVAL_HIST: &str = "INVAL_HIST";
+pub const INVAL_HIST_CAP: u32 = 1024;
+/// Every map of the object.
+pub const ALL: [&str; 20] = [
+    EVENTS,
+    STATS,
+    HITS,
+    DEV_COUNTERS,
+    CPU_STATE,
+    DEVICES,
+    TASKS,
+    DOMAIN_DEVS,
+    LAT_HIST,
+    MAPPINGS,
+    SG_SCRATCH,
+    RUNTIME,
+    SG_CONT_T,
+    SG_CONT_K,
+    SG_CONT_R,
+    ZERO_TASK,
+    ZERO_HIST,
+    STACKS,
+    INVAL_TASKS,
+    INVAL_HIST,
+];

@@ -1,0 +1,15 @@
+pub const TP_MAP: u32 = 0;
+pub const TP_UNMAP: u32 = 1;
+pub const FEXIT_MAP: u32 = 2;
+pub const FENTRY_UNMAP: u32 = 3;
+pub const KRET_MAP: u32 = 4;
+pub const KPROBE_UNMAP: u32 = 5;
+pub const FEXIT_SGTABLE: u32 = 6;
+pub const KRET_SGTABLE: u32 = 7;
+pub const TP_SYNC_CPU: u32 = 8;
+pub const TP_SYNC_DEV: u32 = 9;
+pub const BTF_SYNC_CPU: u32 = 10;
+pub const BTF_SYNC_DEV: u32 = 11;
+pub const REGS_SYNC_CPU: u32 = 12;
+pub const REGS_SYNC_DEV: u32 = 13;
+pub const COUNT: u32 = 14;

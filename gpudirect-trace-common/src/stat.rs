@@ -1,0 +1,21 @@
+/// Ring buffer reservations that failed: events lost before userspace.
+pub const RINGBUF_LOST: u32 = 0;
+/// Device names that could not be read (null or bad pointer).
+pub const DEVICE_NAME_FAILED: u32 = 1;
+/// Insertions into the DEVICES map that failed (map full).
+pub const DEVICE_MAP_FULL: u32 = 2;
+/// Timed calls not timed because both nesting slots of their level were
+/// in flight (`level::NEST`).
+pub const TIMING_NEST_FULL: u32 = 3;
+/// Unmaps whose mapping was not in `MAPPINGS` (mapped before the trace
+/// began, or not tracked because the table was full): no lifetime.
+pub const LIFETIME_UNMATCHED: u32 = 4;
+/// DMA-API mappings not tracked in `MAPPINGS` because it was full.
+pub const MAPPINGS_FULL: u32 = 5;
+/// DMA-API maps the kretprobe could not report: its kprobe entry kept
+/// no arguments (both nesting slots busy, or the entry was missed).
+pub const HOOK_ARGS_MISSING: u32 = 6;
+/// DMA-API calls whose kernel stack could not be kept (`--stacks`: the
+/// stack map full, or a hash collision with another stack).
+pub const STACK_LOST: u32 = 7;
+pub const COUNT: u32 = 8;

@@ -1,0 +1,138 @@
+//! Reading back what the programs keep in the kernel: their run
+//! statistics, the stack map, the in-kernel latency and invalidation
+//! histograms, the lifetime table; and the test hook into task state.
+
+use super::*;
+
+/// The kernel's accounting of one program (non-zero only while
+/// kernel.bpf_stats_enabled is 1).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramStat {
+    pub program: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+    pub ns_per_run: f64,
+}
+
+impl Tracer {
+    /// Sum of the programs' recursion_misses (from /proc/self/fdinfo).
+    pub(super) fn recursion_misses(&self) -> u64 {
+        self.ebpf
+            .programs()
+            .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
+            .chain(self.module_hooks.iter().map(|h| h.prog.as_raw_fd()))
+            .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
+    /// Per-program run counts and time from the kernel (BPF_OBJ_GET_INFO),
+    /// for programs that ran; empty unless kernel.bpf_stats_enabled is set.
+    pub fn program_stats(&self) -> Vec<ProgramStat> {
+        let mut out: Vec<ProgramStat> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, prog)| {
+                let info = prog.info().ok()?;
+                let n = info.run_count();
+                (n > 0).then(|| {
+                    let t = info.run_time().as_nanos() as u64;
+                    ProgramStat {
+                        program: name.to_owned(),
+                        run_count: n,
+                        run_time_ns: t,
+                        ns_per_run: t as f64 / n as f64,
+                    }
+                })
+            })
+            .collect();
+        for hook in &self.module_hooks {
+            if let Ok((n, t)) = hook.run_stats() {
+                if n > 0 {
+                    out.push(ProgramStat {
+                        program: hook.program.clone(),
+                        run_count: n,
+                        run_time_ns: t,
+                        ns_per_run: t as f64 / n as f64,
+                    });
+                }
+            }
+        }
+        out.sort_by_key(|s| std::cmp::Reverse(s.run_count));
+        out
+    }
+
+    /// Loads one more raw tracepoint program of the object without
+    /// attaching it (tests: `bench_sg_bounded`).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn load_unattached(&mut self, name: &str) -> anyhow::Result<()> {
+        let env = explain::Env {
+            release: self.kernel.release.clone(),
+            policy: explain::Policy::default(),
+        };
+        load_program(&mut self.ebpf, name, &env).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    /// The instruction pointers of kernel stack `id` (`--stacks`), innermost
+    /// first; None when the map no longer has it.
+    pub fn stack(&self, id: u32) -> Option<Vec<u64>> {
+        let st = self.maps.stacks.get(&id, 0).ok()?;
+        Some(st.frames().iter().map(|f| f.ip).collect())
+    }
+
+    /// The kernel's log2 latency histograms, summed over CPUs, by device name.
+    pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
+        let raw: Vec<(LatKey, LatHist)> = self
+            .maps
+            .latency
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
+            .collect();
+        raw.into_iter()
+            .map(|(k, h)| (self.device_name(k.dev), k.op, h))
+            .collect()
+    }
+
+    /// The kernel's log2 invalidation histograms (aggregate-only mode),
+    /// summed over CPUs: (device name, `inval::class`, histogram).
+    pub fn kernel_invalidations(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
+        let raw: Vec<(gpudirect_trace_common::InvalKey, LatHist)> = self
+            .maps
+            .invalidations
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
+            .collect();
+        raw.into_iter()
+            .map(|(k, h)| (self.device_name(k.dev), k.class, h))
+            .collect()
+    }
+
+    /// The kernel's table of outstanding DMA-API mappings (aggregate-only
+    /// mode), by device name.
+    pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
+        let raw: Vec<(MapKey, MapValue)> =
+            self.maps.mappings.iter().filter_map(Result::ok).collect();
+        raw.into_iter()
+            .map(|(k, v)| (self.device_name(k.dev), k, v))
+            .collect()
+    }
+
+    /// Sets the in-flight state of thread `tid` as the timing hooks would
+    /// (test support: lets host tests check in-kernel attribution on kernels
+    /// without fentry or kprobes).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn set_task_state(
+        &mut self,
+        tid: u32,
+        state: &gpudirect_trace_common::TaskState,
+    ) -> anyhow::Result<()> {
+        self.maps.tasks.insert(tid, state, 0)?;
+        Ok(())
+    }
+}
