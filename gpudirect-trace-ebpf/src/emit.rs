@@ -6,8 +6,7 @@ use core::intrinsics::{atomic_xadd, AtomicOrdering};
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
@@ -190,8 +189,7 @@ fn in_interrupt() -> bool {
         // SAFETY: helper without preconditions.
         let cpu = u64::from(unsafe { bpf_get_smp_processor_id() });
         // SAFETY: bpf_probe_read_kernel checks the address.
-        let Ok(base) = (unsafe { bpf_probe_read_kernel((offsets + cpu * 8) as *const u64) })
-        else {
+        let Ok(base) = (unsafe { bpf_probe_read_kernel((offsets + cpu * 8) as *const u64) }) else {
             return false;
         };
         at = count.wrapping_add(base);

@@ -33,12 +33,12 @@ use crate::{
 
 pub use self::{
     dma_api::DmaApiStats,
-    snapshot::{DeviceSnapshot, ProcName, ProcessRow, TOP_PROCESSES},
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{
         hist_clamped, limit_hist_growth, record, record_within, Level, LevelSnapshot, LongLived,
         Percentiles,
     },
+    snapshot::{DeviceSnapshot, ProcName, ProcessRow, TOP_PROCESSES},
 };
 use crate::decode::Record;
 
@@ -359,7 +359,9 @@ impl Aggregator {
             .values()
             .flat_map(|d| [&d.dma, &d.iommu, &d.coherent])
             .flat_map(|l| l.procs.iter().map(|(pid, _)| pid))
-            .filter(|p| *p != procs::OTHER_PID && *p != INTERRUPT_PID && !self.names.contains_key(p))
+            .filter(|p| {
+                *p != procs::OTHER_PID && *p != INTERRUPT_PID && !self.names.contains_key(p)
+            })
             .collect();
         out.sort_unstable();
         out.dedup();

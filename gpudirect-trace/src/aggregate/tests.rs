@@ -421,5 +421,8 @@ fn interrupt_context_is_its_own_row_not_the_interrupted_task() {
     }
     let json = serde_json::to_value(irq).expect("json");
     assert_eq!(json["context"], "interrupt");
-    assert!(serde_json::to_value(p).expect("json").get("context").is_none());
+    assert!(serde_json::to_value(p)
+        .expect("json")
+        .get("context")
+        .is_none());
 }

@@ -9,7 +9,6 @@
 pub mod ledger;
 pub mod misuse;
 
-use crate::model::task_of;
 use std::sync::Arc;
 
 use gpudirect_trace_common::kind;
@@ -22,7 +21,7 @@ use crate::{
     gpu::Sample,
     model::{
         incident::{Context, IommuChange, MapError},
-        Channel, Fault, MappingState, Process, Source, TraceClock,
+        task_of, Channel, Fault, MappingState, Process, Source, TraceClock,
     },
 };
 
@@ -241,9 +240,12 @@ impl Analysis {
                     } else {
                         IommuChange::GroupRemove { group }
                     };
-                    return Some(Outcome::New(
-                        self.ledger.iommu_change(device, ev.ts_ns, task_of(ev), c),
-                    ));
+                    return Some(Outcome::New(self.ledger.iommu_change(
+                        device,
+                        ev.ts_ns,
+                        task_of(ev),
+                        c,
+                    )));
                 }
                 kind::DOMAIN_ATTACH | kind::DOMAIN_DETACH => {
                     let c = if ev.kind == kind::DOMAIN_ATTACH {
@@ -251,9 +253,12 @@ impl Analysis {
                     } else {
                         IommuChange::DomainDetach
                     };
-                    return Some(Outcome::New(
-                        self.ledger.iommu_change(device, ev.ts_ns, task_of(ev), c),
-                    ));
+                    return Some(Outcome::New(self.ledger.iommu_change(
+                        device,
+                        ev.ts_ns,
+                        task_of(ev),
+                        c,
+                    )));
                 }
                 _ => None,
             },

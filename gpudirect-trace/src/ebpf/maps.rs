@@ -9,8 +9,7 @@ use aya::{
 };
 use gpudirect_trace_common::{
     maps as names, Counter, CounterKey, CpuState, DeviceName, InvalKey, LatHist, LatKey, MapKey,
-    MapValue,
-    TaskState,
+    MapValue, TaskState,
 };
 
 pub struct Maps {

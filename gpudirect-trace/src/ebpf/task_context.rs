@@ -65,7 +65,9 @@ pub fn find(
             preempt_count: a + u64::from(off),
             how: format!("per-CPU pcpu_hot.preempt_count (offset {off} per BTF)"),
         }),
-        (Some(_), None) => Err("pcpu_hot exists but BTF gives no offset of its preempt_count".into()),
+        (Some(_), None) => {
+            Err("pcpu_hot exists but BTF gives no offset of its preempt_count".into())
+        }
         (None, _) => Err("/proc/kallsyms lists neither __preempt_count nor pcpu_hot".into()),
     }
 }
@@ -83,7 +85,10 @@ pub fn status(found: &Result<Found, String>, attach: bool) -> ProbeStatus {
             Status::Attached,
             format!("records made in interrupts are flagged ({})", f.how),
         ),
-        Ok(f) => (Status::Loaded, format!("verified; not attached ({})", f.how)),
+        Ok(f) => (
+            Status::Loaded,
+            format!("verified; not attached ({})", f.how),
+        ),
         Err(e) => (Status::Unavailable, e.clone()),
     };
     ProbeStatus {
@@ -113,8 +118,14 @@ mod tests {
             ("__preempt_count", 0x1f8c8),
         ]);
         let f = find(&old, None, "x86_64").expect("5.10/6.1");
-        assert_eq!((f.per_cpu_offset, f.preempt_count), (0xffff_ffff_8260_4a80, 0x1f8c8));
-        let hot = syms(&[("__per_cpu_offset", 0xffff_ffff_8280_0000), ("pcpu_hot", 0x32000)]);
+        assert_eq!(
+            (f.per_cpu_offset, f.preempt_count),
+            (0xffff_ffff_8260_4a80, 0x1f8c8)
+        );
+        let hot = syms(&[
+            ("__per_cpu_offset", 0xffff_ffff_8280_0000),
+            ("pcpu_hot", 0x32000),
+        ]);
         let f = find(&hot, Some(8), "x86_64").expect("6.12");
         assert_eq!(f.preempt_count, 0x32008);
         assert!(f.how.contains("pcpu_hot"), "{}", f.how);
@@ -123,7 +134,9 @@ mod tests {
         assert!(none.contains("CONFIG_KALLSYMS_ALL"), "{none}");
         let hidden = syms(&[("__per_cpu_offset", 0), ("__preempt_count", 0)]);
         assert!(find(&hidden, None, "x86_64").is_err());
-        assert!(find(&old, None, "aarch64").expect_err("arm64").contains("aarch64"));
+        assert!(find(&old, None, "aarch64")
+            .expect_err("arm64")
+            .contains("aarch64"));
     }
 
     #[test]

@@ -108,7 +108,8 @@ impl HookSupport {
                     // Zero-based per-CPU symbols (x86_64 before 6.15) may
                     // show as absolute ("A").
                     "d" | "D" | "b" | "B" | "A" => {
-                        if let Some(&n) = super::task_context::SYMBOLS.iter().find(|&&n| n == name) {
+                        if let Some(&n) = super::task_context::SYMBOLS.iter().find(|&&n| n == name)
+                        {
                             let a = u64::from_str_radix(addr, 16).unwrap_or(0);
                             task_context_syms.insert(n, a);
                         }

@@ -16,12 +16,11 @@
 //! the bucket's exact maximum; the tables' percentiles are exact). The page
 //! may merge buckets further (`coarsen`) to stay within its size budget.
 
-use crate::model::task_of;
 use std::{collections::BTreeMap, sync::Arc};
 
 use gpudirect_trace_common::kind;
 
-use crate::{aggregate::Aggregator, decode::Record, tracefile::Checkpoint};
+use crate::{aggregate::Aggregator, decode::Record, model::task_of, tracefile::Checkpoint};
 
 pub const MAX_BUCKETS: usize = 512;
 pub const FIRST_WIDTH_NS: u64 = 10_000_000;
@@ -354,9 +353,10 @@ impl Series {
         let n = self.processes.len();
         let p = match self.processes.get_mut(&(device.clone(), task_of(&ev))) {
             Some(p) => p,
-            None if n < MAX_PROCESSES => {
-                self.processes.entry((device.clone(), task_of(&ev))).or_default()
-            }
+            None if n < MAX_PROCESSES => self
+                .processes
+                .entry((device.clone(), task_of(&ev)))
+                .or_default(),
             None => self.other_processes.entry(device.clone()).or_default(),
         };
         if is_map {

@@ -132,7 +132,13 @@ pub fn modes_agree(series: &str, stream: &Value, agg: &Value) -> Result<()> {
             cs > 0 && cs == ca,
             "{bdf} {what}: streaming counted {cs}, aggregate-only {ca}"
         );
-        for q in ["p50", "p99"] {
+        // p50 and p90, not p99: with ~256 calls a p99 is the third-largest
+        // sample, and a TCG timer interrupt that lands inside one tracer's
+        // window but not the other's moves it by 10x and more (6.12 once:
+        // iommu_unmap p99 streaming 80 511 ns, aggregate-only 1 048 575 ns,
+        // p50s equal). The quantiles below are what a wrong unit, op or
+        // device would move.
+        for q in ["p50", "p90"] {
             let (vs, va) = (n(x, q) as f64, n(y, q) as f64);
             // The kernel reports the upper bound of the power-of-two bucket
             // holding the quantile: for the same data, at least the value and

@@ -159,7 +159,11 @@ pub fn section(ctx: &Ctx) -> String {
         let st = &row.stats;
         let pid_n = *pid;
         let irq = pid_n == crate::model::INTERRUPT_PID;
-        let pid = if irq { "-".to_owned() } else { pid_n.to_string() };
+        let pid = if irq {
+            "-".to_owned()
+        } else {
+            pid_n.to_string()
+        };
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{pid}</td><td>{}</td><td>{}</td><td>{}</td><td data-k=\"{}\">{}</td><td>{}</td>\
