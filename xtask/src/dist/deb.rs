@@ -150,12 +150,18 @@ fn set_mtimes(dir: &Path, epoch: u64) -> Result<()> {
 /// deploy/'s unit, with ExecStart where the package puts the binary.
 pub fn unit(root: &Path) -> Result<String> {
     let text = std::fs::read_to_string(root.join("deploy/systemd/gpudirect-trace.service"))?;
+    // One active ExecStart; the commented flight-recorder variant names the
+    // same path and moves with it.
     let from = "ExecStart=/usr/local/bin/gpudirect-trace ";
-    if text.matches(from).count() != 1 {
-        bail!("deploy/systemd/gpudirect-trace.service: expected one `{from}` line");
+    let active = text.lines().filter(|l| l.starts_with(from)).count();
+    if active != 1 {
+        bail!("deploy/systemd/gpudirect-trace.service: expected one `{from}` line, found {active}");
     }
     Ok(text
-        .replace(from, "ExecStart=/usr/bin/gpudirect-trace ")
+        .replace(
+            "/usr/local/bin/gpudirect-trace ",
+            "/usr/bin/gpudirect-trace ",
+        )
         .replace(
             "# Install: copy target/release/gpudirect-trace to /usr/local/bin, this file to\n\
              # /etc/systemd/system/, then `systemctl daemon-reload && systemctl enable --now\n\
@@ -334,6 +340,17 @@ pub fn date_time(epoch: u64) -> (String, String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The package's unit runs the packaged binary, in its one ExecStart
+    /// and in the commented flight-recorder variant alike.
+    #[test]
+    fn the_packaged_unit_names_usr_bin_everywhere() {
+        let u = unit(&crate::host::repo_root()).expect("unit");
+        let active: Vec<_> = u.lines().filter(|l| l.starts_with("ExecStart=")).collect();
+        assert_eq!(active.len(), 1, "{active:?}");
+        assert!(active[0].starts_with("ExecStart=/usr/bin/gpudirect-trace "));
+        assert!(!u.contains("/usr/local/bin/gpudirect-trace "), "{u}");
+    }
 
     #[test]
     fn dates_are_utc_civil_dates() {
