@@ -33,6 +33,45 @@ fn set_bpf_stats(on: bool) {
     .expect("write kernel.bpf_stats_enabled (root)");
 }
 
+/// The accounting floor: `bench_floor` of the test-support object (not the
+/// tool's), an empty program whose cost per run is what the kernel's
+/// accounting adds to every program.
+struct Floor(Ebpf);
+
+impl Floor {
+    fn load() -> Self {
+        let mut support = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
+        let floor: &mut RawTracePoint = support
+            .program_mut("bench_floor")
+            .expect("bench_floor")
+            .try_into()
+            .expect("raw tracepoint");
+        floor.load().expect("load bench_floor");
+        Self(support)
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        let p: &RawTracePoint = self
+            .0
+            .program("bench_floor")
+            .expect("bench_floor")
+            .try_into()
+            .expect("raw tracepoint");
+        p.fd().expect("fd").as_fd().as_raw_fd()
+    }
+
+    /// ns per run so far (0 before any run).
+    fn ns_per_run(&self) -> f64 {
+        self.0
+            .program("bench_floor")
+            .and_then(|p| p.info().ok())
+            .filter(|i| i.run_count() > 0)
+            .map_or(0.0, |i| {
+                i.run_time().as_nanos() as f64 / i.run_count() as f64
+            })
+    }
+}
+
 /// Per-program cost per hit, from the kernel's own accounting, with events
 /// driven through BPF_PROG_TEST_RUN.
 #[test]
@@ -83,15 +122,8 @@ fn bench_program_cost() {
             ..Default::default()
         })
         .expect("load");
-        // The floor lives in the test-support object (not the tool's).
-        let mut support = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
-        let floor: &mut RawTracePoint = support
-            .program_mut("bench_floor")
-            .expect("bench_floor")
-            .try_into()
-            .expect("raw tracepoint");
-        floor.load().expect("load bench_floor");
-        let floor_fd = floor.fd().expect("fd").as_fd().as_raw_fd();
+        let support = Floor::load();
+        let floor_fd = support.fd();
         set_bpf_stats(true);
         for group in &groups {
             let fds: Vec<_> = group
@@ -115,13 +147,7 @@ fn bench_program_cost() {
         }
         set_bpf_stats(false);
         let stats = tracer.program_stats();
-        let floor = support
-            .program("bench_floor")
-            .and_then(|p| p.info().ok())
-            .filter(|i| i.run_count() > 0)
-            .map_or(0.0, |i| {
-                i.run_time().as_nanos() as f64 / i.run_count() as f64
-            });
+        let floor = support.ns_per_run();
         for s in &stats {
             println!(
                 "BENCH program_cost mode={mode} program={} runs={} ns_per_hit={:.1} \
@@ -275,15 +301,8 @@ fn bench_invalidation_hook() {
         tracer
             .load_unattached("bench_inval")
             .expect("load bench program");
-        // The floor lives in the test-support object (not the tool's).
-        let mut support = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
-        let floor_prog: &mut RawTracePoint = support
-            .program_mut("bench_floor")
-            .expect("bench_floor")
-            .try_into()
-            .expect("raw tracepoint");
-        floor_prog.load().expect("load bench_floor");
-        let floor_fd = floor_prog.fd().expect("fd").as_fd().as_raw_fd();
+        let support = Floor::load();
+        let floor_fd = support.fd();
         set_bpf_stats(true);
         let progs: [(&str, Vec<u64>); 3] = [
             ("bench_floor", vec![0]),
@@ -307,13 +326,7 @@ fn bench_invalidation_hook() {
         }
         set_bpf_stats(false);
         let stats = tracer.program_stats();
-        let floor = support
-            .program("bench_floor")
-            .and_then(|p| p.info().ok())
-            .filter(|i| i.run_count() > 0)
-            .map_or(0.0, |i| {
-                i.run_time().as_nanos() as f64 / i.run_count() as f64
-            });
+        let floor = support.ns_per_run();
         for s in &stats {
             println!(
                 "BENCH invalidation_hook mode={mode} program={} runs={} ns_per_hit={:.1} \
