@@ -30,10 +30,10 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
     EbpfContext,
 };
-use gpudirect_trace_common::{flags, inval, kind, maps, stat, InvalKey, LatHist, LAT_BUCKETS};
+use gpudirect_trace_common::{flags, inval, kind, maps, stat, InvalKey, LatHist};
 
 use crate::{
-    emit::{add_counter, atomic_add, base_event, cfg_stream, config, emit_hot_any, stat_inc},
+    emit::{add_counter, base_event, cfg_stream, config, emit_hot_any, stat_inc},
     timing,
 };
 
@@ -246,30 +246,7 @@ fn record_hist(dev: u64, class: u32, ns: u64) {
         class,
         _pad: 0,
     };
-    let mut b = timing::log2(ns) as usize;
-    if b >= LAT_BUCKETS {
-        b = LAT_BUCKETS - 1;
-    }
-    if INVAL_HIST.get_ptr_mut(&key).is_none() {
-        if let Some(empty) = timing::ZERO_HIST.get_ptr(0) {
-            // SAFETY: map value pointer, valid for this program run.
-            let _ = INVAL_HIST.insert(&key, unsafe { &*empty }, BPF_NOEXIST as u64);
-        }
-    }
-    if let Some(h) = INVAL_HIST.get_ptr_mut(&key) {
-        // SAFETY: this CPU's value; fentry programs may be preempted, hence
-        // atomic adds (as timing::record_latency).
-        unsafe {
-            atomic_add(core::ptr::addr_of_mut!((*h).count), 1);
-            atomic_add(core::ptr::addr_of_mut!((*h).sum_ns), ns);
-            if ns > (*h).max_ns {
-                (*h).max_ns = ns;
-            }
-            if b < LAT_BUCKETS {
-                atomic_add(core::ptr::addr_of_mut!((*h).buckets[b]), 1);
-            }
-        }
-    }
+    timing::add_to_hist(&INVAL_HIST, &key, ns);
 }
 
 // ---- Intel: qi_submit_sync(struct intel_iommu *, struct qi_desc *, unsigned int count, unsigned long options)

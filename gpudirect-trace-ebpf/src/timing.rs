@@ -312,21 +312,29 @@ pub fn record_latency(dev: u64, o: u32, ns: u64) {
         op: o,
         _pad: 0,
     };
+    add_to_hist(&LAT_HIST, &key, ns);
+}
+
+/// Adds `ns` to `key`'s log2 histogram in `map` (LAT_HIST, INVAL_HIST),
+/// creating it empty first.
+#[inline(always)]
+pub fn add_to_hist<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64) {
     let mut b = log2(ns) as usize;
     if b >= LAT_BUCKETS {
         b = LAT_BUCKETS - 1;
     }
-    if LAT_HIST.get_ptr_mut(&key).is_none() {
+    if map.get_ptr_mut(key).is_none() {
         // The empty histogram (344 bytes) comes from a map value: on the
         // stack it pushed the scatterlist hooks past the 512-byte limit
         // (program + bpf_loop callback frames).
         if let Some(empty) = ZERO_HIST.get_ptr(0) {
             // SAFETY: map value pointer, valid for this program run.
-            let _ = LAT_HIST.insert(&key, unsafe { &*empty }, BPF_NOEXIST as u64);
+            let _ = map.insert(key, unsafe { &*empty }, BPF_NOEXIST as u64);
         }
     }
-    if let Some(h) = LAT_HIST.get_ptr_mut(&key) {
-        // SAFETY: this CPU's value; no concurrent writer.
+    if let Some(h) = map.get_ptr_mut(key) {
+        // SAFETY: this CPU's value; fentry programs may be preempted, hence
+        // atomic adds.
         unsafe {
             atomic_add(core::ptr::addr_of_mut!((*h).count), 1);
             atomic_add(core::ptr::addr_of_mut!((*h).sum_ns), ns);
