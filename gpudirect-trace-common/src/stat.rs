@@ -18,4 +18,11 @@ pub const HOOK_ARGS_MISSING: u32 = 6;
 /// DMA-API calls whose kernel stack could not be kept (`--stacks`: the
 /// stack map full, or a hash collision with another stack).
 pub const STACK_LOST: u32 = 7;
-pub const COUNT: u32 = 8;
+/// Runs of the kprobe/kretprobe programs the loader attaches (not their
+/// tail-called continuations). The kernel counts every hit of a kprobe made
+/// through tracefs (kprobe_profile's nhit); a hit whose program the kernel
+/// then skipped (bpf_prog_active: the probe fired inside another kprobe
+/// program or a bpf() map call on that CPU) is nhit minus these runs. Linux
+/// before 6.7 counts such skips nowhere else.
+pub const KPROBE_RUNS: u32 = 8;
+pub const COUNT: u32 = 9;

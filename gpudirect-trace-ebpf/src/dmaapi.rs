@@ -30,7 +30,7 @@ use gpudirect_trace_common::{flags, hook_ops, kind, op, runtime, stat, DMA_ARGS,
 
 use crate::{
     dmarec,
-    emit::{config, stat_inc},
+    emit::{config, kprobe_ran, stat_inc},
     sg,
     timing::{enter_dma, exit_dma, exit_dma_timing},
 };
@@ -187,6 +187,7 @@ macro_rules! dma_hooks {
 
         #[kprobe]
         pub fn $kin(ctx: ProbeContext) -> i32 {
+            kprobe_ran();
             let a = regs_args::<$n>(&ctx);
             $entry(&a, Src::regs(ctx.as_ptr()));
             // Only maps need their arguments at exit.
@@ -197,6 +198,7 @@ macro_rules! dma_hooks {
 
         #[kretprobe]
         pub fn $kout(ctx: RetProbeContext) -> i32 {
+            kprobe_ran();
             let ret: u64 = ctx.ret().unwrap_or(0);
             let a = kept($op, $bit);
             $exit(a.as_ref(), ret, Src::regs(ctx.as_ptr()));

@@ -104,6 +104,13 @@ pub fn stat_inc(index: u32) {
     bump(&STATS, index);
 }
 
+/// First thing in every attached kprobe/kretprobe program: the runs the
+/// loader compares with the kernel's hit count (`stat::KPROBE_RUNS`).
+#[inline(always)]
+pub fn kprobe_ran() {
+    stat_inc(stat::KPROBE_RUNS);
+}
+
 #[inline(always)]
 pub fn lost() {
     stat_inc(stat::RINGBUF_LOST);

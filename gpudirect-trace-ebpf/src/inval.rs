@@ -33,7 +33,7 @@ use aya_ebpf::{
 use gpudirect_trace_common::{flags, inval, kind, maps, stat, InvalKey, LatHist};
 
 use crate::{
-    emit::{add_counter, base_event, cfg_stream, config, emit_hot_any, stat_inc},
+    emit::{add_counter, base_event, cfg_stream, config, emit_hot_any, kprobe_ran, stat_inc},
     timing,
 };
 
@@ -267,6 +267,7 @@ pub fn t_qi_submit_out(_ctx: FExitContext) -> i32 {
 
 #[kprobe]
 pub fn k_qi_submit_in(ctx: ProbeContext) -> i32 {
+    kprobe_ran();
     let a0: u64 = ctx.arg(0).unwrap_or(0);
     let a1: u64 = ctx.arg(1).unwrap_or(0);
     let a2: u64 = ctx.arg(2).unwrap_or(0);
@@ -276,6 +277,7 @@ pub fn k_qi_submit_in(ctx: ProbeContext) -> i32 {
 
 #[kretprobe]
 pub fn k_qi_submit_out(_ctx: RetProbeContext) -> i32 {
+    kprobe_ran();
     exit(inval::VENDOR_INTEL, 0);
     0
 }
@@ -300,12 +302,14 @@ macro_rules! amd {
 
         #[kprobe]
         pub fn $kin(ctx: ProbeContext) -> i32 {
+            kprobe_ran();
             enter(ctx.arg(0).unwrap_or(0), 0, 0);
             0
         }
 
         #[kretprobe]
         pub fn $kout(_ctx: RetProbeContext) -> i32 {
+            kprobe_ran();
             exit(inval::VENDOR_AMD, $ty);
             0
         }
@@ -355,6 +359,7 @@ pub fn t_smmu_cmdq_out(_ctx: FExitContext) -> i32 {
 
 #[kprobe]
 pub fn k_smmu_cmdq_in(ctx: ProbeContext) -> i32 {
+    kprobe_ran();
     let (cmds, n): (u64, u64) = if config().offsets.smmu_cmds_arg == 2 {
         (ctx.arg(2).unwrap_or(0), ctx.arg(3).unwrap_or(0))
     } else {
@@ -366,6 +371,7 @@ pub fn k_smmu_cmdq_in(ctx: ProbeContext) -> i32 {
 
 #[kretprobe]
 pub fn k_smmu_cmdq_out(_ctx: RetProbeContext) -> i32 {
+    kprobe_ran();
     exit(inval::VENDOR_SMMU, 0);
     0
 }
@@ -407,12 +413,14 @@ pub fn t_flush_all_out(_ctx: FExitContext) -> i32 {
 
 #[kprobe]
 pub fn k_flush_all_in(ctx: ProbeContext) -> i32 {
+    kprobe_ran();
     flush_enter(ctx.arg(0).unwrap_or(0));
     0
 }
 
 #[kretprobe]
 pub fn k_flush_all_out(_ctx: RetProbeContext) -> i32 {
+    kprobe_ran();
     flush_exit();
     0
 }

@@ -25,7 +25,7 @@ use gpudirect_trace_common::{
     flags, kind, level, maps, op, stat, LatHist, LatKey, TaskState, DMA_ARGS, LAT_BUCKETS,
 };
 
-use crate::emit::{atomic_add, base_event, config, emit_hot_any, stat_inc};
+use crate::emit::{atomic_add, base_event, config, emit_hot_any, kprobe_ran, stat_inc};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(maps::TASKS_CAP, 0);
@@ -362,6 +362,7 @@ pub fn attach_fentry(ctx: FEntryContext) -> i32 {
 
 #[kprobe]
 pub fn attach_kprobe(ctx: ProbeContext) -> i32 {
+    kprobe_ran();
     let domain: u64 = ctx.arg(0).unwrap_or(0);
     let dev: u64 = ctx.arg(1).unwrap_or(0);
     learn_domain(domain, dev);
@@ -425,6 +426,7 @@ macro_rules! slot {
 
         #[kprobe]
         pub fn $kentry(ctx: ProbeContext) -> i32 {
+            kprobe_ran();
             let a0: u64 = ctx.arg(0).unwrap_or(0);
             let a1: u64 = ctx.arg(1).unwrap_or(0);
             let (dev, domain, addr) = args_of($shape, a0, a1);
@@ -434,6 +436,7 @@ macro_rules! slot {
 
         #[kretprobe]
         pub fn $kexit(_ctx: RetProbeContext) -> i32 {
+            kprobe_ran();
             exit($lvl, $op);
             0
         }

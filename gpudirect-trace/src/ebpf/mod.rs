@@ -3,9 +3,11 @@
 
 mod dma_source;
 pub mod explain;
+mod kprobe_events;
 pub mod maps;
 pub mod module_fentry;
 mod names;
+mod perf_sys;
 mod readback;
 pub use readback::ProgramStat;
 pub mod plan;
@@ -168,7 +170,8 @@ pub struct SelfStats {
     /// Times the kernel skipped one of our programs because it was already
     /// running on that CPU (e.g. the tracepoint fired again from an interrupt):
     /// events never seen, not even counted in maps. From the programs'
-    /// `recursion_misses` (fdinfo, Linux 5.12+; 0 where not reported).
+    /// `recursion_misses` (fdinfo, Linux 5.12+; 0 where not reported), and
+    /// for kprobes from kprobe_profile (`kprobe_events`, every kernel).
     pub missed_events: u64,
 }
 
@@ -188,6 +191,9 @@ pub struct Tracer {
     pub dma_plan: Vec<DmaOpSource>,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
+    /// Kprobes made through tracefs, whose hits count the runs the kernel
+    /// skipped (detached and removed on drop).
+    kprobes: timing::Kprobes,
     /// Device names by `struct device` address, looked up once per record:
     /// foldhash, not SipHash (SipHash was ~8% of the live path's CPU per
     /// event, `cargo xtask bench` reader_cpu).
@@ -299,6 +305,7 @@ impl Tracer {
                 .map(|(m, f)| catalog::standin_spec(m, f)),
         );
         let module_hooks = attached.module_hooks;
+        let kprobes = attached.kprobes;
         let (hook_mask, dma_plan) =
             dma_plan(&probes, opts.dma_source, attached.dma_hooked, opts.attach);
         let mut runtime = aya::maps::Array::<_, u32>::try_from(
@@ -318,6 +325,7 @@ impl Tracer {
             maps,
             dma_plan,
             module_hooks,
+            kprobes,
             names: HashMap::default(),
             unnamed: HashMap::default(),
             unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
@@ -394,7 +402,7 @@ impl Tracer {
             hook_args_missing: sum(&self.maps.stats, stat::HOOK_ARGS_MISSING),
             stacks_lost: sum(&self.maps.stats, stat::STACK_LOST),
             hits,
-            missed_events: self.recursion_misses(),
+            missed_events: self.missed_runs(),
         }
     }
 

@@ -15,10 +15,43 @@ pub struct ProgramStat {
 }
 
 impl Tracer {
-    /// Sum of the programs' recursion_misses (from /proc/self/fdinfo).
-    pub(super) fn recursion_misses(&self) -> u64 {
+    /// Program runs the kernel skipped: the programs' recursion_misses,
+    /// and the misses of the kprobes made through tracefs (whose programs'
+    /// own recursion_misses, 6.7+, are the same skips, so they are left out).
+    pub(super) fn missed_runs(&self) -> u64 {
+        let via_tracefs = !self.kprobes.probes.is_empty();
+        let kprobe_missed = match (&self.kprobes.tracefs, via_tracefs) {
+            (Some(t), true) => {
+                // Hits first, then runs (`kprobe_events::missed`).
+                let (hits, nmissed) =
+                    super::kprobe_events::counts(t, &self.kprobes.probes).unwrap_or((0, 0));
+                let runs = self
+                    .maps
+                    .stats
+                    .get(&stat::KPROBE_RUNS, 0)
+                    .map(|v| v.iter().sum())
+                    .unwrap_or(0);
+                if self.kprobes.through_pmu == 0 {
+                    super::kprobe_events::missed(hits, nmissed, runs)
+                } else {
+                    // Some runs are the PMU kprobes': only the kprobe
+                    // layer's own count is exact.
+                    nmissed
+                }
+            }
+            _ => 0,
+        };
+        kprobe_missed + self.recursion_misses(via_tracefs)
+    }
+
+    /// Sum of the programs' recursion_misses (from /proc/self/fdinfo),
+    /// without the kprobe programs' when `skip_kprobes`.
+    fn recursion_misses(&self, skip_kprobes: bool) -> u64 {
         self.ebpf
             .programs()
+            .filter(|(_, prog)| {
+                !(skip_kprobes && matches!(prog, aya::programs::Program::KProbe(_)))
+            })
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
             .chain(self.module_hooks.iter().map(|h| h.prog.as_raw_fd()))
             .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())

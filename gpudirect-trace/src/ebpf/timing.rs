@@ -39,6 +39,11 @@ pub struct HookSupport {
     /// trampolines, so this is a hint, not a verdict.
     pub(super) ftrace_hint: Option<String>,
     pub(super) kprobes: bool,
+    /// tracefs, when its kprobe_events is writable: kprobes are made there,
+    /// so that their misses are counted (`kprobe_events`); the reason
+    /// otherwise (kprobes then come from the kprobe PMU, misses uncounted
+    /// before Linux 6.7).
+    pub(super) kprobe_events: Result<std::path::PathBuf, String>,
     pub(super) kallsyms: HashSet<String>,
     /// Address of the kernel variable `vmemmap_base` (x86_64), for
     /// page_to_phys() in the dma_map_page_attrs hooks.
@@ -118,11 +123,23 @@ impl HookSupport {
                 }
             }
         }
+        let kprobe_events = match kernel.tracefs.as_ref() {
+            Some(t) => super::kprobe_events::usable(t).map(|_| t.clone()),
+            None => Err(kernel
+                .tracefs_error
+                .clone()
+                .unwrap_or_else(|| "no tracefs".into())),
+        };
+        if let Ok(t) = &kprobe_events {
+            super::kprobe_events::remove_stale(t);
+        }
         Self {
             btf,
             fentry_reason,
             ftrace_hint,
-            kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists(),
+            kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists()
+                || kprobe_events.is_ok(),
+            kprobe_events,
             kallsyms,
             vmemmap_base,
             task_context_syms,
@@ -157,6 +174,21 @@ pub struct Attached {
     pub module_hooks: Vec<ModuleHook>,
     /// `hook_ops` bits whose DMA-API hooks are attached.
     pub dma_hooked: u32,
+    /// The kprobes made through tracefs, and whether every kprobe is one
+    /// (only then do their hits account for every program run).
+    pub kprobes: Kprobes,
+}
+
+/// The tracer's kprobes made through tracefs (`kprobe_events`).
+#[derive(Default)]
+pub struct Kprobes {
+    pub tracefs: Option<std::path::PathBuf>,
+    pub probes: Vec<super::kprobe_events::TracefsKprobe>,
+    /// Kprobes attached through the kprobe PMU instead (tracefs refused):
+    /// hits minus runs would then count their runs as phantom skips.
+    pub through_pmu: usize,
+    /// Why the last kprobe went through the PMU, for its probe row.
+    pub why_pmu: Option<String>,
 }
 
 /// Attaches (or, with `attach` false, only verifies) every timing hook:
@@ -172,6 +204,11 @@ pub fn attach_all(
     let mut kernel = Kernel {
         ebpf,
         support,
+        kprobes: Kprobes {
+            tracefs: support.kprobe_events.as_ref().ok().cloned(),
+            why_pmu: support.kprobe_events.as_ref().err().cloned(),
+            ..Default::default()
+        },
         env: &facts.env,
         modules: ModuleLoader {
             object,
@@ -195,6 +232,7 @@ pub fn attach_all(
         statuses,
         module_hooks: kernel.modules.hooks,
         dma_hooked,
+        kprobes: kernel.kprobes,
     }
 }
 
@@ -202,6 +240,7 @@ pub fn attach_all(
 struct Kernel<'a, 'o> {
     ebpf: &'a mut Ebpf,
     support: &'a HookSupport,
+    kprobes: Kprobes,
     env: &'a Env,
     modules: ModuleLoader<'o>,
 }
@@ -247,12 +286,21 @@ impl plan::Attempts for Kernel<'_, '_> {
 
     fn kprobes(&mut self, spec: &TimingSpec, func: &str, slot: &str) -> Result<String, String> {
         let env = self.env;
+        let kprobes = &mut self.kprobes;
+        let before = kprobes.through_pmu;
         let b = first_build(
             spec,
-            |(_, _, kin, kout)| attach_kprobes(self.ebpf, func, kin, kout, env),
+            |(_, _, kin, kout)| attach_kprobes(self.ebpf, kprobes, func, kin, kout, env),
             slot,
         )?;
-        Ok(build_note(self.ebpf, spec, b, func, None, env))
+        let mut note = build_note(self.ebpf, spec, b, func, None, env);
+        if self.kprobes.through_pmu > before {
+            let why = self.kprobes.why_pmu.as_deref().unwrap_or("");
+            note.push_str(&format!(
+                " (kprobe PMU: missed runs not counted before Linux 6.7; tracefs: {why})"
+            ));
+        }
+        Ok(note)
     }
 }
 
@@ -394,18 +442,54 @@ fn load_kprobes(
     Ok(())
 }
 
+/// Attaches the kprobe `kin` and kretprobe `kout` of `func`: through
+/// tracefs where it is writable (their misses counted), else through aya
+/// and the kprobe PMU. Both or neither: a failed kretprobe takes its
+/// kprobe down again.
 fn attach_kprobes(
     ebpf: &mut Ebpf,
+    kprobes: &mut Kprobes,
     func: &str,
     kin: &str,
     kout: &str,
     env: &Env,
 ) -> Result<(), String> {
     load_kprobes(ebpf, kin, kout, func, env)?;
+    let target = Target::Kprobe { name: func };
+    if let Some(tracefs) = kprobes.tracefs.clone() {
+        let mut made = Vec::new();
+        let mut failed = None;
+        for (name, ret) in [(kin, false), (kout, true)] {
+            if name.is_empty() {
+                continue;
+            }
+            let prog = program::<KProbe>(ebpf, name)?;
+            let fd = prog.fd().map_err(|e| why(&e, Stage::Attach, target, env))?;
+            match super::kprobe_events::attach(&tracefs, fd.as_fd(), func, ret) {
+                Ok(p) => made.push(p),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        match failed {
+            None => {
+                kprobes.probes.extend(made);
+                return Ok(());
+            }
+            // Dropping `made` removes what was made; the PMU may still
+            // take the probe (e.g. a tracefs that refuses writes).
+            Some(e) => {
+                kprobes.why_pmu = Some(format!("{}: {e}", tracefs.join("kprobe_events").display()))
+            }
+        }
+    }
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
         program::<KProbe>(ebpf, name)?
             .attach(func, 0)
-            .map_err(|e| why(&e, Stage::Attach, Target::Kprobe { name: func }, env))?;
+            .map_err(|e| why(&e, Stage::Attach, target, env))?;
+        kprobes.through_pmu += 1;
     }
     Ok(())
 }
