@@ -66,7 +66,7 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_events_received_total" => "Event records received from the ring buffer.",
         "gpudirect_events_lost_total" => "Event records the ring buffer had no room for.",
         "gpudirect_events_missed_total" => {
-            "Program runs the kernel skipped because the program was already running on that CPU (recursion_misses)."
+            "Program runs the kernel skipped: already running on that CPU (recursion_misses), or a kprobe hit inside another kprobe or bpf() call (kprobe_profile)."
         }
         "gpudirect_events_undecodable_total" => "Event records that could not be decoded.",
         "gpudirect_timings_skipped_total" => {

@@ -277,5 +277,7 @@ const struct gdt_cmd gdt_cmds[] = {
 	CMD("free-mapped", cmd_free_mapped,
 	    "none in dma-debug (IOMMU_DEBUG_PAGEALLOC: DMA use-after-free)"),
 	CMD("sg-many", cmd_sg_many, "none (correct use; arg: entry count)"),
+	CMD("in-kprobe", cmd_in_kprobe,
+	    "none (correct use inside a kprobe handler; arg: pairs, default 8)"),
 };
 const size_t gdt_ncmds = ARRAY_SIZE(gdt_cmds);

@@ -84,6 +84,7 @@ int cmd_overlap_later(struct gdt_ctx *c, unsigned long arg);
 int cmd_overlap_bidir(struct gdt_ctx *c, unsigned long arg);
 int cmd_overlap_skip_sync(struct gdt_ctx *c, unsigned long arg);
 int cmd_overlap_to_device(struct gdt_ctx *c, unsigned long arg);
+int cmd_in_kprobe(struct gdt_ctx *c, unsigned long arg);
 
 /* A zeroed page where the device can reach it (see gdt_dev.gfp). */
 static inline struct page *new_page(struct gdt_ctx *c)

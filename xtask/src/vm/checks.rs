@@ -426,4 +426,4 @@ pub fn doctor_vtd(series: &str, lines: &[String]) -> Result<()> {
     Ok(())
 }
 
-pub use super::checks_dmaapi::{dma_sources_agree, nvme_dma_hooks, sg_many_exact};
+pub use super::checks_dmaapi::{dma_sources_agree, kprobe_missed, nvme_dma_hooks, sg_many_exact};

@@ -23,8 +23,12 @@ pub fn nvme_dma_hooks(
     mib: u64,
 ) -> Result<()> {
     let bdf = Device::Nvme.bdf();
+    let lossy = kprobe_loss_accounted(series, fentry, kprobe)?;
     let mut summary = Vec::new();
     for (what, v) in [("fentry", fentry), ("kprobe", kprobe)] {
+        if lossy && what == "kprobe" {
+            continue;
+        }
         let d = device(v, bdf)?;
         let (maps, unmaps) = (n(d, "maps"), n(d, "unmaps"));
         let from_dev = n(d, "bytes_from_device");
@@ -85,11 +89,106 @@ pub fn nvme_dma_hooks(
             n(iommu, "maps")
         );
     }
+    if let [f, k] = &summary[..] {
+        ensure!(
+            f == k,
+            "fentry and kprobe tracers disagree: (maps, unmaps, bytes, entries) {f:?} vs {k:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The kprobe tracer's NVMe calls, where its final object says it missed
+/// some runs: an interrupt's unmap landing inside its own dma_map kprobe
+/// is skipped by the kernel (seen on 5.10: 14 of 16 unmaps). Then the exact
+/// checks cannot hold, but the loss must be counted: every call it lacks
+/// against the fentry tracer is within its `missed_events`, and it never
+/// sees more than fentry does. Returns whether the loss was accounted.
+fn kprobe_loss_accounted(series: &str, fentry: &Value, kprobe: &Value) -> Result<bool> {
+    let missed = n(kprobe, "missed_events");
+    if missed == 0 {
+        return Ok(false);
+    }
+    let bdf = Device::Nvme.bdf();
+    let (f, k) = (device(fentry, bdf)?, device(kprobe, bdf)?);
+    let calls = |d: &Value| (n(d, "maps"), n(d, "unmaps"));
+    let ((fm, fu), (km, ku)) = (calls(f), calls(k));
     ensure!(
-        summary[0] == summary[1],
-        "fentry and kprobe tracers disagree: (maps, unmaps, bytes, entries) {:?} vs {:?}",
-        summary[0],
-        summary[1]
+        km <= fm && ku <= fu && (fm - km) + (fu - ku) <= missed,
+        "kprobe: {bdf} maps={km} unmaps={ku} against fentry's {fm}/{fu}: more lost than the \
+         {missed} missed runs it counted"
+    );
+    eprintln!(
+        "xtask: {series}: {bdf} (kprobe): lost {} of {} calls to an interrupt inside its own \
+         kprobes, counted: missed_events={missed}",
+        (fm - km) + (fu - ku),
+        fm + fu
+    );
+    Ok(true)
+}
+
+/// kprobe-missed: the edu's 16 pairs inside a kprobe handler are missed by
+/// the kprobe tracer and counted; the 16 outside it are seen; fentry sees
+/// all 32; no kprobe event is left behind.
+pub fn kprobe_missed(series: &str, lines: &[String], fentry: &Value, kprobe: &Value) -> Result<()> {
+    let bdf = Device::Edu.bdf();
+    let calls = |v: &Value| -> Result<(u64, u64)> {
+        let d = device(v, bdf)?;
+        Ok((n(d, "maps"), n(d, "unmaps")))
+    };
+    let tag = |t: &str| {
+        lines
+            .iter()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix(t).map(str::trim))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let made: u64 = tag("EVENTS ").parse().unwrap_or(0);
+    ensure!(
+        made > 0,
+        "{series}: no gpudirect_trace kprobe events while tracing (EVENTS {made})"
+    );
+    ensure!(
+        calls(fentry)? == (32, 32),
+        "{series}: fentry tracer: edu maps/unmaps {:?}, want 32/32",
+        calls(fentry)?
+    );
+    let d = device(kprobe, bdf)?;
+    if d["dma_source"] == "tracepoints" {
+        // dma:* fire inside the kprobe handler too; only the timing
+        // kprobes on the same calls miss the nested ones.
+        let timed = |op: &str| d["latency_ns"][op]["count"].as_u64().unwrap_or(0);
+        ensure!(
+            calls(kprobe)? == (32, 32) && (timed("dma_map"), timed("dma_unmap")) == (16, 16),
+            "{series}: kprobe tracer on dma:* tracepoints: edu maps/unmaps {:?}, timed {}/{}, \
+             want 32/32 counted and the 16/16 outside the kprobe timed",
+            calls(kprobe)?,
+            timed("dma_map"),
+            timed("dma_unmap")
+        );
+    } else {
+        ensure!(
+            calls(kprobe)? == (16, 16),
+            "{series}: kprobe tracer: edu maps/unmaps {:?}, want the 16/16 made outside the kprobe",
+            calls(kprobe)?
+        );
+    }
+    let missed = n(kprobe, "missed_events");
+    ensure!(
+        missed >= 32,
+        "{series}: kprobe tracer counts {missed} missed runs for the 32 calls made inside a kprobe"
+    );
+    let left = tag("LEFT ");
+    ensure!(
+        left == "0",
+        "{series}: {left} gpudirect_trace kprobe events left in kprobe_events after both tracers exited"
+    );
+    let (m, u) = calls(kprobe)?;
+    eprintln!(
+        "xtask: {series}: {bdf}: fentry 32/32, kprobe {m}/{u} ({}) with missed_events={missed} \
+         ({made} tracefs kprobe events while tracing, none left)",
+        d["dma_source"]
     );
     Ok(())
 }

@@ -244,6 +244,12 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             &tagged(lines, "KPROBE ")?,
             8,
         ),
+        "kprobe-missed" => super::checks::kprobe_missed(
+            series,
+            lines,
+            &tagged(lines, "FENTRY ")?,
+            &tagged(lines, "KPROBE ")?,
+        ),
         "sg-many-exact" => super::checks::sg_many_exact(
             series,
             lines,
