@@ -53,6 +53,8 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "mappings_untracked": v.stats.mappings_untracked,
         // DMA-API maps a kretprobe could not report (docs/probes.md).
         "hook_args_missing": v.stats.hook_args_missing,
+        // DMA-API calls whose kernel stack was not kept (`--stacks`).
+        "stacks_lost": v.stats.stacks_lost,
         "dma_plan": s.tracer.dma_plan,
         "incidents": incidents,
         "incidents_total": all.back().map_or(0, |i| i.id),

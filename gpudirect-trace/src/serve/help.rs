@@ -68,6 +68,9 @@ pub fn help(exported: &str) -> &'static str {
         "gpudirect_events_missed_total" => {
             "Program runs the kernel skipped: already running on that CPU (recursion_misses), or a kprobe hit inside another kprobe or bpf() call (kprobe_profile)."
         }
+        "gpudirect_stacks_lost_total" => {
+            "DMA-API calls whose kernel stack could not be kept (--stacks: the stack map full, or three hash buckets taken)."
+        }
         "gpudirect_events_undecodable_total" => "Event records that could not be decoded.",
         "gpudirect_timings_skipped_total" => {
             "Timed calls not timed: both nesting slots of their level were in flight."

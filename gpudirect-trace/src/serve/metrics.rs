@@ -486,6 +486,8 @@ impl Model {
         self.add("gpudirect_events_undecodable", Counter, None, vec![], bad);
         let nest = stats.timing_nest_full;
         self.add("gpudirect_timings_skipped", Counter, None, vec![], nest);
+        let stacks = stats.stacks_lost;
+        self.add("gpudirect_stacks_lost", Counter, None, vec![], stacks);
         let untracked = stats.mappings_untracked;
         self.add(
             "gpudirect_mappings_untracked",
