@@ -48,6 +48,11 @@ run_cmd control
 expect control 18 0
 [ "$(grep -c 'verify cmd=control edu .* ok' $MISUSE_LOG/control)" = 3 ] || fail "control: edu DMA not verified 3 times"
 
+# Correct use inside a kprobe handler (the loss the kprobe-missed scenario
+# counts, made on purpose): fentry sees the calls, and none is a misuse.
+run_cmd in-kprobe 4
+expect in-kprobe 16 0
+
 # Correct traffic of real drivers under the checks: NVMe reads, and the
 # e1000e's rings and frames (ARP requests into the void).
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=64 iflag=direct 2>/dev/null

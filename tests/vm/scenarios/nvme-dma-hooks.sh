@@ -10,18 +10,7 @@
 # gdt-vm: kernels=5.10,6.1 devices=nvme iommu=none timeout=400 check=nvme-dma-hooks
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --duration 120s > /tmp/f.json 2> /tmp/f.err &
-f=$!
-GPUDIRECT_TRACE_NO_FENTRY=1 gpudirect-trace live --json --duration 120s > /tmp/k.json 2> /tmp/k.err &
-k=$!
-wait_for /tmp/f.err "probes attached" $f
-wait_for /tmp/k.err "probes attached" $k
+two_tracers 120s
 gpudirect-trace probes | grep -E '^time:dma_(map|unmap|map_sg|unmap_sg) |^DMA-API'
 dd if=/dev/nvme0n1 of=/dev/null bs=1M count=8 iflag=direct
-# One more interval, then end both like Ctrl-C (final summary follows).
-sleep 2
-kill -INT $f $k
-wait $f
-wait $k
-echo "FENTRY $(tail -n 1 /tmp/f.json)"
-echo "KPROBE $(tail -n 1 /tmp/k.json)"
+end_two_tracers

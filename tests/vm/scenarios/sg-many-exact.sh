@@ -10,21 +10,11 @@
 # gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=intel kmods=gdt-misuse timeout=400 check=sg-many-exact
 . /scenarios/common.lib
 . /scenarios/misuse.lib
-gpudirect-trace live --json --duration 300s > /tmp/f.json 2> /tmp/f.err &
-f=$!
-GPUDIRECT_TRACE_NO_FENTRY=1 gpudirect-trace live --json --duration 300s > /tmp/k.json 2> /tmp/k.err &
-k=$!
-wait_for /tmp/f.err "probes attached" $f || exit 1
-wait_for /tmp/k.err "probes attached" $k || exit 1
+two_tracers 300s || exit 1
 gpudirect-trace probes | grep -E '^time:dma_(map|unmap)_sg '
 misuse_load || exit 1
 for n in 4096 20000; do
     run_cmd sg-many $n
 done
-sleep 2
-kill -INT $f $k
-wait $f
-wait $k
-echo "FENTRY $(tail -n 1 /tmp/f.json)"
-echo "KPROBE $(tail -n 1 /tmp/k.json)"
+end_two_tracers
 exit $fails
