@@ -22,6 +22,7 @@ mod lifetime;
 mod sg;
 mod stacks;
 mod timing;
+mod timing_slots;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel_str_bytes, macros::raw_tracepoint,

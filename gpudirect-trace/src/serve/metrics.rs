@@ -6,10 +6,7 @@
 //! in step: the values are the aggregator's own, which are monotonic (the
 //! loss-free in-kernel totals, refreshed right before the model is built).
 
-use std::{
-    collections::{BTreeMap, HashSet},
-    sync::Arc,
-};
+use std::collections::BTreeMap;
 
 use gpudirect_trace_common::{op, LatHist};
 use hdrhistogram::Histogram;
@@ -22,7 +19,7 @@ use prometheus_client::{
 
 use super::help::help;
 use crate::{
-    aggregate::{Aggregator, DeviceStats, UNATTRIBUTED},
+    aggregate::{Aggregator, DeviceStats},
     decode::{dir_name, kind_name},
     ebpf::{ProbeStatus, SelfStats, Status},
 };
@@ -80,65 +77,6 @@ pub const LATENCY_BUCKETS_NS: &[u64] = &[
     1 << 26,
     1 << 27,
 ];
-
-/// Bounded device labels. The first `max` devices seen keep their name for
-/// the life of the process (a label never moves, so every series stays
-/// monotonic); later ones are reported as `device="other"` and counted once
-/// each in `gpudirect_devices_folded_total`.
-#[derive(Debug)]
-pub struct DeviceLabels {
-    max: usize,
-    admitted: HashSet<Arc<str>>,
-    folded: HashSet<Arc<str>>,
-}
-
-impl DeviceLabels {
-    pub fn new(max: usize) -> Self {
-        Self {
-            max,
-            admitted: HashSet::new(),
-            folded: HashSet::new(),
-        }
-    }
-
-    /// The label value for the device the aggregator calls `device`.
-    pub fn label(&mut self, device: &str) -> Arc<str> {
-        let name = label_name(device);
-        if let Some(l) = self.admitted.get(name) {
-            return l.clone();
-        }
-        if name != OTHER_DEVICE && self.admitted.len() < self.max && !self.folded.contains(name) {
-            let l: Arc<str> = Arc::from(name);
-            self.admitted.insert(l.clone());
-            return l;
-        }
-        if !self.folded.contains(name) {
-            self.folded.insert(Arc::from(name));
-        }
-        Arc::from(OTHER_DEVICE)
-    }
-
-    /// Distinct devices folded into `device="other"` so far.
-    pub fn folded(&self) -> u64 {
-        self.folded.len() as u64
-    }
-}
-
-/// Label values carry no addresses and no spaces: the unattributed IOMMU row
-/// becomes `unattributed`, devices whose name could not be read (shown as
-/// `dev@<address>` elsewhere) become `unnamed`, faults without a device
-/// (`-`) `unknown`.
-fn label_name(device: &str) -> &str {
-    if device == UNATTRIBUTED {
-        "unattributed"
-    } else if device == "-" || device.is_empty() {
-        "unknown"
-    } else if device.starts_with("dev@") {
-        "unnamed"
-    } else {
-        device
-    }
-}
 
 /// Faults of one (device, source, reason): `Session::fault_counts`, i.e.
 /// the iommu:io_page_fault tracepoint and the kernel log decoders.
@@ -593,9 +531,12 @@ mod flight;
 pub mod gpu;
 #[path = "metrics_inval.rs"]
 mod inval;
+#[path = "metrics_labels.rs"]
+mod labels;
 #[path = "metrics_misuse.rs"]
 mod misuse;
 pub use gpu::{ContainerLabels, DEFAULT_MAX_CONTAINERS, HOST_CONTAINER, OTHER_CONTAINER};
+pub use labels::DeviceLabels;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

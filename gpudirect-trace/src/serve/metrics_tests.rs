@@ -1,7 +1,9 @@
+use std::sync::Arc;
+
 use gpudirect_trace_common::{kind, op, Event, LatHist, XidEvent, LAT_BUCKETS, XID_MSG_LEN};
 
 use super::*;
-use crate::{decode::Record, ebpf::Status};
+use crate::{aggregate::UNATTRIBUTED, decode::Record, ebpf::Status};
 
 fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
     Record::Event(Event {
