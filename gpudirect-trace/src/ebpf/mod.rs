@@ -27,7 +27,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::{
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{MapData, RingBuf},
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
@@ -275,23 +275,9 @@ impl Tracer {
                 plan_opts,
                 load_errors.get(spec.program).map(String::as_str),
             );
-            let (status, reason) = match step {
-                plan::TpStep::Decided(status, reason) => (status, reason),
-                plan::TpStep::Attach { btf_args } => plan::tracepoint_attached(
-                    &facts,
-                    spec,
-                    btf_args,
-                    tracepoints::attach(&mut ebpf, spec),
-                ),
-            };
-            probes.push(ProbeStatus {
-                name: spec.name,
-                kind: spec.kind.as_str(),
-                program: spec.program,
-                status,
-                reason,
-                hot: spec.hot,
-            });
+            probes.push(plan::tracepoint_outcome(&facts, spec, step, || {
+                tracepoints::attach(&mut ebpf, spec)
+            }));
         }
 
         let attached = timing::attach_all(
@@ -376,9 +362,7 @@ impl Tracer {
         &self,
         counters: impl IntoIterator<Item = (&'a CounterKey, &'a Counter)>,
     ) -> SelfStats {
-        let sum = |map: &PerCpuArray<MapData, u64>, i: u32| -> u64 {
-            map.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
-        };
+        let sum = maps::cpu_sum;
         // Every event counted in DEV_COUNTERS is a hit of its kind; HITS
         // holds the rest (kinds without counters, or a full counter map).
         let mut hits: Vec<u64> = (0..kind::COUNT).map(|k| sum(&self.maps.hits, k)).collect();

@@ -287,6 +287,29 @@ pub fn tracepoint_attached(
     }
 }
 
+/// A catalog tracepoint's probe row: the plan's decision, or, where it
+/// says attach, the kernel's answer to `attach` (as `hook_outcome` is for
+/// the hooks).
+pub fn tracepoint_outcome(
+    facts: &Facts,
+    spec: &ProbeSpec,
+    step: TpStep,
+    attach: impl FnOnce() -> Result<(), Failure>,
+) -> ProbeStatus {
+    let (status, reason) = match step {
+        TpStep::Decided(status, reason) => (status, reason),
+        TpStep::Attach { btf_args } => tracepoint_attached(facts, spec, btf_args, attach()),
+    };
+    ProbeStatus {
+        name: spec.name,
+        kind: spec.kind.as_str(),
+        program: spec.program,
+        status,
+        reason,
+        hot: spec.hot,
+    }
+}
+
 /// How fentry/fexit would reach a hook's function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fentry {

@@ -67,18 +67,12 @@ fn outcome(k: &Kernel, opts: Options, fentry_errno: Option<i32>) -> Vec<ProbeSta
     let mut out: Vec<ProbeStatus> = CATALOG
         .iter()
         .map(|spec| {
-            let (status, reason) = match tracepoint(&facts, spec, opts, None) {
-                TpStep::Decided(s, r) => (s, r),
-                TpStep::Attach { btf_args } => tracepoint_attached(&facts, spec, btf_args, Ok(())),
-            };
-            ProbeStatus {
-                name: spec.name,
-                kind: spec.kind.as_str(),
-                program: spec.program,
-                status,
-                reason,
-                hot: spec.hot,
-            }
+            tracepoint_outcome(
+                &facts,
+                spec,
+                tracepoint(&facts, spec, opts, None),
+                || Ok(()),
+            )
         })
         .collect();
     let mut answers = Answers {
