@@ -61,3 +61,9 @@ impl Maps {
         })
     }
 }
+
+/// Slot `i` of a per-CPU counter array (`STATS`, `HITS`), summed over CPUs;
+/// 0 when unreadable.
+pub fn cpu_sum(map: &PerCpuArray<MapData, u64>, i: u32) -> u64 {
+    map.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0)
+}

@@ -20,17 +20,12 @@ impl Tracer {
     /// own recursion_misses, 6.7+, are the same skips, so they are left out).
     pub(super) fn missed_runs(&self) -> u64 {
         let via_tracefs = !self.kprobes.probes.is_empty();
-        let kprobe_missed = match (&self.kprobes.tracefs, via_tracefs) {
-            (Some(t), true) => {
+        let kprobe_missed = match &self.kprobes.tracefs {
+            Some(t) if via_tracefs => {
                 // Hits first, then runs (`kprobe_events::missed`).
                 let (hits, nmissed) =
                     super::kprobe_events::counts(t, &self.kprobes.probes).unwrap_or((0, 0));
-                let runs = self
-                    .maps
-                    .stats
-                    .get(&stat::KPROBE_RUNS, 0)
-                    .map(|v| v.iter().sum())
-                    .unwrap_or(0);
+                let runs = super::maps::cpu_sum(&self.maps.stats, stat::KPROBE_RUNS);
                 if self.kprobes.through_pmu == 0 {
                     super::kprobe_events::missed(hits, nmissed, runs)
                 } else {
