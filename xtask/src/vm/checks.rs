@@ -268,14 +268,19 @@ pub fn vfio_after_unmap(series: &str, lines: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The JSON after `tag` on the last line that has it.
-pub fn tagged(lines: &[String], tag: &str) -> Result<Value> {
-    let line = lines
+/// What follows `tag` on the last console line that starts with it, trimmed.
+pub fn tagged_str<'a>(lines: &'a [String], tag: &str) -> Option<&'a str> {
+    lines
         .iter()
         .rev()
         .find_map(|l| l.trim().strip_prefix(tag))
-        .with_context(|| format!("no {tag:?} line in the output"))?;
-    serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
+        .map(str::trim)
+}
+
+/// The JSON after `tag` on the last line that has it.
+pub fn tagged(lines: &[String], tag: &str) -> Result<Value> {
+    let line = tagged_str(lines, tag).with_context(|| format!("no {tag:?} line in the output"))?;
+    serde_json::from_str(line).with_context(|| format!("{tag} line is not JSON"))
 }
 
 /// The file the scenario printed base64-encoded between markers.

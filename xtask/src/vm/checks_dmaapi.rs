@@ -136,23 +136,16 @@ pub fn kprobe_missed(series: &str, lines: &[String], fentry: &Value, kprobe: &Va
         let d = device(v, bdf)?;
         Ok((n(d, "maps"), n(d, "unmaps")))
     };
-    let tag = |t: &str| {
-        lines
-            .iter()
-            .rev()
-            .find_map(|l| l.trim().strip_prefix(t).map(str::trim))
-            .unwrap_or("")
-            .to_owned()
-    };
+    let tag = |t: &str| super::checks::tagged_str(lines, t).unwrap_or("");
     let made: u64 = tag("EVENTS ").parse().unwrap_or(0);
     ensure!(
         made > 0,
         "{series}: no gpudirect_trace kprobe events while tracing (EVENTS {made})"
     );
+    let (seen_f, seen_k) = (calls(fentry)?, calls(kprobe)?);
     ensure!(
-        calls(fentry)? == (32, 32),
-        "{series}: fentry tracer: edu maps/unmaps {:?}, want 32/32",
-        calls(fentry)?
+        seen_f == (32, 32),
+        "{series}: fentry tracer: edu maps/unmaps {seen_f:?}, want 32/32"
     );
     let d = device(kprobe, bdf)?;
     if d["dma_source"] == "tracepoints" {
@@ -160,18 +153,16 @@ pub fn kprobe_missed(series: &str, lines: &[String], fentry: &Value, kprobe: &Va
         // kprobes on the same calls miss the nested ones.
         let timed = |op: &str| d["latency_ns"][op]["count"].as_u64().unwrap_or(0);
         ensure!(
-            calls(kprobe)? == (32, 32) && (timed("dma_map"), timed("dma_unmap")) == (16, 16),
-            "{series}: kprobe tracer on dma:* tracepoints: edu maps/unmaps {:?}, timed {}/{}, \
+            seen_k == (32, 32) && (timed("dma_map"), timed("dma_unmap")) == (16, 16),
+            "{series}: kprobe tracer on dma:* tracepoints: edu maps/unmaps {seen_k:?}, timed {}/{}, \
              want 32/32 counted and the 16/16 outside the kprobe timed",
-            calls(kprobe)?,
             timed("dma_map"),
             timed("dma_unmap")
         );
     } else {
         ensure!(
-            calls(kprobe)? == (16, 16),
-            "{series}: kprobe tracer: edu maps/unmaps {:?}, want the 16/16 made outside the kprobe",
-            calls(kprobe)?
+            seen_k == (16, 16),
+            "{series}: kprobe tracer: edu maps/unmaps {seen_k:?}, want the 16/16 made outside the kprobe"
         );
     }
     let missed = n(kprobe, "missed_events");
@@ -184,7 +175,7 @@ pub fn kprobe_missed(series: &str, lines: &[String], fentry: &Value, kprobe: &Va
         left == "0",
         "{series}: {left} gpudirect_trace kprobe events left in kprobe_events after both tracers exited"
     );
-    let (m, u) = calls(kprobe)?;
+    let (m, u) = seen_k;
     eprintln!(
         "xtask: {series}: {bdf}: fentry 32/32, kprobe {m}/{u} ({}) with missed_events={missed} \
          ({made} tracefs kprobe events while tracing, none left)",

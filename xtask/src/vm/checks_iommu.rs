@@ -9,12 +9,7 @@ use super::qemu::Device;
 
 /// The value after `TAG ` on the last line that has it (`GROUP_TYPE bdf t`).
 fn tagged<'a>(lines: &'a [String], tag: &str) -> Result<&'a str> {
-    lines
-        .iter()
-        .rev()
-        .find_map(|l| l.trim().strip_prefix(tag))
-        .map(str::trim)
-        .with_context(|| format!("no {tag:?} line in the output"))
+    super::checks::tagged_str(lines, tag).with_context(|| format!("no {tag:?} line in the output"))
 }
 
 /// The default domain type the scenario read for `bdf` from sysfs, which

@@ -10,11 +10,7 @@ pub fn irq_context(series: &str, lines: &[String], v: Value) -> Result<()> {
     let n = |k: &str| v[k].as_u64().unwrap_or(0);
     let (maps, maps_irq) = (n("maps"), n("maps_in_interrupt"));
     let (unmaps, unmaps_irq) = (n("unmaps"), n("unmaps_in_interrupt"));
-    let probe = lines
-        .iter()
-        .rev()
-        .find_map(|l| l.trim().strip_prefix("PROBE "))
-        .unwrap_or("");
+    let probe = super::checks::tagged_str(lines, "PROBE ").unwrap_or("");
     let want = if series == "6.12" {
         "pcpu_hot.preempt_count"
     } else {

@@ -24,6 +24,7 @@ use clap::{Args, ValueEnum};
 
 use super::{
     boot, build_binaries,
+    checks::tagged,
     qemu::{Device, Iommu},
     BootOpts, RunSpec,
 };
@@ -180,16 +181,6 @@ fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
         .find(|v| v["devices"].is_array())
 }
 
-/// The JSON object on the last console line that starts with `tag`.
-fn tagged(lines: &[String], tag: &str) -> Result<serde_json::Value> {
-    let line = lines
-        .iter()
-        .rev()
-        .find_map(|l| l.trim().strip_prefix(tag))
-        .with_context(|| format!("no {tag:?} line in the output"))?;
-    serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
-}
-
 /// Host-side checks of a scenario's console output on kernel `series`.
 pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
@@ -225,17 +216,11 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             Ok(())
         }
         "doctor-vtd" => super::checks::doctor_vtd(series, lines),
-        "modes-agree" => {
-            let tagged = |tag: &str| -> Result<serde_json::Value> {
-                let line = lines
-                    .iter()
-                    .rev()
-                    .find_map(|l| l.trim().strip_prefix(tag))
-                    .with_context(|| format!("no {tag:?} line in the output"))?;
-                serde_json::from_str(line.trim()).with_context(|| format!("{tag} line is not JSON"))
-            };
-            super::checks::modes_agree(series, &tagged("STREAMING ")?, &tagged("AGGREGATE ")?)
-        }
+        "modes-agree" => super::checks::modes_agree(
+            series,
+            &tagged(lines, "STREAMING ")?,
+            &tagged(lines, "AGGREGATE ")?,
+        ),
         "vfio-after-unmap" => super::checks::vfio_after_unmap(series, lines),
         "nvme-dma-hooks" | "nvme-dma-hooks-vtd" => super::checks::nvme_dma_hooks(
             series,
