@@ -41,6 +41,7 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     })?;
     let k = &tracer.kernel;
+    let not_used = probes::not_used(k.tracefs.as_deref());
     if args.json {
         let doc = json!({
             "kernel": k.release,
@@ -49,11 +50,17 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
             "tracefs_error": k.tracefs_error,
             "probes": tracer.probes,
+            "not_used": not_used,
             "dma_plan": tracer.dma_plan,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
-        output::line(&probes::render(&tracer.probes, &k.release, k.btf.is_some()))?;
+        output::line(&probes::render(
+            &tracer.probes,
+            &not_used,
+            &k.release,
+            k.btf.is_some(),
+        ))?;
         output::line(&probes::dma_plan_text(&tracer.dma_plan))?;
         if let Some(e) = &k.tracefs_error {
             output::line(&format!("note: {}", clean(e)))?;
