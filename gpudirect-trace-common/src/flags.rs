@@ -24,3 +24,20 @@ pub const SCATTERLIST: u16 = 1 << 7;
 /// caller. Set only where the kernel's preempt count can be read
 /// (`Config::preempt_count_ptr`).
 pub const IN_INTERRUPT: u16 = 1 << 8;
+/// A record of the IOVA API (dma_iova_link/unlink/destroy/sync/free):
+/// `DMA_MAP` is a link, `DMA_UNMAP` an unlink (or a destroy, with
+/// `IOVA_DESTROY`).
+pub const IOVA: u16 = 1 << 9;
+/// dma_iova_destroy(): the `DMA_UNMAP` ends every link in `[addr, addr +
+/// size)`; the `IOVA_FREE` after it is the destroy's own free.
+pub const IOVA_DESTROY: u16 = 1 << 10;
+/// A link, unlink or sync past the end of its IOVA state's allocation
+/// (offset + size > the size dma_iova_try_alloc got): it maps, unmaps or
+/// syncs IOVA space the state does not own.
+pub const IOVA_OUT_OF_RANGE: u16 = 1 << 11;
+/// dma_alloc_noncontiguous() / dma_free_noncontiguous() (dma:dma_alloc_sgt,
+/// dma_free_sgt, 6.18+): an allocation of pages mapped as one range.
+pub const NONCONTIG: u16 = 1 << 12;
+/// The IOVA state bounced part of a link through swiotlb
+/// (DMA_IOVA_USE_SWIOTLB: an unaligned link on an untrusted device).
+pub const IOVA_SWIOTLB: u16 = 1 << 13;

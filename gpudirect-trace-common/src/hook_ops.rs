@@ -13,4 +13,7 @@ pub const COHERENT: u32 = 1 << 5;
 pub const SYNC: u32 = 1 << 6;
 /// Failed scatter-gather maps (the return value of the sg map functions).
 pub const MAP_SG_ERR: u32 = 1 << 7;
-pub const ALL: u32 = (1 << 8) - 1;
+/// The IOVA API (dma_iova_*, 6.17+): no tracepoint reports it, so the
+/// hooks are its only source.
+pub const IOVA: u32 = 1 << 8;
+pub const ALL: u32 = (1 << 9) - 1;

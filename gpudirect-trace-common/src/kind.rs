@@ -55,19 +55,50 @@ pub const QI_DESCRIPTOR: u16 = 25;
 /// 6.10+): `dev` = the tag's device, `dir` = class (type = the tag's
 /// type | the tracepoint << 4), bytes = pages asked for.
 pub const CACHE_TAG_FLUSH: u16 = 26;
+/// dma_iova_try_alloc() succeeded (the IOVA API, 6.17+: the block layer,
+/// RDMA, HMM and VFIO dma-buf map through it): `addr` = the IOVA space's
+/// base (`state->addr`), `size` = bytes allocated, `phys` = the phys
+/// argument (used by the kernel only for alignment). Links into it are
+/// `DMA_MAP` records with `flags::IOVA`, unlinks `DMA_UNMAP` with it, and
+/// dma_iova_destroy a `DMA_UNMAP` with `flags::IOVA_DESTROY` (every link in
+/// `[addr, addr + size)` ends; `phys` = the links it ended) followed by an
+/// `IOVA_FREE`.
+pub const IOVA_ALLOC: u16 = 27;
+/// dma_iova_free(), or the free inside dma_iova_destroy
+/// (`flags::IOVA_DESTROY`): `addr` = base, `size` = bytes allocated, `phys`
+/// = links still outstanding in it (a free with links is a driver bug).
+pub const IOVA_FREE: u16 = 28;
+/// dma_iova_sync(): `addr` = base + offset, `size` = bytes synced.
+pub const IOVA_SYNC: u16 = 29;
+/// Counter-only: dma_iova_try_alloc() returned false (the device does not
+/// use the IOMMU's DMA ops: the driver falls back to dma_map_*).
+pub const IOVA_DECLINED: u16 = 30;
+/// Counter-only: dma_need_unmap() returned false for the device (6.17+):
+/// the kernel may skip unmapping its streaming mappings (dma-direct with
+/// nothing to sync), so a map without an unmap is normal there.
+pub const UNMAP_NOT_NEEDED: u16 = 31;
 /// One past the largest kind: sizes per-kind counter arrays.
-pub const COUNT: u32 = 27;
+pub const COUNT: u32 = 32;
 
 /// Kinds that exist only as in-kernel counters, never as records.
 pub const fn is_counter_only(k: u16) -> bool {
     matches!(
         k,
-        SG_TRUNCATED | SG_UNMAP_TRUNCATED | QI_DESCRIPTOR | CACHE_TAG_FLUSH
+        SG_TRUNCATED
+            | SG_UNMAP_TRUNCATED
+            | QI_DESCRIPTOR
+            | CACHE_TAG_FLUSH
+            | IOVA_DECLINED
+            | UNMAP_NOT_NEEDED
     )
 }
 
 /// Counter-only kinds whose counts are not tracepoint hits (truncated
-/// walks count maps that were also counted as maps).
+/// walks count maps that were also counted as maps; the IOVA API's declined
+/// allocations and dma_need_unmap() answers are calls, not events).
 pub const fn is_hit(k: u16) -> bool {
-    !matches!(k, SG_TRUNCATED | SG_UNMAP_TRUNCATED)
+    !matches!(
+        k,
+        SG_TRUNCATED | SG_UNMAP_TRUNCATED | IOVA_DECLINED | UNMAP_NOT_NEEDED
+    )
 }

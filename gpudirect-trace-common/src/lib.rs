@@ -44,6 +44,9 @@ pub const DMA_MAPPING_ERROR: u64 = u64::MAX;
 /// `DMA_ATTR_MMIO` (6.18+): dma_map_phys of MMIO space (what
 /// dma_map_resource became).
 pub const DMA_ATTR_MMIO: u64 = 1 << 10;
+/// `DMA_IOVA_USE_SWIOTLB` (6.17+): the high bit of `dma_iova_state.__size`,
+/// set once a link bounced through swiotlb; the rest is the size.
+pub const DMA_IOVA_USE_SWIOTLB: u64 = 1 << 63;
 
 /// DMA-API records' `aux`: attributes (sync: entries; failed sg map: the
 /// error, as an i32) in the low 32 bits; with `Config::stacks`, the id of
@@ -92,6 +95,11 @@ pub const KIND_NAMES: [&str; kind::COUNT as usize] = [
     "iommu_invalidation",
     "qi_descriptor",
     "cache_tag_flush",
+    "iova_alloc",
+    "iova_free",
+    "iova_sync",
+    "iova_declined",
+    "unmap_not_needed",
 ];
 
 /// The name of event kind `k` ("unknown" outside the ABI).
@@ -211,6 +219,32 @@ pub struct MapValue {
     pub pid: u32,
     /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`.
     pub kind: u32,
+}
+
+/// Value of `IOVA_STATES`: one live IOVA-API state (a driver's `struct
+/// dma_iova_state`), from dma_iova_try_alloc (or its first link seen, for
+/// a state allocated before the trace began) to dma_iova_free/destroy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IovaState {
+    pub dev: u64,
+    /// `state->addr`: the IOVA space's base.
+    pub addr: u64,
+    /// Bytes allocated (`dma_iova_size(state)`).
+    pub size: u64,
+    /// When it was allocated (or first seen): lifetimes of the links a
+    /// destroy ends, in aggregate-only mode.
+    pub ts_ns: u64,
+    /// Bytes linked and not yet unlinked.
+    pub linked: u64,
+    /// Links made and not yet unlinked.
+    pub links: u32,
+    /// A dma_iova_link of this state is in flight: the unlink its error
+    /// path makes is the kernel's own clean-up, not a driver's unlink.
+    pub linking: u32,
+    /// The process that allocated it.
+    pub pid: u32,
+    pub _pad: u32,
 }
 
 /// Bits of `Event::flags`.
@@ -433,6 +467,10 @@ pub const COUNTER_SLOTS: u32 = 4;
 /// level came from them rather than from the dma:* tracepoints.
 pub const COUNTER_FROM_HOOK: u32 = 1 << 24;
 
+/// Bit of `CounterKey::kind` for the IOVA API's records (`flags::IOVA`):
+/// a device's links and unlinks, apart from its dma_map_* maps.
+pub const COUNTER_IOVA: u32 = 1 << 25;
+
 impl CounterKey {
     /// This key's slot in a CPU's counter cache (`COUNTER_CACHE`): device
     /// pointers differ above their low bits, kinds and directions in them.
@@ -467,12 +505,17 @@ impl CounterKey {
         self.kind & COUNTER_FROM_HOOK != 0
     }
 
+    /// Whether it counts IOVA-API links or unlinks.
+    pub fn iova(&self) -> bool {
+        self.kind & COUNTER_IOVA != 0
+    }
+
     /// The same counter with the slot summed away (userspace's view); the
-    /// source bit stays.
+    /// source bits stay.
     pub fn merged(&self) -> Self {
         Self {
             dev: self.dev,
-            kind: self.event_kind() as u32 | (self.kind & COUNTER_FROM_HOOK),
+            kind: self.event_kind() as u32 | (self.kind & (COUNTER_FROM_HOOK | COUNTER_IOVA)),
             dir: self.dir,
         }
     }
@@ -541,6 +584,7 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
 const _: () = assert!(core::mem::size_of::<MapValue>() == 24);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
+const _: () = assert!(core::mem::size_of::<IovaState>() == 56);
 
 #[cfg(test)]
 mod tests {
@@ -571,6 +615,9 @@ mod tests {
         assert!(!kind::is_counter_only(kind::IOMMU_INVAL));
         assert!(kind::is_hit(kind::CACHE_TAG_FLUSH) && !kind::is_hit(kind::SG_TRUNCATED));
         assert_eq!(kind_name(kind::IOMMU_INVAL), "iommu_invalidation");
+        assert_eq!(kind_name(kind::UNMAP_NOT_NEEDED), "unmap_not_needed");
+        assert!(kind::is_counter_only(kind::IOVA_DECLINED) && !kind::is_hit(kind::IOVA_DECLINED));
+        assert!(!kind::is_counter_only(kind::IOVA_ALLOC));
     }
 }
 
@@ -591,4 +638,5 @@ mod pod {
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::MapKey {}
     unsafe impl aya::Pod for super::MapValue {}
+    unsafe impl aya::Pod for super::IovaState {}
 }

@@ -48,8 +48,20 @@ pub const INVAL_TASKS_CAP: u32 = 16384;
 /// (aggregate-only mode).
 pub const INVAL_HIST: &str = "INVAL_HIST";
 pub const INVAL_HIST_CAP: u32 = 1024;
+/// Live IOVA-API states (`struct dma_iova_state *` -> `IovaState`): links
+/// per state, so that dma_iova_destroy counts the unmaps it makes.
+pub const IOVA_STATES: &str = "IOVA_STATES";
+pub const IOVA_STATES_CAP: u32 = 16384;
+/// The device argument of dma_need_unmap() in flight, per task, for its
+/// kretprobe (which sees only the return value).
+pub const NEED_UNMAP_ARGS: &str = "NEED_UNMAP_ARGS";
+pub const NEED_UNMAP_ARGS_CAP: u32 = 4096;
+/// Devices for which dma_need_unmap() said false: their DMA-API maps are
+/// not put into `MAPPINGS` (the kernel will not unmap them).
+pub const NO_UNMAP_DEVS: &str = "NO_UNMAP_DEVS";
+pub const NO_UNMAP_DEVS_CAP: u32 = 4096;
 /// Every map of the object.
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 23] = [
     EVENTS,
     STATS,
     HITS,
@@ -70,4 +82,7 @@ pub const ALL: [&str; 20] = [
     STACKS,
     INVAL_TASKS,
     INVAL_HIST,
+    IOVA_STATES,
+    NEED_UNMAP_ARGS,
+    NO_UNMAP_DEVS,
 ];

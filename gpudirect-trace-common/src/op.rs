@@ -33,7 +33,14 @@ pub const DMA_FREE: u32 = 23;
 pub const DMA_SYNC: u32 = 24;
 /// dma_map_sgtable where it does not call a hooked __dma_map_sg_attrs.
 pub const DMA_MAP_SGTABLE: u32 = 25;
-pub const COUNT: u32 = 26;
+/// The IOVA API (6.17+), one op per function.
+pub const DMA_IOVA_ALLOC: u32 = 26;
+pub const DMA_IOVA_LINK: u32 = 27;
+pub const DMA_IOVA_UNLINK: u32 = 28;
+pub const DMA_IOVA_SYNC: u32 = 29;
+pub const DMA_IOVA_FREE: u32 = 30;
+pub const DMA_IOVA_DESTROY: u32 = 31;
+pub const COUNT: u32 = 32;
 
 pub const NAMES: [&str; COUNT as usize] = [
     "dma_map",
@@ -62,4 +69,10 @@ pub const NAMES: [&str; COUNT as usize] = [
     "dma_free",
     "dma_sync",
     "dma_map_sgtable",
+    "dma_iova_try_alloc",
+    "dma_iova_link",
+    "dma_iova_unlink",
+    "dma_iova_sync",
+    "dma_iova_free",
+    "dma_iova_destroy",
 ];

@@ -25,4 +25,7 @@ pub const STACK_LOST: u32 = 7;
 /// program or a bpf() map call on that CPU) is nhit minus these runs. Linux
 /// before 6.7 counts such skips nowhere else.
 pub const KPROBE_RUNS: u32 = 8;
-pub const COUNT: u32 = 9;
+/// IOVA-API states not tracked because `IOVA_STATES` was full: their
+/// destroy then counts no unmaps for their links.
+pub const IOVA_STATES_FULL: u32 = 9;
+pub const COUNT: u32 = 10;

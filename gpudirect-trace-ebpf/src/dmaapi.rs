@@ -113,7 +113,7 @@ fn kept(o: u32, bit: u32) -> Option<[u64; 6]> {
 }
 
 #[inline(always)]
-fn read_u64(addr: u64) -> u64 {
+pub(crate) fn read_u64(addr: u64) -> u64 {
     // SAFETY: bpf_probe_read_kernel tolerates any address.
     unsafe { bpf_probe_read_kernel(addr as *const u64) }.unwrap_or(0)
 }
@@ -396,7 +396,7 @@ fn alloc_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
         } else {
             0
         };
-        dmarec::coherent(kind::DMA_ALLOC, a[0], ret, handle, a[1], true, s.stack());
+        dmarec::coherent(kind::DMA_ALLOC, a[0], ret, handle, a[1], 0, true, s.stack());
     }
 }
 
@@ -418,7 +418,7 @@ dma_hooks!(
 fn free_entry(a: &[u64; 6], s: Src) {
     // dma_free_attrs returns early for a NULL cpu_addr: nothing was freed.
     if a[2] != 0 && reports(hook_ops::COHERENT) {
-        dmarec::coherent(kind::DMA_FREE, a[0], a[2], a[3], a[1], true, s.stack());
+        dmarec::coherent(kind::DMA_FREE, a[0], a[2], a[3], a[1], 0, true, s.stack());
     }
 }
 
@@ -478,3 +478,6 @@ dma_hooks!(
 
 // The scatterlist hooks and their continuations.
 mod sg_hooks;
+
+// The IOVA API (6.17+) and dma_need_unmap.
+mod iova;

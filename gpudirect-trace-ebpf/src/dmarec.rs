@@ -128,18 +128,29 @@ pub fn map_sg_err(dev: u64, nents: u32, err: i64, dir: u32, hook: bool, stack: u
 }
 
 /// dma_alloc_attrs (`k` DMA_ALLOC) / dma_free_attrs (DMA_FREE): coherent
-/// memory at kernel address `virt`, DMA address `addr`. An allocation that
-/// returned NULL is a map error.
+/// memory at kernel address `virt`, DMA address `addr` (`extra`:
+/// `flags::NONCONTIG` for dma_alloc_noncontiguous, whose `virt` is its
+/// `struct sg_table *`). An allocation that returned NULL is a map error.
 #[inline(always)]
-pub fn coherent(k: u16, dev: u64, virt: u64, addr: u64, size: u64, hook: bool, stack: u64) {
+#[allow(clippy::too_many_arguments)]
+pub fn coherent(
+    k: u16,
+    dev: u64,
+    virt: u64,
+    addr: u64,
+    size: u64,
+    extra: u16,
+    hook: bool,
+    stack: u64,
+) {
     if k == kind::DMA_ALLOC && virt == 0 {
-        let mut ev = new(kind::DMA_MAP_ERR, dev, flags::COHERENT, hook);
+        let mut ev = new(kind::DMA_MAP_ERR, dev, flags::COHERENT | extra, hook);
         ev.size = size;
         ev.aux = stack;
         rare(&mut ev, hook);
         return;
     }
-    let mut ev = new(k, dev, flags::COHERENT, hook);
+    let mut ev = new(k, dev, flags::COHERENT | extra, hook);
     ev.phys = virt;
     ev.addr = addr;
     ev.size = size;

@@ -13,7 +13,7 @@ use aya_ebpf::{
 };
 use gpudirect_trace_common::{
     flags, kind, maps, stat, Config, Counter, CounterKey, CpuState, Event, COUNTER_FROM_HOOK,
-    COUNTER_SLOTS, PREEMPT_IRQ_MASK,
+    COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_IRQ_MASK,
 };
 
 use crate::device::remember_device;
@@ -364,12 +364,29 @@ pub fn add_counter_atomic(ev: &Event) {
     }
 }
 
+/// `add_counter_atomic` for an event that stands for `n` operations (a
+/// dma_iova_destroy ends every link of its state): `n` counts, the event's
+/// bytes once.
+#[inline(always)]
+pub fn add_counter_atomic_n(ev: &Event, n: u64) {
+    if let Some(c) = counter(ev, COUNTER_SLOTS - 1) {
+        // SAFETY: map value pointer; fields are u64.
+        unsafe {
+            atomic_add(core::ptr::addr_of_mut!((*c).count), n);
+            atomic_add(core::ptr::addr_of_mut!((*c).bytes), ev.size);
+        }
+    }
+}
+
 /// The key of the event's counter in nesting copy `slot`.
 #[inline(always)]
 fn counter_key(ev: &Event, slot: u32) -> CounterKey {
     let mut key = CounterKey::new(ev.dev, ev.kind, slot, ev.dir);
     if ev.flags & flags::FROM_HOOK != 0 {
         key.kind |= COUNTER_FROM_HOOK;
+    }
+    if ev.flags & flags::IOVA != 0 {
+        key.kind |= COUNTER_IOVA;
     }
     key
 }
@@ -417,6 +434,12 @@ pub fn emit_hot(ev: &mut Event) {
 #[inline(always)]
 pub fn emit_hot_any(ev: &mut Event) {
     add_counter_atomic(ev);
+    stream_hot(ev, cpu_state());
+}
+
+/// Streams a hot event already counted (`add_counter_atomic_n`).
+#[inline(always)]
+pub fn stream_hot_any(ev: &mut Event) {
     stream_hot(ev, cpu_state());
 }
 

@@ -30,6 +30,20 @@ use crate::{
 #[map]
 static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(maps::MAPPINGS_CAP, 0);
 
+/// Devices whose streaming mappings the kernel does not unmap
+/// (dma_need_unmap() said false, 6.17+): never tracked, or the table would
+/// fill with mappings that never end.
+#[map]
+static NO_UNMAP_DEVS: HashMap<u64, u32> = HashMap::with_max_entries(maps::NO_UNMAP_DEVS_CAP, 0);
+
+/// Notes that the kernel will not unmap `dev`'s mappings.
+#[inline(always)]
+pub fn unmaps_not_needed(dev: u64) {
+    if cfg_track_lifetimes() && NO_UNMAP_DEVS.get_ptr(&dev).is_none() {
+        let _ = NO_UNMAP_DEVS.insert(&dev, &1, 0);
+    }
+}
+
 /// The table key of a DMA-API map or unmap event, when the table is in use
 /// and the event names its device.
 #[inline(always)]
@@ -43,6 +57,9 @@ fn key_of(ev: &Event) -> Option<MapKey> {
 #[inline(always)]
 pub fn mapped(ev: &Event) {
     let Some(key) = key_of(ev) else { return };
+    if NO_UNMAP_DEVS.get_ptr(&ev.dev).is_some() {
+        return;
+    }
     let value = MapValue {
         // SAFETY: helper without preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },

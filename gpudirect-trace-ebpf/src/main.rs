@@ -254,7 +254,51 @@ pub fn dma_free(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
     let stack = stacks::take(ctx.as_ptr());
-    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), false, stack);
+    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), 0, false, stack);
+    0
+}
+
+/// dma:dma_alloc_sgt_err (6.18+; the dma_alloc TP_PROTO, virt NULL): a
+/// dma_alloc_noncontiguous() that failed.
+#[raw_tracepoint]
+pub fn dma_alloc_sgt_err(ctx: RawTracePointContext) -> i32 {
+    let stack = stacks::take(ctx.as_ptr());
+    let (dev, size) = (arg(&ctx, 0), arg(&ctx, 3));
+    dmarec::coherent(kind::DMA_ALLOC, dev, 0, 0, size, flags::NONCONTIG, false, stack);
+    0
+}
+
+/// dma:dma_alloc_sgt(struct device *dev, struct sg_table *sgt, size_t size,
+/// enum dma_data_direction dir, gfp_t flags, unsigned long attrs) and
+/// dma:dma_free_sgt(dev, sgt, size, dir) (6.18+): dma_alloc_noncontiguous()
+/// memory, mapped as one range (the kernel sets `sgt->nents` to 1) at the
+/// first entry's DMA address.
+#[raw_tracepoint]
+pub fn dma_alloc_sgt(ctx: RawTracePointContext) -> i32 {
+    noncontig_event(&ctx, kind::DMA_ALLOC)
+}
+
+#[raw_tracepoint]
+pub fn dma_free_sgt(ctx: RawTracePointContext) -> i32 {
+    noncontig_event(&ctx, kind::DMA_FREE)
+}
+
+#[inline(always)]
+fn noncontig_event(ctx: &RawTracePointContext, k: u16) -> i32 {
+    let off = config().offsets;
+    let (dev, sgt, size) = (arg(ctx, 0), arg(ctx, 1), arg(ctx, 2));
+    let sgl = if sgt == 0 {
+        0
+    } else {
+        dmaapi::read_u64(sgt + off.sgt_sgl as u64)
+    };
+    let addr = if sgl == 0 {
+        0
+    } else {
+        dmaapi::read_u64(sgl + off.sg_dma_address as u64)
+    };
+    let stack = stacks::take(ctx.as_ptr());
+    dmarec::coherent(k, dev, sgt, addr, size, flags::NONCONTIG, false, stack);
     0
 }
 

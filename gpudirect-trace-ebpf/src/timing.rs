@@ -306,18 +306,30 @@ pub fn log2(mut v: u64) -> u32 {
 
 #[inline(always)]
 pub fn record_latency(dev: u64, o: u32, ns: u64) {
+    record_latency_n(dev, o, ns, 1);
+}
+
+/// `n` samples of `ns` for (device, op): the links one dma_iova_destroy ends.
+#[inline(always)]
+pub fn record_latency_n(dev: u64, o: u32, ns: u64, n: u64) {
     let key = LatKey {
         dev,
         op: o,
         _pad: 0,
     };
-    add_to_hist(&LAT_HIST, &key, ns);
+    add_to_hist_n(&LAT_HIST, &key, ns, n);
 }
 
 /// Adds `ns` to `key`'s log2 histogram in `map` (LAT_HIST, INVAL_HIST),
 /// creating it empty first.
 #[inline(always)]
 pub fn add_to_hist<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64) {
+    add_to_hist_n(map, key, ns, 1);
+}
+
+/// `add_to_hist` of `n` samples of `ns` at once.
+#[inline(always)]
+pub fn add_to_hist_n<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64, n: u64) {
     let mut b = log2(ns) as usize;
     if b >= LAT_BUCKETS {
         b = LAT_BUCKETS - 1;
@@ -335,15 +347,15 @@ pub fn add_to_hist<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64) {
         // SAFETY: this CPU's value; fentry programs may be preempted, hence
         // atomic adds.
         unsafe {
-            atomic_add(core::ptr::addr_of_mut!((*h).count), 1);
-            atomic_add(core::ptr::addr_of_mut!((*h).sum_ns), ns);
+            atomic_add(core::ptr::addr_of_mut!((*h).count), n);
+            atomic_add(core::ptr::addr_of_mut!((*h).sum_ns), ns.wrapping_mul(n));
             // A racing max may keep the smaller of two values: acceptable for
             // a maximum, unlike a lost count.
             if ns > (*h).max_ns {
                 (*h).max_ns = ns;
             }
             if b < LAT_BUCKETS {
-                atomic_add(core::ptr::addr_of_mut!((*h).buckets[b]), 1);
+                atomic_add(core::ptr::addr_of_mut!((*h).buckets[b]), n);
             }
         }
     }

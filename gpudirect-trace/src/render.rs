@@ -161,6 +161,48 @@ pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
         );
     }
     for d in devices {
+        if d.dma_sources.len() > 1 || d.dma_sources.contains_key("iova") {
+            let per: Vec<String> = d
+                .dma_sources
+                .iter()
+                .map(|(op, src)| format!("{op} {src}"))
+                .collect();
+            let _ = writeln!(s, "note: {}: DMA-API operations from: {}", d.device, per.join(", "));
+        }
+        if let Some(v) = &d.iova {
+            let _ = writeln!(
+                s,
+                "note: {}: IOVA API (dma_iova_*): {} allocations ({}), {} links ({}), {} unlinks,                  {} syncs, {} frees{}{}",
+                d.device,
+                v.allocs,
+                bytes(v.alloc_bytes),
+                v.links,
+                bytes(v.link_bytes),
+                v.unlinks,
+                v.syncs,
+                v.frees,
+                if v.declined > 0 {
+                    format!(", {} declined (fell back to dma_map_*)", v.declined)
+                } else {
+                    String::new()
+                },
+                if v.out_of_range > 0 {
+                    format!(", {} PAST THEIR ALLOCATION", v.out_of_range)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if d.dma.unmaps_skipped > 0 || d.unmap_not_needed > 0 {
+            let _ = writeln!(
+                s,
+                "note: {}: the kernel skips this device's unmaps (dma_need_unmap() said false {}                  times): {} mappings ({}) were not unmapped, by design; they are not                  outstanding and not leaks",
+                d.device,
+                d.unmap_not_needed,
+                d.dma.unmaps_skipped,
+                bytes(d.dma.unmaps_skipped_bytes)
+            );
+        }
         if d.sg_truncated + d.sg_unmap_truncated > 0 {
             let _ = writeln!(
                 s,

@@ -69,10 +69,18 @@ impl Aggregator {
             let mut sg_maps = 0u64;
             let mut hits = 0u64;
             let (mut truncated, mut unmap_truncated, mut syncs) = (0u64, 0u64, (0u64, 0u64));
+            let mut iova: BTreeMap<(u16, bool), (u64, u64)> = BTreeMap::new();
             for (k, c) in list {
-                hits = hits.saturating_add(c.count);
                 let k16 = k.kind as u16;
-                d.dma_api.note_source(k16, k.from_hook());
+                if kind::is_hit(k16) {
+                    hits = hits.saturating_add(c.count);
+                }
+                d.dma_api.note_source(k16, k.from_hook(), k.iova(), false);
+                if k.iova() || matches!(k16, kind::IOVA_DECLINED | kind::UNMAP_NOT_NEEDED) {
+                    let e = iova.entry((k16, k.iova())).or_default();
+                    e.0 = e.0.saturating_add(c.count);
+                    e.1 = e.1.saturating_add(c.bytes);
+                }
                 match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
                         dma.0 = dma.0.saturating_add(c.count);
@@ -123,6 +131,10 @@ impl Aggregator {
             let x = &mut d.dma_api;
             (x.sg_truncated, x.sg_unmap_truncated) = (truncated, unmap_truncated);
             (x.syncs, x.sync_bytes) = syncs;
+            x.set_iova_counters(&iova);
+            if x.unmap_not_needed > 0 {
+                d.dma.skip_unmaps();
+            }
             for (level, (m, u, bm, bu)) in [
                 (&mut d.dma, dma),
                 (&mut d.iommu, iommu),

@@ -38,6 +38,11 @@ pub struct Level {
     pub unmatched_unmaps: u64,
     /// Mappings and outstanding bytes by the pid that made them.
     pub procs: Procs,
+    /// The kernel does not unmap this level's mappings (dma_need_unmap()
+    /// said false): they are counted here, never outstanding or leaks.
+    pub unmaps_skipped: bool,
+    pub skipped: u64,
+    pub skipped_bytes: u64,
 }
 
 impl Default for Level {
@@ -57,6 +62,9 @@ impl Default for Level {
             untracked: 0,
             unmatched_unmaps: 0,
             procs: Procs::default(),
+            unmaps_skipped: false,
+            skipped: 0,
+            skipped_bytes: 0,
         }
     }
 }
@@ -92,6 +100,12 @@ impl Level {
         for s in entry_sizes {
             record(&mut self.sizes, s);
             self.max_size = self.max_size.max(s);
+        }
+        if self.unmaps_skipped {
+            self.skipped += 1;
+            self.skipped_bytes = self.skipped_bytes.saturating_add(size);
+            self.procs.map(pid, size, ts_ns, false);
+            return;
         }
         if self.outstanding.len() >= MAX_TRACKED {
             self.untracked += 1;
@@ -151,6 +165,48 @@ impl Level {
             }
             None => self.unmatched_unmaps += 1,
         }
+    }
+
+    /// Unmaps `[addr, addr + size)` of an IOVA space (dma_iova_unlink, or
+    /// dma_iova_destroy ending all its links): every mapping starting in
+    /// the range ends, each an unmap with its own lifetime. An IOVA range
+    /// is the device's alone, so no other mapping starts inside it.
+    pub fn unmap_each(&mut self, addr: u64, size: u64, ts_ns: u64) {
+        self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
+        let end = addr.saturating_add(size.max(1));
+        let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
+        if starts.is_empty() {
+            self.unmaps += 1;
+            self.unmatched_unmaps += 1;
+            return;
+        }
+        for a in starts {
+            if let Some(m) = self.outstanding.remove(&a) {
+                self.unmaps += 1;
+                self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
+                self.procs.unmapped(m.pid, m.size, ts_ns);
+                let life = ts_ns.saturating_sub(m.ts_ns);
+                record(&mut self.lifetimes, life);
+                self.max_lifetime = self.max_lifetime.max(life);
+            }
+        }
+    }
+
+    /// From now on the kernel skips this level's unmaps: what is
+    /// outstanding is counted as skipped, and new mappings are not tracked.
+    pub fn skip_unmaps(&mut self) {
+        if self.unmaps_skipped {
+            return;
+        }
+        self.unmaps_skipped = true;
+        for (_, m) in std::mem::take(&mut self.outstanding) {
+            self.skipped += 1;
+            self.skipped_bytes = self.skipped_bytes.saturating_add(m.size);
+            self.procs.forget(m.pid, m.size);
+        }
+        self.skipped += self.untracked;
+        self.untracked = 0;
+        self.outstanding_bytes = 0;
     }
 
     /// Replaces the outstanding set with `maps` (addr, size, ts_ns, pid):
@@ -219,6 +275,8 @@ impl Level {
             },
             outstanding_mappings: self.outstanding.len() as u64 + self.untracked,
             outstanding_bytes: self.outstanding_bytes,
+            unmaps_skipped: self.skipped,
+            unmaps_skipped_bytes: self.skipped_bytes,
         }
     }
 }
@@ -258,6 +316,16 @@ pub struct LevelSnapshot {
     pub lifetime_ns: Percentiles,
     pub outstanding_mappings: u64,
     pub outstanding_bytes: u64,
+    /// Mappings the kernel did not unmap because it need not
+    /// (dma_need_unmap() false): neither outstanding nor leaks.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmaps_skipped: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmaps_skipped_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Bytes that histograms may grow by on this thread, all together, once

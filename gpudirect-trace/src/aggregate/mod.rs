@@ -32,7 +32,7 @@ use crate::{
 };
 
 pub use self::{
-    dma_api::DmaApiStats,
+    dma_api::{DmaApiStats, IovaSnapshot},
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{
         hist_clamped, limit_hist_growth, record, record_within, Level, LevelSnapshot, LongLived,
@@ -258,6 +258,11 @@ impl Aggregator {
                     *b = b.saturating_add(ev.size);
                 }
             }
+            // An IOVA unlink or destroy ends every link in its range.
+            kind::DMA_UNMAP if ev.flags & flags::IOVA != 0 => {
+                d.dma.unmap_each(ev.addr, ev.size, ev.ts_ns);
+                d.note_unmap(ev, ev.size, MapLevel::DmaApi);
+            }
             kind::DMA_UNMAP => {
                 d.dma.unmap_handle(ev.addr, ev.size, ev.ts_ns);
                 d.note_unmap(ev, ev.size, MapLevel::DmaApi);
@@ -425,6 +430,9 @@ impl Aggregator {
                 0.0
             };
             d.events_at_last_snapshot = d.events;
+            if d.dma_api.unmap_not_needed > 0 {
+                d.dma.skip_unmaps();
+            }
             let mut dma = d.dma.snapshot();
             if dma.lifetime_ns.count == 0 {
                 if let Some(l) = kernel_tables::kernel_lifetimes(&d.kernel_latency) {
@@ -481,6 +489,9 @@ impl Aggregator {
                 device: name.to_string(),
                 level,
                 dma_source: d.dma_api.source(),
+                dma_sources: d.dma_api.sources(),
+                iova: d.dma_api.iova_snapshot(),
+                unmap_not_needed: d.dma_api.unmap_not_needed,
                 maps: primary.maps,
                 unmaps: primary.unmaps,
                 bytes_mapped: primary.bytes_mapped,
@@ -538,3 +549,5 @@ pub fn fault_access(flags: u64) -> &'static str {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_iova;

@@ -93,6 +93,14 @@ impl Procs {
         r.bucket(ts_ns).unmaps += 1;
     }
 
+    /// The mapping `owner` made will not be unmapped (the kernel skips it):
+    /// no longer outstanding, and no unmap either.
+    pub fn forget(&mut self, owner: u32, size: u64) {
+        let r = self.row(owner);
+        r.outstanding = r.outstanding.saturating_sub(1);
+        r.outstanding_bytes = r.outstanding_bytes.saturating_sub(size);
+    }
+
     /// Aggregate-only: the kernel's table is the truth about what is
     /// outstanding, per owner.
     pub fn set_outstanding(&mut self, rows: &HashMap<u32, (u64, u64)>) {

@@ -17,6 +17,17 @@ pub struct DeviceSnapshot {
     /// Where the DMA-API level came from: "tracepoints" (dma:*), "hooks"
     /// (fentry/kprobe on the DMA-API functions), both, or "none".
     pub dma_source: &'static str,
+    /// The source of each DMA-API operation seen (`catalog::DMA_OPS`
+    /// names: "map", "iova", ...): "tracepoint", "hook" or both.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub dma_sources: BTreeMap<&'static str, &'static str>,
+    /// The IOVA API (dma_iova_*, 6.17+), where the device used it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iova: Option<super::IovaSnapshot>,
+    /// dma_need_unmap() calls that said false for this device: the kernel
+    /// skips its unmaps (`dma.unmaps_skipped` counts those mappings).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unmap_not_needed: u64,
     pub maps: u64,
     pub unmaps: u64,
     pub bytes_mapped: u64,
@@ -79,6 +90,10 @@ pub struct DeviceSnapshot {
     /// outstanding bytes, then by bytes mapped. Outstanding bytes belong to
     /// the pid that made the mapping.
     pub processes: Vec<ProcessRow>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Rows of `DeviceSnapshot::processes`.

@@ -26,6 +26,23 @@ use gpudirect_trace_common::hook_ops;
 
 use super::TimingSpec;
 
+/// A hook on one function of the IOVA API (include/linux/dma-mapping.h,
+/// 6.17+): the block layer's NVMe path, RDMA ODP, HMM and VFIO dma-buf map
+/// through it, and no dma:* tracepoint fires for it.
+macro_rules! iova {
+    ($name:literal, $slot:literal, $func:literal) => {
+        TimingSpec {
+            name: $name,
+            slot: $slot,
+            candidates: &[$func],
+            available: "6.17+ (the IOVA API: block layer, RDMA ODP, HMM, VFIO dma-buf)",
+            dma_ops: hook_ops::IOVA,
+            layout: IOVA_STATE_LAYOUT,
+            ..TimingSpec::BASE
+        }
+    };
+}
+
 pub const DMA_API_TIMING: &[TimingSpec] = &[
     TimingSpec {
         name: "time:dma_map",
@@ -144,7 +161,29 @@ pub const DMA_API_TIMING: &[TimingSpec] = &[
         dma_ops: hook_ops::SYNC,
         ..TimingSpec::BASE
     },
+    iova!("time:dma_iova_try_alloc", "iova_alloc", "dma_iova_try_alloc"),
+    iova!("time:dma_iova_link", "iova_link", "dma_iova_link"),
+    iova!("time:dma_iova_sync", "iova_sync", "dma_iova_sync"),
+    iova!("time:dma_iova_unlink", "iova_unlink", "dma_iova_unlink"),
+    iova!("time:dma_iova_destroy", "iova_destroy", "dma_iova_destroy"),
+    iova!("time:dma_iova_free", "iova_free", "dma_iova_free"),
 ];
+
+/// Exit hook on dma_need_unmap() (6.17+): where it says false, the block
+/// layer skips the unmaps of the device's dma-direct mappings, so a map
+/// without an unmap is no leak there (`kind::UNMAP_NOT_NEEDED`).
+pub const NEED_UNMAP_LEARN: TimingSpec = TimingSpec {
+    name: "learn:dma_need_unmap",
+    slot: "need_unmap",
+    candidates: &["dma_need_unmap"],
+    available: "6.17+ (the block layer asks it before it skips unmaps of dma-direct mappings)",
+    ..TimingSpec::BASE
+};
+
+/// `struct dma_iova_state`'s layout the IOVA hooks read (6.17 to 7.1:
+/// `{ dma_addr_t addr; u64 __size; }`), checked in BTF before they attach.
+pub const IOVA_STATE_LAYOUT: &[(&str, &str, u32)] =
+    &[("dma_iova_state", "addr", 0), ("dma_iova_state", "__size", 8)];
 
 /// A DMA-API operation and the tracepoints that report it: every group must
 /// have one attached tracepoint for the tracepoints to be its source.
@@ -204,6 +243,13 @@ pub const DMA_OPS: &[DmaOp] = &[
         bit: hook_ops::COHERENT,
         name: "coherent",
         tracepoints: &[&["dma:dma_alloc"], &["dma:dma_free"]],
+        prefer_hook: false,
+    },
+    DmaOp {
+        bit: hook_ops::IOVA,
+        name: "iova",
+        // No tracepoint reports the IOVA API: the hooks are its only source.
+        tracepoints: &[],
         prefer_hook: false,
     },
     DmaOp {

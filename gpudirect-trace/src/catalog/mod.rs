@@ -13,7 +13,7 @@ use serde::Serialize;
 mod dma_api;
 mod inval;
 
-pub use dma_api::{dma_op_name, DMA_API_TIMING, DMA_OPS};
+pub use dma_api::{dma_op_name, DMA_API_TIMING, DMA_OPS, NEED_UNMAP_LEARN};
 pub use inval::{INTEL_TRACEPOINTS, INVAL_TIMING};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -143,8 +143,32 @@ pub const CATALOG: &[ProbeSpec] = &[
     tp("dma:dma_map_sg_err", "dma_map_sg_err", 5, "6.13+", "the time:dma_map_sg hook (return value)", false),
     tp("dma:dma_alloc", "dma_alloc", 4, "6.8+", "the time:dma_alloc hook", true),
     tp("dma:dma_alloc_pages", "dma_alloc", 4, "6.13+", "", true),
+    tp(
+        "dma:dma_alloc_sgt",
+        "dma_alloc_sgt",
+        3,
+        "6.18+ (dma_alloc_noncontiguous)",
+        "",
+        true,
+    ),
+    tp(
+        "dma:dma_alloc_sgt_err",
+        "dma_alloc_sgt_err",
+        4,
+        "6.18+ (dma_alloc_noncontiguous that failed)",
+        "",
+        false,
+    ),
     tp("dma:dma_free", "dma_free", 4, "6.8+", "the time:dma_free hook", true),
     tp("dma:dma_free_pages", "dma_free", 4, "6.13+", "", true),
+    tp(
+        "dma:dma_free_sgt",
+        "dma_free_sgt",
+        3,
+        "6.18+ (dma_free_noncontiguous)",
+        "",
+        true,
+    ),
     tp(
         "dma:dma_sync_single_for_cpu",
         "dma_sync_single_for_cpu",
@@ -228,6 +252,10 @@ pub struct TimingSpec {
     /// where a unit of that vendor exists (x86 kernels build several
     /// drivers in; only one runs).
     pub units: &'static [(&'static str, &'static str)],
+    /// Kernel structure members the programs read at fixed offsets:
+    /// (struct, member, offset). Where BTF says otherwise, the hooks are
+    /// not attached.
+    pub layout: &'static [(&'static str, &'static str, u32)],
 }
 
 impl TimingSpec {
@@ -243,6 +271,7 @@ impl TimingSpec {
         sg_walk: false,
         dma_ops: 0,
         units: &[],
+        layout: &[],
     };
 
     /// The slot (program base name) for `func`.

@@ -45,16 +45,20 @@ pub(super) fn dma_plan(
     let mut mask = 0;
     let mut plan = Vec::new();
     for op in catalog::DMA_OPS {
-        let by_tp = op
-            .tracepoints
-            .iter()
-            .all(|group| group.iter().any(|tp| attached(tp)));
+        // An operation no tracepoint reports (the IOVA API) is never theirs.
+        let by_tp = !op.tracepoints.is_empty()
+            && op
+                .tracepoints
+                .iter()
+                .all(|group| group.iter().any(|tp| attached(tp)));
         let hook = match source {
             DmaSource::Auto => !by_tp || (op.prefer_hook && hooked & op.bit != 0),
             DmaSource::Hooks => true,
             DmaSource::Tracepoints => false,
         };
-        if hook {
+        // Only hooks that exist are asked (the IOVA API has no tracepoint,
+        // and no hook either on a kernel that refuses them).
+        if hook && (hooked & op.bit != 0 || !attach) {
             mask |= op.bit;
         }
         let src = if by_tp && !(hook && hooked & op.bit != 0) {

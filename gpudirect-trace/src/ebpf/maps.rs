@@ -8,8 +8,8 @@ use aya::{
     Ebpf,
 };
 use gpudirect_trace_common::{
-    maps as names, Counter, CounterKey, CpuState, DeviceName, InvalKey, LatHist, LatKey, MapKey,
-    MapValue, TaskState,
+    maps as names, Counter, CounterKey, CpuState, DeviceName, InvalKey, IovaState, LatHist, LatKey,
+    MapKey, MapValue, TaskState,
 };
 
 pub struct Maps {
@@ -29,6 +29,8 @@ pub struct Maps {
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     pub tasks: HashMap<MapData, u32, TaskState>,
     pub mappings: HashMap<MapData, MapKey, MapValue>,
+    /// Live IOVA-API states (their links are outstanding mappings).
+    pub iova_states: HashMap<MapData, u64, IovaState>,
     /// Kernel stacks of DMA-API calls (`--stacks`).
     pub stacks: StackTraceMap<MapData>,
 }
@@ -57,6 +59,7 @@ impl Maps {
             invalidations: take(ebpf, names::INVAL_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,
+            iova_states: take(ebpf, names::IOVA_STATES)?,
             stacks: take(ebpf, names::STACKS)?,
         })
     }

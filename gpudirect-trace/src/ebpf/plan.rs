@@ -20,7 +20,7 @@ use super::{
 use crate::{
     catalog::{
         ProbeSpec, Provider, TimingSpec, ATTACH_LEARN, CATALOG, DMA_API_TIMING, FAULT_HANDLER,
-        INVAL_TIMING, NVIDIA_TIMING, TIMING,
+        INVAL_TIMING, NEED_UNMAP_LEARN, NVIDIA_TIMING, TIMING,
     },
     kernel::KernelInfo,
 };
@@ -61,6 +61,9 @@ pub struct Facts {
     /// The IOMMU units (/sys/class/iommu), sorted: a vendor's invalidation
     /// hook is attached only where a unit of its driver exists.
     pub iommu_units: Vec<String>,
+    /// Offsets in BTF of the (struct, member) pairs the hooks read at fixed
+    /// offsets (`TimingSpec::layout`); absent: BTF does not say.
+    pub layouts: BTreeMap<(&'static str, &'static str), u32>,
 }
 
 /// The timing hooks the loader attaches, in display order (`standin`: the
@@ -71,7 +74,7 @@ pub fn hook_specs(
     DMA_API_TIMING
         .iter()
         .chain(TIMING)
-        .chain([&FAULT_HANDLER, &ATTACH_LEARN])
+        .chain([&FAULT_HANDLER, &ATTACH_LEARN, &NEED_UNMAP_LEARN])
         .chain(NVIDIA_TIMING)
         .chain(INVAL_TIMING)
         .chain(standin)
@@ -98,7 +101,13 @@ impl Facts {
             })
             .collect();
         let mut functions = BTreeMap::new();
+        let mut layouts = BTreeMap::new();
         for spec in hook_specs(standin) {
+            for &(st, member, _) in spec.layout {
+                if let Some(off) = kernel.btf.as_ref().and_then(|b| b.member_offset(st, member)) {
+                    layouts.insert((st, member), off);
+                }
+            }
             for &f in spec.candidates.iter().chain(spec.unless) {
                 let func = Function {
                     btf: kernel.btf.as_ref().and_then(|b| {
@@ -127,6 +136,7 @@ impl Facts {
             ftrace_hint: hooks.ftrace_hint.clone(),
             kprobes: hooks.kprobes,
             iommu_units: hooks.iommu_units.clone(),
+            layouts,
         }
     }
 
@@ -376,6 +386,15 @@ pub fn hook(facts: &Facts, spec: &TimingSpec, attach: bool) -> HookPlan {
             spec.candidates.join(", ")
         ));
     };
+    if let Some((st, member, want, got)) = spec.layout.iter().find_map(|&(st, m, want)| {
+        let got = *facts.layouts.get(&(st, m))?;
+        (got != want).then_some((st, m, want, got))
+    }) {
+        return HookPlan::Unavailable(format!(
+            "struct {st}'s {member} is at offset {got} in this kernel's BTF; the programs \
+             read it at {want} (a layout they do not know)"
+        ));
+    }
     let slot = spec.slot_for(func);
     if !attach {
         return HookPlan::Verify { func, slot };

@@ -87,6 +87,7 @@ impl Kernel {
             ftrace_hint: self.ftrace_hint.map(str::to_owned),
             kprobes: self.kprobes,
             iommu_units: self.iommu_units.iter().map(|u| (*u).to_owned()).collect(),
+            layouts: BTreeMap::new(),
         }
     }
 }

@@ -143,9 +143,32 @@ impl Tracer {
 
     /// The kernel's table of outstanding DMA-API mappings (aggregate-only
     /// mode), by device name.
+    /// An IOVA-API state with live links counts as one mapping of the
+    /// bytes linked, at its base, from its allocation: its links are not
+    /// kept one by one in the kernel (a destroy ends them all at once).
     pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
-        let raw: Vec<(MapKey, MapValue)> =
+        let mut raw: Vec<(MapKey, MapValue)> =
             self.maps.mappings.iter().filter_map(Result::ok).collect();
+        raw.extend(
+            self.maps
+                .iova_states
+                .iter()
+                .filter_map(Result::ok)
+                .filter(|(_, s)| s.links > 0)
+                .map(|(_, s)| {
+                    let key = MapKey {
+                        dev: s.dev,
+                        addr: s.addr,
+                    };
+                    let value = MapValue {
+                        ts_ns: s.ts_ns,
+                        size: s.linked,
+                        pid: s.pid,
+                        kind: u32::from(gpudirect_trace_common::kind::DMA_MAP),
+                    };
+                    (key, value)
+                }),
+        );
         raw.into_iter()
             .map(|(k, v)| (self.device_name(k.dev), k, v))
             .collect()

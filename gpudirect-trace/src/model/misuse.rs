@@ -39,10 +39,21 @@ pub enum Check {
     MapFailure,
     /// A mapping of the kernel's own code or read-only data.
     KernelImage,
+    /// An IOVA-API link, unlink or sync past the end of its state's IOVA
+    /// allocation (the kernel does not check it).
+    IovaOutside,
+    /// dma_iova_unlink of IOVA space that is not linked.
+    IovaUnlinkUnlinked,
+    /// dma_iova_sync of IOVA space that is not linked.
+    IovaSyncUnlinked,
+    /// dma_iova_free (or dma_iova_destroy) leaving links behind.
+    IovaFreeLinked,
+    /// An IOVA state freed twice.
+    IovaDoubleFree,
 }
 
 impl Check {
-    pub const ALL: [Check; 13] = [
+    pub const ALL: [Check; 18] = [
         Check::DoubleUnmap,
         Check::UnmapSize,
         Check::UnmapDirection,
@@ -56,6 +67,11 @@ impl Check {
         Check::LeakAtUnbind,
         Check::MapFailure,
         Check::KernelImage,
+        Check::IovaOutside,
+        Check::IovaUnlinkUnlinked,
+        Check::IovaSyncUnlinked,
+        Check::IovaFreeLinked,
+        Check::IovaDoubleFree,
     ];
 
     /// The name used in JSON, metrics labels and `--trigger misuse:NAME`.
@@ -74,6 +90,11 @@ impl Check {
             Check::LeakAtUnbind => "leak-at-unbind",
             Check::MapFailure => "map-failure",
             Check::KernelImage => "kernel-image",
+            Check::IovaOutside => "iova-outside",
+            Check::IovaUnlinkUnlinked => "iova-unlink-unlinked",
+            Check::IovaSyncUnlinked => "iova-sync-unlinked",
+            Check::IovaFreeLinked => "iova-free-linked",
+            Check::IovaDoubleFree => "iova-double-free",
         }
     }
 
@@ -100,8 +121,26 @@ impl Check {
             Check::LeakAtUnbind => {
                 "device driver has pending DMA allocations while released from device"
             }
-            Check::MapFailure => return None,
+            Check::MapFailure
+            | Check::IovaOutside
+            | Check::IovaUnlinkUnlinked
+            | Check::IovaSyncUnlinked
+            | Check::IovaFreeLinked
+            | Check::IovaDoubleFree => return None,
             Check::KernelImage => "device driver maps memory from kernel text or rodata",
+        })
+    }
+
+    /// What the finding says where dma-debug has no check of its own (the
+    /// IOVA API came after it), in its manner.
+    pub fn own_wording(self) -> Option<&'static str> {
+        Some(match self {
+            Check::IovaOutside => "device driver links IOVA space outside its allocation",
+            Check::IovaUnlinkUnlinked => "device driver unlinks IOVA space it has not linked",
+            Check::IovaSyncUnlinked => "device driver syncs IOVA space it has not linked",
+            Check::IovaFreeLinked => "device driver frees IOVA space that is still linked",
+            Check::IovaDoubleFree => "device driver frees an IOVA state twice",
+            _ => return None,
         })
     }
 }
@@ -123,6 +162,8 @@ pub enum ApiClass {
     Resource,
     /// dma_alloc_coherent / dma_alloc_attrs.
     Coherent,
+    /// The IOVA API (dma_iova_try_alloc, dma_iova_link, ...: 6.17+).
+    Iova,
 }
 
 impl ApiClass {
@@ -133,6 +174,7 @@ impl ApiClass {
             ApiClass::ScatterGather => "scatter-gather",
             ApiClass::Resource => "resource",
             ApiClass::Coherent => "coherent",
+            ApiClass::Iova => "iova",
         }
     }
 }
@@ -211,7 +253,11 @@ pub struct Misuse {
 impl Misuse {
     /// The one line every view prints.
     pub fn text(&self) -> String {
-        let words = self.check.kernel_wording().unwrap_or(self.check.as_str());
+        let words = self
+            .check
+            .kernel_wording()
+            .or(self.check.own_wording())
+            .unwrap_or(self.check.as_str());
         let n = if self.count > 1 {
             format!(" ({} calls)", self.count)
         } else {

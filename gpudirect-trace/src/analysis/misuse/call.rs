@@ -49,6 +49,10 @@ impl DmaCall {
     /// carry stack ids (`--stacks`).
     pub fn from_record(r: &Record, stacks: bool) -> Option<DmaCall> {
         let ev = r.event();
+        // The IOVA API has rules of its own (iova.rs).
+        if ev.flags & flags::IOVA != 0 {
+            return None;
+        }
         let resource = ev.flags & flags::RESOURCE != 0;
         let sg = ev.flags & flags::SCATTERLIST != 0;
         let (op, class, api) = match (r, ev.kind) {

@@ -21,9 +21,12 @@
 mod bench;
 mod call;
 mod handles;
+mod iova;
 mod lines;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_iova;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -96,6 +99,8 @@ pub struct Checker {
     /// Records carry kernel stack ids (`--stacks`).
     stacks: bool,
     devices: HashMap<Arc<str>, Handles>,
+    /// The IOVA API's spaces and links (iova.rs).
+    iova: HashMap<Arc<str>, iova::DeviceIova>,
     lines: Lines,
     image: Vec<ImageRange>,
     drivers: HashMap<String, String>,
@@ -130,6 +135,9 @@ impl Checker {
 
     /// One record of the trace, in order.
     pub fn record(&mut self, record: &Record, device: &Arc<str>) {
+        if record.event().flags & gpudirect_trace_common::flags::IOVA != 0 {
+            return self.iova_record(record, device);
+        }
         if let Some(c) = DmaCall::from_record(record, self.stacks) {
             self.call(c, device);
         }
@@ -165,17 +173,23 @@ impl Checker {
     /// The device's driver let it go (unbind): what it still had mapped
     /// is a leak.
     pub fn unbind(&mut self, device: &Arc<str>, ts_ns: u64) {
-        let Some(h) = self.devices.get(device) else {
-            return;
-        };
-        let live = h.all_live();
-        let Some(oldest) = live.first() else { return };
-        let bytes: u64 = live.iter().map(|l| l.map.size).fold(0, u64::saturating_add);
+        let mut live: Vec<&DmaCall> = self
+            .devices
+            .get(device)
+            .map(|h| h.all_live().into_iter().map(|l| &l.map).collect())
+            .unwrap_or_default();
+        if let Some(d) = self.iova.get(device) {
+            live.extend(d.live_links());
+            live.sort_by_key(|c| c.ts_ns);
+        }
+        let Some(&oldest) = live.first() else { return };
+        let bytes: u64 = live.iter().map(|l| l.size).fold(0, u64::saturating_add);
+        let oldest = oldest.clone();
         let mut m = self.finding(
             Check::LeakAtUnbind,
             device,
             None,
-            &oldest.map.clone(),
+            &oldest,
             format!(
                 "[count={}] [bytes={bytes}] [unbound at {}]",
                 live.len(),
@@ -196,6 +210,7 @@ impl Checker {
             self.pending.clear();
             self.pending_counts.clear();
             self.devices.clear();
+            self.iova.clear();
             self.lines.clear();
             self.stats.resets += 1;
             return Vec::new();
