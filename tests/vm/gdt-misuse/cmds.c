@@ -279,5 +279,19 @@ const struct gdt_cmd gdt_cmds[] = {
 	CMD("sg-many", cmd_sg_many, "none (correct use; arg: entry count)"),
 	CMD("in-kprobe", cmd_in_kprobe,
 	    "none (correct use inside a kprobe handler; arg: pairs, default 8)"),
+#ifdef DMA_IOVA_USE_SWIOTLB /* the IOVA API (iova.c) */
+	CMD("iova-control", cmd_iova_control,
+	    "none (correct use of the IOVA API; VT-d, 6.17+)"),
+	CMD("iova-link-outside", cmd_iova_link_outside,
+	    "none in dma-debug (IOVA API: link past the state's allocation)"),
+	CMD("iova-unlink-unlinked", cmd_iova_unlink_unlinked,
+	    "none in dma-debug (IOVA API: unlink of unlinked space; the kernel WARNs)"),
+	CMD("iova-sync-unlinked", cmd_iova_sync_unlinked,
+	    "none in dma-debug (IOVA API: sync of unlinked space)"),
+	CMD("iova-free-linked", cmd_iova_free_linked,
+	    "none in dma-debug (IOVA API: free with links left)"),
+	CMD("iova-double-free", cmd_iova_double_free,
+	    "none in dma-debug (IOVA API: one state freed twice)"),
+#endif
 };
 const size_t gdt_ncmds = ARRAY_SIZE(gdt_cmds);

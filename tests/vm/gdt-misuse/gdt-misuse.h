@@ -85,6 +85,13 @@ int cmd_overlap_bidir(struct gdt_ctx *c, unsigned long arg);
 int cmd_overlap_skip_sync(struct gdt_ctx *c, unsigned long arg);
 int cmd_overlap_to_device(struct gdt_ctx *c, unsigned long arg);
 int cmd_in_kprobe(struct gdt_ctx *c, unsigned long arg);
+/* The IOVA API (iova.c: built where the headers have it, 6.17+). */
+int cmd_iova_control(struct gdt_ctx *c, unsigned long arg);
+int cmd_iova_link_outside(struct gdt_ctx *c, unsigned long arg);
+int cmd_iova_unlink_unlinked(struct gdt_ctx *c, unsigned long arg);
+int cmd_iova_sync_unlinked(struct gdt_ctx *c, unsigned long arg);
+int cmd_iova_free_linked(struct gdt_ctx *c, unsigned long arg);
+int cmd_iova_double_free(struct gdt_ctx *c, unsigned long arg);
 
 /* A zeroed page where the device can reach it (see gdt_dev.gfp). */
 static inline struct page *new_page(struct gdt_ctx *c)

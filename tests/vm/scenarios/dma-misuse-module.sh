@@ -195,6 +195,30 @@ for nents in 129 4096; do
         || fail "sg-many $nents: want bytes=$want mapped=$nents"
 done
 
+# The IOVA API (6.17+ headers, VT-d): correct use, then each of its rules
+# broken once (iova.c says how each is put right again).
+if grep -q '^iova-control' /sys/kernel/debug/gdt-misuse/commands; then
+    run_cmd iova-control
+    expect iova-control 15 0
+    grep -q 'verify cmd=iova-control edu iova ok' $MISUSE_LOG/iova-control || fail "iova-control: edu DMA through the IOVA API not verified"
+    run_cmd iova-link-outside
+    expect iova-link-outside 6 0
+    a=$(kv "$(call iova-link-outside 1)" addr)
+    is iova-link-outside 5 addr "0x$(printf %x $((a + 12288)))"
+    run_cmd iova-unlink-unlinked
+    expect iova-unlink-unlinked 4 0
+    is iova-unlink-unlinked 3 fn dma_iova_unlink
+    run_cmd iova-sync-unlinked
+    expect iova-sync-unlinked 4 0
+    is iova-sync-unlinked 3 size 8192
+    run_cmd iova-free-linked
+    expect iova-free-linked 4 0
+    is iova-free-linked 4 fn dma_iova_free
+    run_cmd iova-double-free
+    expect iova-double-free 4 0
+    same iova-double-free addr 3 4
+fi
+
 # The leak: two mappings outstanding when the driver lets go of the edu.
 run_cmd leak
 expect leak 2 0

@@ -66,6 +66,12 @@ const EXPECTED: &[(&str, u32, &str)] = &[
     ("overlap-bidir", 2, "cacheline-overlap"),
     ("map-text", 1, "kernel-image"),
     ("map-rodata", 1, "kernel-image"),
+    // The IOVA API (6.17+; absent from the driver on older headers).
+    ("iova-link-outside", 5, "iova-outside"),
+    ("iova-unlink-unlinked", 3, "iova-unlink-unlinked"),
+    ("iova-sync-unlinked", 3, "iova-sync-unlinked"),
+    ("iova-free-linked", 4, "iova-free-linked"),
+    ("iova-double-free", 4, "iova-double-free"),
 ];
 
 /// A finding as the check compares it.
