@@ -28,6 +28,14 @@ pub fn help(exported: &str) -> &'static str {
         }
         "gpudirect_dma_syncs_total" => "dma_sync_single/sg_for_cpu/device calls.",
         "gpudirect_dma_sync_bytes_total" => "Bytes covered by dma_sync_* calls.",
+        "gpudirect_iova_calls_total" => {
+            "IOVA-API calls (6.17+: dma_iova_try_alloc, _link, _unlink, _sync, _free), by op; \
+             op=unlink counts the links dma_iova_destroy ended."
+        }
+        "gpudirect_dma_unmaps_skipped_total" => {
+            "Streaming mappings the kernel did not unmap because dma_need_unmap() said it need \
+             not (6.17+ block layer on dma-direct): not outstanding, not leaks."
+        }
         "gpudirect_sg_truncated_total" => {
             "Scatter-gather maps (op=map) and unmaps whose list was not walked to its end \
              (--sg-walk-max or a kernel limit): the device's byte counts are lower bounds."

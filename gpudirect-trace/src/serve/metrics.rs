@@ -312,6 +312,23 @@ impl Model {
                 self.add("gpudirect_dma_syncs", Counter, None, l.clone(), n);
                 self.add("gpudirect_dma_sync", Counter, bytes(), l.clone(), b);
             }
+            let v = &x.iova;
+            for (op, n) in [
+                ("alloc", v.allocs),
+                ("declined", v.declined),
+                ("link", v.links),
+                ("unlink", v.unlinks),
+                ("sync", v.syncs),
+                ("free", v.frees),
+            ] {
+                if n > 0 {
+                    self.add("gpudirect_iova_calls", Counter, None, l1("op", op), n);
+                }
+            }
+            if d.dma.skipped > 0 {
+                let n = d.dma.skipped;
+                self.add("gpudirect_dma_unmaps_skipped", Counter, None, l.clone(), n);
+            }
             // Scatterlists not walked to the end: this device's byte counts
             // are lower bounds.
             for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
