@@ -26,6 +26,7 @@ pub mod gpu;
 pub mod hosttree;
 pub mod kernel;
 pub mod live;
+pub mod metrics;
 pub mod model;
 pub mod outfile;
 pub mod output;

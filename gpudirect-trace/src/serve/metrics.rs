@@ -17,11 +17,11 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use super::help::help;
 use crate::{
     aggregate::{Aggregator, DeviceStats},
     decode::{dir_name, kind_name},
     ebpf::{ProbeStatus, SelfStats, Status},
+    metrics::{self, Metric, Type},
 };
 
 /// The label that devices past `--max-devices` fold into.
@@ -159,21 +159,11 @@ impl HistogramValue {
 
 type Labels = Vec<(&'static str, String)>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Type {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
 /// One metric family. Samples with equal labels are summed (devices folded
 /// into `other`).
 #[derive(Clone, Debug)]
 struct Family {
-    name: &'static str,
-    help: &'static str,
-    unit: Option<Unit>,
-    kind: Type,
+    metric: &'static Metric,
     values: BTreeMap<Labels, u64>,
     /// Samples that are not whole numbers (seconds, rates).
     fvalues: BTreeMap<Labels, f64>,
@@ -207,19 +197,24 @@ impl Model {
         m
     }
 
-    fn family(&mut self, name: &'static str, kind: Type, unit: Option<Unit>) -> &mut Family {
-        let found = self
+    fn family(&mut self, metric: &'static Metric, labels: &Labels) -> &mut Family {
+        // The declaration says which labels every series has.
+        debug_assert!(
+            labels.iter().map(|(k, _)| *k).eq(metric.labels.iter().copied()),
+            "{}: labels {:?}, declared {:?}",
+            metric.exported(),
+            labels.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            metric.labels
+        );
+        let i = match self
             .families
             .iter()
-            .position(|f| f.name == name && f.unit == unit);
-        let i = match found {
+            .position(|f| std::ptr::eq(f.metric, metric))
+        {
             Some(i) => i,
             None => {
                 self.families.push(Family {
-                    name,
-                    help: help(&exported_name(name, unit.as_ref(), kind)),
-                    unit,
-                    kind,
+                    metric,
                     values: BTreeMap::new(),
                     fvalues: BTreeMap::new(),
                     histograms: BTreeMap::new(),
@@ -230,29 +225,27 @@ impl Model {
         &mut self.families[i]
     }
 
-    fn add(&mut self, name: &'static str, kind: Type, unit: Option<Unit>, l: Labels, v: u64) {
-        *self.family(name, kind, unit).values.entry(l).or_default() += v;
+    fn add(&mut self, m: &'static Metric, l: Labels, v: u64) {
+        *self.family(m, &l).values.entry(l).or_default() += v;
     }
 
-    fn add_f64(&mut self, name: &'static str, kind: Type, unit: Option<Unit>, l: Labels, v: f64) {
-        *self.family(name, kind, unit).fvalues.entry(l).or_default() += v;
+    fn add_f64(&mut self, m: &'static Metric, l: Labels, v: f64) {
+        *self.family(m, &l).fvalues.entry(l).or_default() += v;
     }
 
-    fn add_histogram(&mut self, name: &'static str, unit: Unit, l: Labels, h: &HistogramValue) {
-        let f = self.family(name, Type::Histogram, Some(unit));
+    fn add_histogram(&mut self, m: &'static Metric, l: Labels, h: &HistogramValue) {
+        let f = self.family(m, &l);
         f.histograms.entry(l).or_default().add(h);
     }
 
     fn add_devices(&mut self, agg: &Aggregator, labels: &mut DeviceLabels, streamed: bool) {
-        use Type::{Counter, Gauge};
-        let bytes = || Some(Unit::Bytes);
         for (name, d) in &agg.devices {
             let dev = labels.label(name).to_string();
             let l1 = |k: &'static str, v: &str| vec![("device", dev.clone()), (k, v.to_owned())];
             for (dir, &b) in d.bytes_by_dir.iter().enumerate() {
                 if b > 0 {
                     let l = l1("direction", dir_name(dir as u32));
-                    self.add("gpudirect_dma_map", Counter, bytes(), l, b);
+                    self.add(&metrics::dma::DMA_MAP_BYTES_TOTAL, l, b);
                 }
             }
             for (level, lv) in [
@@ -263,54 +256,36 @@ impl Model {
                 if lv.maps == 0 && lv.unmaps == 0 && lv.sizes.is_empty() {
                     continue;
                 }
-                self.add(
-                    "gpudirect_dma_maps",
-                    Counter,
-                    None,
-                    l1("level", level),
-                    lv.maps,
-                );
-                self.add(
-                    "gpudirect_dma_unmaps",
-                    Counter,
-                    None,
-                    l1("level", level),
-                    lv.unmaps,
-                );
+                self.add(&metrics::dma::DMA_MAPS_TOTAL, l1("level", level), lv.maps);
+                self.add(&metrics::dma::DMA_UNMAPS_TOTAL, l1("level", level), lv.unmaps);
                 if streamed {
                     let outstanding = lv.outstanding() as u64 + lv.untracked;
                     let l = l1("level", level);
-                    self.add(
-                        "gpudirect_mappings_outstanding",
-                        Gauge,
-                        None,
-                        l,
-                        outstanding,
-                    );
+                    self.add(&metrics::dma::MAPPINGS_OUTSTANDING, l, outstanding);
                     let (l, ob) = (l1("level", level), lv.outstanding_bytes);
-                    self.add("gpudirect_mappings_outstanding", Gauge, bytes(), l, ob);
+                    self.add(&metrics::dma::MAPPINGS_OUTSTANDING_BYTES, l, ob);
                 }
                 if !lv.sizes.is_empty() {
                     let h = HistogramValue::from_hdr(&lv.sizes, SIZE_BUCKETS, 1.0);
                     let l = l1("level", level);
-                    self.add_histogram("gpudirect_dma_map_size", Unit::Bytes, l, &h);
+                    self.add_histogram(&metrics::dma::DMA_MAP_SIZE_BYTES, l, &h);
                 }
             }
             let l = vec![("device", dev.clone())];
             if d.iommu.bytes_mapped > 0 {
                 let b = d.iommu.bytes_mapped;
-                self.add("gpudirect_iommu_map", Counter, bytes(), l.clone(), b);
+                self.add(&metrics::dma::IOMMU_MAP_BYTES_TOTAL, l.clone(), b);
             }
             if d.swiotlb_bounces > 0 {
                 let (n, b) = (d.swiotlb_bounces, d.swiotlb_bytes);
-                self.add("gpudirect_swiotlb_bounces", Counter, None, l.clone(), n);
-                self.add("gpudirect_swiotlb_bounced", Counter, bytes(), l.clone(), b);
+                self.add(&metrics::dma::SWIOTLB_BOUNCES_TOTAL, l.clone(), n);
+                self.add(&metrics::dma::SWIOTLB_BOUNCED_BYTES_TOTAL, l.clone(), b);
             }
             let x = &d.dma_api;
             if x.syncs > 0 {
                 let (n, b) = (x.syncs, x.sync_bytes);
-                self.add("gpudirect_dma_syncs", Counter, None, l.clone(), n);
-                self.add("gpudirect_dma_sync", Counter, bytes(), l.clone(), b);
+                self.add(&metrics::dma::DMA_SYNCS_TOTAL, l.clone(), n);
+                self.add(&metrics::dma::DMA_SYNC_BYTES_TOTAL, l.clone(), b);
             }
             let v = &x.iova;
             for (op, n) in [
@@ -322,26 +297,26 @@ impl Model {
                 ("free", v.frees),
             ] {
                 if n > 0 {
-                    self.add("gpudirect_iova_calls", Counter, None, l1("op", op), n);
+                    self.add(&metrics::dma::IOVA_CALLS_TOTAL, l1("op", op), n);
                 }
             }
             if d.dma.skipped > 0 {
                 let n = d.dma.skipped;
-                self.add("gpudirect_dma_unmaps_skipped", Counter, None, l.clone(), n);
+                self.add(&metrics::dma::DMA_UNMAPS_SKIPPED_TOTAL, l.clone(), n);
             }
             // Scatterlists not walked to the end: this device's byte counts
             // are lower bounds.
             for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
                 if n > 0 {
-                    self.add("gpudirect_sg_truncated", Counter, None, l1("op", op), n);
+                    self.add(&metrics::dma::SG_TRUNCATED_TOTAL, l1("op", op), n);
                 }
             }
             if d.map_errors > 0 {
-                self.add("gpudirect_dma_map_errors", Counter, None, l, d.map_errors);
+                self.add(&metrics::dma::DMA_MAP_ERRORS_TOTAL, l, d.map_errors);
             }
             for (xid, &n) in &d.xid_counts {
                 let l = l1("xid", &xid.to_string());
-                self.add("gpudirect_nvidia_xid", Counter, None, l, n);
+                self.add(&metrics::dma::NVIDIA_XID_TOTAL, l, n);
             }
             self.add_latency(&dev, d);
             self.add_invalidations(&dev, d);
@@ -367,7 +342,7 @@ impl Model {
                 ("device", dev.to_owned()),
                 ("op", op::NAMES[o as usize].to_owned()),
             ];
-            self.add_histogram("gpudirect_iommu_map_latency", Unit::Seconds, l, &v);
+            self.add_histogram(&metrics::dma::IOMMU_MAP_LATENCY_SECONDS, l, &v);
         }
     }
 
@@ -391,11 +366,11 @@ impl Model {
                 "nvidia-xid" => {}
                 "aer" => {
                     let l = vec![device, reason];
-                    self.add("gpudirect_pcie_aer_errors", Type::Counter, None, l, f.count);
+                    self.add(&metrics::dma::PCIE_AER_ERRORS_TOTAL, l, f.count);
                 }
                 source => {
                     let l = vec![device, ("source", source.to_owned()), reason];
-                    self.add("gpudirect_iommu_faults", Type::Counter, None, l, f.count);
+                    self.add(&metrics::dma::IOMMU_FAULTS_TOTAL, l, f.count);
                 }
             }
         }
@@ -408,11 +383,10 @@ impl Model {
         probes: &[ProbeStatus],
         labels: &DeviceLabels,
     ) {
-        use Type::{Counter, Gauge};
         for p in probes {
             let l = vec![("probe", p.name.to_owned()), ("kind", p.kind.to_owned())];
             let up = u64::from(p.status == Status::Attached);
-            self.add("gpudirect_probe_attached", Gauge, None, l, up);
+            self.add(&metrics::dma::PROBE_ATTACHED, l, up);
         }
         // Truncated walks are counted maps, not events of their own.
         let hit = |k: usize| gpudirect_trace_common::kind::is_hit(k as u16);
@@ -424,90 +398,63 @@ impl Model {
             .filter(|(k, _)| hit(*k))
         {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
-            self.add("gpudirect_events", Counter, None, l, n);
+            self.add(&metrics::dma::EVENTS_TOTAL, l, n);
         }
         let lost = stats.lost_events;
-        self.add(
-            "gpudirect_events_received",
-            Counter,
-            None,
-            vec![],
-            agg.events,
-        );
-        self.add("gpudirect_events_lost", Counter, None, vec![], lost);
+        self.add(&metrics::dma::EVENTS_RECEIVED_TOTAL, vec![], agg.events);
+        self.add(&metrics::dma::EVENTS_LOST_TOTAL, vec![], lost);
         let missed = stats.missed_events;
-        self.add("gpudirect_events_missed", Counter, None, vec![], missed);
+        self.add(&metrics::dma::EVENTS_MISSED_TOTAL, vec![], missed);
         let bad = agg.decode_errors;
-        self.add("gpudirect_events_undecodable", Counter, None, vec![], bad);
+        self.add(&metrics::dma::EVENTS_UNDECODABLE_TOTAL, vec![], bad);
         let nest = stats.timing_nest_full;
-        self.add("gpudirect_timings_skipped", Counter, None, vec![], nest);
+        self.add(&metrics::dma::TIMINGS_SKIPPED_TOTAL, vec![], nest);
         let stacks = stats.stacks_lost;
-        self.add("gpudirect_stacks_lost", Counter, None, vec![], stacks);
+        self.add(&metrics::dma::STACKS_LOST_TOTAL, vec![], stacks);
         let untracked = stats.mappings_untracked;
-        self.add(
-            "gpudirect_mappings_untracked",
-            Counter,
-            None,
-            vec![],
-            untracked,
-        );
+        self.add(&metrics::dma::MAPPINGS_UNTRACKED_TOTAL, vec![], untracked);
         let unmatched = stats.lifetime_unmatched;
-        self.add(
-            "gpudirect_unmaps_unmatched",
-            Counter,
-            None,
-            vec![],
-            unmatched,
-        );
+        self.add(&metrics::dma::UNMAPS_UNMATCHED_TOTAL, vec![], unmatched);
         let folded = labels.folded();
-        self.add("gpudirect_devices_folded", Counter, None, vec![], folded);
+        self.add(&metrics::dma::DEVICES_FOLDED_TOTAL, vec![], folded);
     }
 
     /// The metric names as exported (with unit and `_total` suffixes).
     pub fn exported_names(&self) -> Vec<String> {
-        let names = self.families.iter();
-        names
-            .map(|f| exported_name(f.name, f.unit.as_ref(), f.kind))
-            .collect()
+        self.families.iter().map(|f| f.metric.exported()).collect()
     }
-}
-
-fn exported_name(name: &str, unit: Option<&Unit>, kind: Type) -> String {
-    let mut n = name.to_owned();
-    if let Some(u) = unit {
-        n = format!("{n}_{}", u.as_str());
-    }
-    if kind == Type::Counter {
-        n.push_str("_total");
-    }
-    n
 }
 
 impl Collector for Model {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for f in &self.families {
-            let kind = match f.kind {
+            let d = f.metric;
+            let kind = match d.kind {
                 Type::Counter => MetricType::Counter,
                 Type::Gauge => MetricType::Gauge,
                 Type::Histogram => MetricType::Histogram,
             };
-            let mut m = encoder.encode_descriptor(f.name, f.help, f.unit.as_ref(), kind)?;
+            let unit = d.unit.map(|u| match u {
+                metrics::Unit::Bytes => Unit::Bytes,
+                metrics::Unit::Seconds => Unit::Seconds,
+            });
+            let mut m = encoder.encode_descriptor(d.name, d.help, unit.as_ref(), kind)?;
             for (l, h) in &f.histograms {
                 m.encode_family(l)?
                     .encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)?;
             }
             if let [(l, &v)] = f.values.iter().collect::<Vec<_>>()[..] {
                 if l.is_empty() {
-                    encode_value(f.kind, v, m)?;
+                    encode_value(d.kind, v, m)?;
                     continue;
                 }
             }
             for (l, &v) in &f.values {
-                encode_value(f.kind, v, m.encode_family(l)?)?;
+                encode_value(d.kind, v, m.encode_family(l)?)?;
             }
             for (l, &v) in &f.fvalues {
                 let e = m.encode_family(l)?;
-                match f.kind {
+                match d.kind {
                     Type::Counter => ConstCounter::new(v).encode(e)?,
                     _ => ConstGauge::new(v).encode(e)?,
                 }

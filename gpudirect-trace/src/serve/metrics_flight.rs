@@ -2,72 +2,30 @@
 //! written and triggers suppressed, by trigger; the ring's size and span.
 //! Labels are fixed sets: `trigger` (the trigger names) and `reason`.
 
-use super::{Model, Type};
+use super::Model;
+use crate::metrics;
 use crate::flight::FlightStats;
 
 impl Model {
     pub fn add_flight(&mut self, f: &FlightStats) {
-        use Type::{Counter, Gauge};
         for (trigger, &n) in &f.written {
             let l = vec![("trigger", trigger.clone())];
-            self.add("gpudirect_snapshots_written", Counter, None, l, n);
+            self.add(&metrics::flight::SNAPSHOTS_WRITTEN_TOTAL, l, n);
         }
         for ((trigger, reason), &n) in &f.suppressed {
             let l = vec![("trigger", trigger.clone()), ("reason", reason.clone())];
-            self.add(
-                "gpudirect_snapshot_triggers_suppressed",
-                Counter,
-                None,
-                l,
-                n,
-            );
+            self.add(&metrics::flight::SNAPSHOT_TRIGGERS_SUPPRESSED_TOTAL, l, n);
         }
-        self.add(
-            "gpudirect_snapshot_failures",
-            Counter,
-            None,
-            vec![],
-            f.failures,
-        );
-        self.add(
-            "gpudirect_snapshots_deleted",
-            Counter,
-            None,
-            vec![],
-            f.deleted,
-        );
-        self.add(
-            "gpudirect_flight_ring_bytes",
-            Gauge,
-            None,
-            vec![],
-            f.ring_bytes,
-        );
+        self.add(&metrics::flight::SNAPSHOT_FAILURES_TOTAL, vec![], f.failures);
+        self.add(&metrics::flight::SNAPSHOTS_DELETED_TOTAL, vec![], f.deleted);
+        self.add(&metrics::flight::FLIGHT_RING_BYTES, vec![], f.ring_bytes);
         // Whole seconds: the model's samples are integers.
         let held = f.ring_seconds as u64;
-        self.add(
-            "gpudirect_flight_ring_held_seconds",
-            Gauge,
-            None,
-            vec![],
-            held,
-        );
-        self.add(
-            "gpudirect_flight_ring_dropped_events",
-            Counter,
-            None,
-            vec![],
-            f.ring_dropped_events,
-        );
+        self.add(&metrics::flight::FLIGHT_RING_HELD_SECONDS, vec![], held);
+        self.add(&metrics::flight::FLIGHT_RING_DROPPED_EVENTS_TOTAL, vec![], f.ring_dropped_events);
         if let Some(t) = f.last_snapshot_unix_ns {
             let s = t / 1_000_000_000;
-            self.add(
-                "gpudirect_snapshot_last_timestamp_seconds",
-                Gauge,
-                None,
-                vec![],
-                s,
-            );
+            self.add(&metrics::flight::SNAPSHOT_LAST_TIMESTAMP_SECONDS, vec![], s);
         }
     }
 }

@@ -8,9 +8,9 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-use prometheus_client::registry::Unit;
 
-use super::{DeviceLabels, Labels, Model, Type};
+use super::{DeviceLabels, Labels, Model};
+use crate::metrics::{self, Metric};
 use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
 
 /// Tasks in no container get this `container` label.
@@ -90,14 +90,13 @@ impl Model {
     /// pages, ECC, persistence mode and P-state where NVML answered, and
     /// `gpudirect_gpu_fact_unavailable{fact}` where it did not.
     pub fn add_gpus(&mut self, status: &NvmlStatus, sample: &Sample, labels: &mut DeviceLabels) {
-        use Type::{Counter, Gauge};
         let up = flag(status.is_available());
-        self.add("gpudirect_nvml_available", Gauge, None, vec![], up);
+        self.add(&metrics::gpu::NVML_AVAILABLE, vec![], up);
         if !status.is_available() {
             return;
         }
         let errors = sample.errors.len() as u64;
-        self.add("gpudirect_nvml_device_errors", Gauge, None, vec![], errors);
+        self.add(&metrics::gpu::NVML_DEVICE_ERRORS, vec![], errors);
         for g in &sample.gpus {
             let base = gpu_labels(&g.identity, labels);
             let with = |k: &'static str, v: &str| {
@@ -106,17 +105,17 @@ impl Model {
                 l
             };
             let name = with("name", &g.identity.name);
-            self.add("gpudirect_gpu_info", Gauge, None, name, 1);
+            self.add(&metrics::gpu::GPU_INFO, name, 1);
             self.add_gpu_values(g, &base);
             for (fact, _) in g.unavailable() {
                 let l = with("fact", fact);
-                self.add("gpudirect_gpu_fact_unavailable", Gauge, None, l, 1);
+                self.add(&metrics::gpu::GPU_FACT_UNAVAILABLE, l, 1);
             }
             let r = &g.retired_pages;
             for (cause, f) in [("single_bit", &r.single_bit), ("double_bit", &r.double_bit)] {
                 if let Fact::Ok(n) = f {
                     let l = with("cause", cause);
-                    self.add("gpudirect_gpu_retired_pages", Gauge, None, l, u64::from(*n));
+                    self.add(&metrics::gpu::GPU_RETIRED_PAGES, l, u64::from(*n));
                 }
             }
             let e = &g.ecc;
@@ -129,52 +128,38 @@ impl Model {
                 if let Fact::Ok(n) = f {
                     let mut l = with("scope", scope);
                     l.push(("error", error.to_owned()));
-                    self.add("gpudirect_gpu_ecc_errors", Counter, None, l, *n);
+                    self.add(&metrics::gpu::GPU_ECC_ERRORS_TOTAL, l, *n);
                 }
             }
         }
     }
 
     fn add_gpu_values(&mut self, g: &GpuFacts, base: &Labels) {
-        use Type::{Counter, Gauge};
-        let bytes = || Some(Unit::Bytes);
-        let gauge = |m: &mut Self, name: &'static str, v: Option<u64>| {
+        let gauge = |m: &mut Self, metric: &'static Metric, v: Option<u64>| {
             if let Some(v) = v {
-                m.add(name, Gauge, None, base.clone(), v);
+                m.add(metric, base.clone(), v);
             }
         };
         if let Fact::Ok(b) = g.bar1 {
-            self.add(
-                "gpudirect_gpu_bar1_total",
-                Gauge,
-                bytes(),
-                base.clone(),
-                b.total,
-            );
-            self.add(
-                "gpudirect_gpu_bar1_used",
-                Gauge,
-                bytes(),
-                base.clone(),
-                b.used,
-            );
+            self.add(&metrics::gpu::GPU_BAR1_TOTAL_BYTES, base.clone(), b.total);
+            self.add(&metrics::gpu::GPU_BAR1_USED_BYTES, base.clone(), b.used);
         }
         let p = &g.pcie;
         let v = |f: &Fact<u32>| f.ok().map(|&x| u64::from(x));
         gauge(
             self,
-            "gpudirect_gpu_pcie_link_gen_current",
+            &metrics::gpu::GPU_PCIE_LINK_GEN_CURRENT,
             v(&p.gen_current),
         );
-        gauge(self, "gpudirect_gpu_pcie_link_gen_max", v(&p.gen_max));
+        gauge(self, &metrics::gpu::GPU_PCIE_LINK_GEN_MAX, v(&p.gen_max));
         gauge(
             self,
-            "gpudirect_gpu_pcie_link_width_current",
+            &metrics::gpu::GPU_PCIE_LINK_WIDTH_CURRENT,
             v(&p.width_current),
         );
-        gauge(self, "gpudirect_gpu_pcie_link_width_max", v(&p.width_max));
+        gauge(self, &metrics::gpu::GPU_PCIE_LINK_WIDTH_MAX, v(&p.width_max));
         if let Fact::Ok(n) = p.replays {
-            self.add("gpudirect_gpu_pcie_replays", Counter, None, base.clone(), n);
+            self.add(&metrics::gpu::GPU_PCIE_REPLAYS_TOTAL, base.clone(), n);
         }
         if let Fact::Ok(r) = g.remapped_rows {
             for (cause, n) in [
@@ -183,43 +168,37 @@ impl Model {
             ] {
                 let mut l = base.clone();
                 l.push(("cause", cause.to_owned()));
-                self.add("gpudirect_gpu_remapped_rows", Gauge, None, l, u64::from(n));
+                self.add(&metrics::gpu::GPU_REMAPPED_ROWS, l, u64::from(n));
             }
             gauge(
                 self,
-                "gpudirect_gpu_row_remap_pending",
+                &metrics::gpu::GPU_ROW_REMAP_PENDING,
                 Some(flag(r.pending)),
             );
             gauge(
                 self,
-                "gpudirect_gpu_row_remap_failed",
+                &metrics::gpu::GPU_ROW_REMAP_FAILED,
                 Some(flag(r.failure)),
             );
         }
         let pending = g.retired_pages.pending.ok().map(|&b| flag(b));
-        gauge(self, "gpudirect_gpu_retired_pages_pending", pending);
+        gauge(self, &metrics::gpu::GPU_RETIRED_PAGES_PENDING, pending);
         gauge(
             self,
-            "gpudirect_gpu_ecc_enabled",
+            &metrics::gpu::GPU_ECC_ENABLED,
             g.ecc.enabled.ok().map(|&b| flag(b)),
         );
         let pm = g.persistence_mode.ok().map(|&b| flag(b));
-        gauge(self, "gpudirect_gpu_persistence_mode", pm);
+        gauge(self, &metrics::gpu::GPU_PERSISTENCE_MODE, pm);
         let ps = g.performance_state.ok().map(|&s| u64::from(s));
-        gauge(self, "gpudirect_gpu_performance_state", ps);
+        gauge(self, &metrics::gpu::GPU_PERFORMANCE_STATE, ps);
     }
 
     /// `gpudirect_containers_folded_total`, for an exporter that uses
     /// [`ContainerLabels`].
     pub fn add_container_folds(&mut self, containers: &ContainerLabels) {
         let n = containers.folded();
-        self.add(
-            "gpudirect_containers_folded",
-            Type::Counter,
-            None,
-            vec![],
-            n,
-        );
+        self.add(&metrics::gpu::CONTAINERS_FOLDED_TOTAL, vec![], n);
     }
 }
 

@@ -4,13 +4,14 @@
 //! Labels are bounded: `device` through the device-label cap, `iommu`
 //! by the host's units, `type`/`tag`/`flush`/`part` fixed sets.
 
-use prometheus_client::registry::Unit;
-
-use super::{HistogramValue, Model, Type, LATENCY_BUCKETS_NS};
-use crate::aggregate::{
-    budget,
-    inval::{type_name, unit_name},
-    Aggregator, DeviceStats,
+use super::{HistogramValue, Model, LATENCY_BUCKETS_NS};
+use crate::{
+    aggregate::{
+        budget,
+        inval::{type_name, unit_name},
+        Aggregator, DeviceStats,
+    },
+    metrics,
 };
 
 impl Model {
@@ -19,7 +20,6 @@ impl Model {
     /// streamed one: one source per series), cache-tag flushes, and the
     /// translation budget.
     pub(super) fn add_invalidations(&mut self, dev: &str, d: &DeviceStats) {
-        use Type::{Counter, Gauge};
         for (&class, acc) in &d.inval.by_class {
             let v = match &acc.kernel_log2 {
                 Some(k) if k.count > 0 => HistogramValue::from_log2(k, LATENCY_BUCKETS_NS, 1e-9),
@@ -33,7 +33,7 @@ impl Model {
                 ("iommu", unit_name(class)),
                 ("type", type_name(class).to_owned()),
             ];
-            self.add_histogram("gpudirect_iommu_invalidation", Unit::Seconds, l, &v);
+            self.add_histogram(&metrics::dma::IOMMU_INVALIDATION_SECONDS, l, &v);
         }
         for r in d.inval.tag_rows() {
             let l = vec![
@@ -42,13 +42,7 @@ impl Model {
                 ("tag", r.tag.to_owned()),
                 ("flush", r.flush.to_owned()),
             ];
-            self.add(
-                "gpudirect_iommu_cache_tag_flushes",
-                Counter,
-                None,
-                l,
-                r.count,
-            );
+            self.add(&metrics::dma::IOMMU_CACHE_TAG_FLUSHES_TOTAL, l, r.count);
         }
         let Some(b) = budget::of_device(d) else {
             return;
@@ -59,14 +53,7 @@ impl Model {
             ("iommu", b.iommu_ns),
             ("invalidation", b.invalidation_ns),
         ] {
-            let s = Some(Unit::Seconds);
-            self.add_f64(
-                "gpudirect_translation",
-                Counter,
-                s,
-                part(p),
-                ns as f64 / 1e9,
-            );
+            self.add_f64(&metrics::dma::TRANSLATION_SECONDS_TOTAL, part(p), ns as f64 / 1e9);
         }
         for (p, v) in [
             ("dma_api", b.dma_api_ms_per_s),
@@ -76,8 +63,8 @@ impl Model {
         ] {
             // CPU seconds per second (the report's ms/s / 1000): promtool
             // wants base units.
-            let name = "gpudirect_translation_budget_ratio";
-            self.add_f64(name, Gauge, None, part(p), v / 1e3);
+            let m = &metrics::dma::TRANSLATION_BUDGET_RATIO;
+            self.add_f64(m, part(p), v / 1e3);
         }
     }
 
@@ -88,8 +75,8 @@ impl Model {
                 ("iommu", unit_name(class)),
                 ("type", type_name(class).to_owned()),
             ];
-            let name = "gpudirect_iommu_invalidation_descriptors";
-            self.add(name, Type::Counter, None, l, c.count);
+            let m = &metrics::dma::IOMMU_INVALIDATION_DESCRIPTORS_TOTAL;
+            self.add(m, l, c.count);
         }
     }
 }
@@ -180,7 +167,10 @@ mod tests {
             "gpudirect_translation_seconds_total",
             "gpudirect_translation_budget_ratio",
         ] {
-            assert!(!super::super::help(name).is_empty(), "{name} has help text");
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "{name} has help text"
+            );
         }
     }
 }

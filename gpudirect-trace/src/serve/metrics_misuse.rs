@@ -2,24 +2,24 @@
 //! check, and what could not be checked. Labels are fixed sets: `device`
 //! (through the device-label cap) and `check` (model::misuse::Check).
 
-use super::{DeviceLabels, Model, Type};
+use super::{DeviceLabels, Model};
+use crate::metrics;
 use crate::analysis::misuse::CheckStats;
 
 impl Model {
     pub fn add_misuse(&mut self, st: &CheckStats, labels: &mut DeviceLabels) {
-        use Type::Counter;
         for (dev, checks) in &st.findings {
             let device = labels.label(dev).to_string();
             for (check, &n) in checks {
                 let l = vec![("device", device.clone()), ("check", check.to_string())];
-                self.add("gpudirect_dma_misuse", Counter, None, l, n);
+                self.add(&metrics::misuse::DMA_MISUSE_TOTAL, l, n);
             }
         }
         for (dev, callers) in &st.map_failures {
             let device = labels.label(dev).to_string();
             let n = callers.iter().fold(0u64, |a, r| a.saturating_add(r.count));
             let l = vec![("device", device), ("check", "map-failure".to_owned())];
-            self.add("gpudirect_dma_misuse", Counter, None, l, n);
+            self.add(&metrics::misuse::DMA_MISUSE_TOTAL, l, n);
         }
         for (what, n) in [
             ("unknown-unmap", st.unknown_unmaps),
@@ -28,7 +28,7 @@ impl Model {
             ("unproven", st.unproven),
         ] {
             let l = vec![("reason", what.to_owned())];
-            self.add("gpudirect_dma_misuse_unchecked", Counter, None, l, n);
+            self.add(&metrics::misuse::DMA_MISUSE_UNCHECKED_TOTAL, l, n);
         }
     }
 }

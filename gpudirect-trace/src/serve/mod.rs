@@ -8,7 +8,6 @@
 //! every scrape drains and takes the counters again and encodes what the
 //! aggregator holds at that moment.
 
-mod help;
 mod http;
 pub mod metrics;
 
