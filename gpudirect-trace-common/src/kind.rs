@@ -1,3 +1,9 @@
+//! Event kinds: the first field of every record, and of every in-kernel
+//! counter's key. The programs use the `u16` constants; everything else
+//! reads what a kind is from [`KINDS`], the one catalogue: its name, its
+//! class, its record layout, the mapping level it opens or closes, and the
+//! sets it belongs to. No set of kinds is matched anywhere else.
+
 pub const IOMMU_MAP: u16 = 1;
 pub const IOMMU_UNMAP: u16 = 2;
 pub const IO_PAGE_FAULT: u16 = 3;
@@ -80,25 +86,186 @@ pub const UNMAP_NOT_NEEDED: u16 = 31;
 /// One past the largest kind: sizes per-kind counter arrays.
 pub const COUNT: u32 = 32;
 
-/// Kinds that exist only as in-kernel counters, never as records.
-pub const fn is_counter_only(k: u16) -> bool {
-    matches!(
-        k,
-        SG_TRUNCATED
-            | SG_UNMAP_TRUNCATED
-            | QI_DESCRIPTOR
-            | CACHE_TAG_FLUSH
-            | IOVA_DECLINED
-            | UNMAP_NOT_NEEDED
-    )
+
+/// What a kind is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// A DMA-API call (dma:* tracepoints or the DMA-API hooks, the IOVA
+    /// API included).
+    DmaApi,
+    /// IOMMU page tables, groups, domains, invalidations.
+    Iommu,
+    /// Bounce buffering.
+    Swiotlb,
+    /// Rare events each of which is an incident (faults, Xids, AER).
+    Rare,
+    /// The timing hooks' durations.
+    Timing,
 }
 
-/// Counter-only kinds whose counts are not tracepoint hits (truncated
-/// walks count maps that were also counted as maps; the IOVA API's declined
-/// allocations and dma_need_unmap() answers are calls, not events).
+/// The layout of a kind's record in the ring buffer and in trace files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// `Event` (64 bytes).
+    Event,
+    /// `SgEvent`.
+    Sg,
+    /// `XidEvent`.
+    Xid,
+    /// Never a record: only an in-kernel counter.
+    CounterOnly,
+}
+
+/// A level of mappings (`aggregate::Level`): what map/unmap kinds open and
+/// close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapLevel {
+    Dma,
+    Iommu,
+    Coherent,
+}
+
+/// What a record of the kind does to a level's mappings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Span {
+    Opens(MapLevel),
+    Closes(MapLevel),
+    None,
+}
+
+/// One kind, as data.
+#[derive(Clone, Copy, Debug)]
+pub struct KindInfo {
+    pub kind: u16,
+    /// As output and metric labels use it.
+    pub name: &'static str,
+    pub class: Class,
+    pub layout: Layout,
+    pub span: Span,
+    /// Its counts are hits of a tracepoint or hook (kernel_events); not for
+    /// counters that count something else (truncated walks count maps also
+    /// counted as maps; declined IOVA allocations and dma_need_unmap()
+    /// answers are calls, not events).
+    pub hit: bool,
+    /// The `catalog::DMA_OPS` operation it reports (before `flags::IOVA` /
+    /// `flags::RESOURCE` say more), for per-operation sources.
+    pub dma_op: Option<&'static str>,
+    /// A DMA-API call's record: its `aux` may carry a stack id (`--stacks`).
+    pub stack: bool,
+}
+
+const fn k(kind: u16, name: &'static str, class: Class) -> KindInfo {
+    KindInfo {
+        kind,
+        name,
+        class,
+        layout: Layout::Event,
+        span: Span::None,
+        hit: true,
+        dma_op: None,
+        stack: false,
+    }
+}
+
+/// A DMA-API call of operation `op`.
+const fn dma(kind: u16, name: &'static str, op: &'static str, span: Span) -> KindInfo {
+    KindInfo {
+        dma_op: Some(op),
+        stack: true,
+        span,
+        ..k(kind, name, Class::DmaApi)
+    }
+}
+
+const fn counter_only(kind: u16, name: &'static str, class: Class, hit: bool) -> KindInfo {
+    KindInfo {
+        layout: Layout::CounterOnly,
+        hit,
+        ..k(kind, name, class)
+    }
+}
+
+use MapLevel::{Coherent, Dma, Iommu};
+use Span::{Closes, Opens};
+
+/// Every kind, indexed by its number (0 is no kind).
+pub const KINDS: [KindInfo; COUNT as usize] = [
+    KindInfo {
+        hit: false,
+        layout: Layout::CounterOnly,
+        ..k(0, "unknown", Class::Rare)
+    },
+    KindInfo {
+        span: Opens(Iommu),
+        ..k(IOMMU_MAP, "iommu_map", Class::Iommu)
+    },
+    KindInfo {
+        span: Closes(Iommu),
+        ..k(IOMMU_UNMAP, "iommu_unmap", Class::Iommu)
+    },
+    k(IO_PAGE_FAULT, "io_page_fault", Class::Rare),
+    k(GROUP_ADD_DEVICE, "group_add_device", Class::Iommu),
+    k(GROUP_REMOVE_DEVICE, "group_remove_device", Class::Iommu),
+    k(DOMAIN_ATTACH, "domain_attach", Class::Iommu),
+    k(DOMAIN_DETACH, "domain_detach", Class::Iommu),
+    dma(DMA_MAP, "dma_map", "map", Opens(Dma)),
+    dma(DMA_UNMAP, "dma_unmap", "unmap", Closes(Dma)),
+    KindInfo {
+        layout: Layout::Sg,
+        ..dma(DMA_MAP_SG, "dma_map_sg", "map_sg", Opens(Dma))
+    },
+    KindInfo {
+        layout: Layout::Sg,
+        ..dma(DMA_UNMAP_SG, "dma_unmap_sg", "unmap_sg", Closes(Dma))
+    },
+    dma(DMA_MAP_SG_ERR, "dma_map_sg_err", "map_sg_err", Span::None),
+    dma(DMA_ALLOC, "dma_alloc", "coherent", Opens(Coherent)),
+    dma(DMA_FREE, "dma_free", "coherent", Closes(Coherent)),
+    k(SWIOTLB_BOUNCED, "swiotlb_bounced", Class::Swiotlb),
+    KindInfo {
+        layout: Layout::Xid,
+        ..k(NV_XID, "nvidia_xid", Class::Rare)
+    },
+    k(LATENCY, "latency", Class::Timing),
+    k(AER, "pcie_aer", Class::Rare),
+    dma(DMA_MAP_ERR, "dma_map_err", "map", Span::None),
+    dma(DMA_SYNC_CPU, "dma_sync_for_cpu", "sync", Span::None),
+    dma(DMA_SYNC_DEVICE, "dma_sync_for_device", "sync", Span::None),
+    counter_only(SG_TRUNCATED, "sg_map_truncated", Class::DmaApi, false),
+    counter_only(SG_UNMAP_TRUNCATED, "sg_unmap_truncated", Class::DmaApi, false),
+    k(IOMMU_INVAL, "iommu_invalidation", Class::Iommu),
+    counter_only(QI_DESCRIPTOR, "qi_descriptor", Class::Iommu, true),
+    counter_only(CACHE_TAG_FLUSH, "cache_tag_flush", Class::Iommu, true),
+    dma(IOVA_ALLOC, "iova_alloc", "iova", Span::None),
+    dma(IOVA_FREE, "iova_free", "iova", Span::None),
+    dma(IOVA_SYNC, "iova_sync", "iova", Span::None),
+    KindInfo {
+        dma_op: Some("iova"),
+        ..counter_only(IOVA_DECLINED, "iova_declined", Class::DmaApi, false)
+    },
+    counter_only(UNMAP_NOT_NEEDED, "unmap_not_needed", Class::DmaApi, false),
+];
+
+const fn check(i: usize) -> bool {
+    i == KINDS.len() || (KINDS[i].kind as usize == i && check(i + 1))
+}
+const _: () = assert!(check(0), "KINDS is indexed by kind");
+
+/// What `k` is (kind 0, "unknown", outside the ABI).
+pub const fn info(k: u16) -> &'static KindInfo {
+    if (k as usize) < KINDS.len() {
+        &KINDS[k as usize]
+    } else {
+        &KINDS[0]
+    }
+}
+
+/// Kinds that exist only as in-kernel counters, never as records.
+pub const fn is_counter_only(k: u16) -> bool {
+    matches!(info(k).layout, Layout::CounterOnly) && k != 0
+}
+
+/// Whether `k`'s counts are tracepoint or hook hits (`KindInfo::hit`).
 pub const fn is_hit(k: u16) -> bool {
-    !matches!(
-        k,
-        SG_TRUNCATED | SG_UNMAP_TRUNCATED | IOVA_DECLINED | UNMAP_NOT_NEEDED
-    )
+    info(k).hit
 }

@@ -65,46 +65,9 @@ pub const fn aux_stack(aux: u64) -> Option<u32> {
 /// Event kinds (first field of every record in the ring buffer).
 pub mod kind;
 
-/// Human names of the event kinds, as output and metric labels use them
-/// (index = kind; 0 is no kind).
-pub const KIND_NAMES: [&str; kind::COUNT as usize] = [
-    "unknown",
-    "iommu_map",
-    "iommu_unmap",
-    "io_page_fault",
-    "group_add_device",
-    "group_remove_device",
-    "domain_attach",
-    "domain_detach",
-    "dma_map",
-    "dma_unmap",
-    "dma_map_sg",
-    "dma_unmap_sg",
-    "dma_map_sg_err",
-    "dma_alloc",
-    "dma_free",
-    "swiotlb_bounced",
-    "nvidia_xid",
-    "latency",
-    "pcie_aer",
-    "dma_map_err",
-    "dma_sync_for_cpu",
-    "dma_sync_for_device",
-    "sg_map_truncated",
-    "sg_unmap_truncated",
-    "iommu_invalidation",
-    "qi_descriptor",
-    "cache_tag_flush",
-    "iova_alloc",
-    "iova_free",
-    "iova_sync",
-    "iova_declined",
-    "unmap_not_needed",
-];
-
 /// The name of event kind `k` ("unknown" outside the ABI).
-pub fn kind_name(k: u16) -> &'static str {
-    KIND_NAMES.get(usize::from(k)).copied().unwrap_or("unknown")
+pub const fn kind_name(k: u16) -> &'static str {
+    kind::info(k).name
 }
 
 /// `enum dma_data_direction` (include/linux/dma-direction.h).
@@ -563,7 +526,6 @@ pub struct CpuState {
 /// index below).
 pub mod stat;
 
-const _: () = assert!(KIND_NAMES.len() == kind::COUNT as usize);
 const _: () = assert!(core::mem::size_of::<Event>() == 64);
 const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);

@@ -3,7 +3,10 @@
 
 use std::fmt;
 
-use gpudirect_trace_common::{kind, Event, SgEvent, XidEvent};
+use gpudirect_trace_common::{
+    kind::{self, Layout},
+    Event, SgEvent, XidEvent,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Record {
@@ -54,14 +57,14 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         });
     }
     let k = u16::from_ne_bytes([bytes[0], bytes[1]]);
-    match k {
-        kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => read::<SgEvent>(bytes, k).map(Record::Sg),
-        kind::NV_XID => read::<XidEvent>(bytes, k).map(Record::Xid),
-        // Counter-only kinds are never records.
-        1.. if (k as u32) < kind::COUNT && !kind::is_counter_only(k) => {
-            read::<Event>(bytes, k).map(Record::Event)
-        }
-        other => Err(DecodeError::UnknownKind(other)),
+    // Counter-only kinds (and kind 0, and kinds past the ABI) are never
+    // records.
+    match kind::info(k).layout {
+        _ if k == 0 || u32::from(k) >= kind::COUNT => Err(DecodeError::UnknownKind(k)),
+        Layout::Sg => read::<SgEvent>(bytes, k).map(Record::Sg),
+        Layout::Xid => read::<XidEvent>(bytes, k).map(Record::Xid),
+        Layout::Event => read::<Event>(bytes, k).map(Record::Event),
+        Layout::CounterOnly => Err(DecodeError::UnknownKind(k)),
     }
 }
 

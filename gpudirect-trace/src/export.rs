@@ -223,32 +223,12 @@ fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) 
 
 /// Records of DMA-API calls (their aux may carry a stack id).
 fn is_dma_api(k: u16) -> bool {
-    matches!(
-        k,
-        kind::DMA_MAP
-            | kind::DMA_UNMAP
-            | kind::DMA_MAP_SG
-            | kind::DMA_UNMAP_SG
-            | kind::DMA_MAP_SG_ERR
-            | kind::DMA_ALLOC
-            | kind::DMA_FREE
-            | kind::DMA_MAP_ERR
-            | kind::DMA_SYNC_CPU
-            | kind::DMA_SYNC_DEVICE
-    )
+    kind::info(k).stack
 }
 
 /// Which mapping family an event opens or closes (for map→unmap spans).
 fn span_level(k: u16) -> Option<(u8, bool)> {
-    match k {
-        kind::DMA_MAP | kind::DMA_MAP_SG => Some((0, true)),
-        kind::DMA_UNMAP | kind::DMA_UNMAP_SG => Some((0, false)),
-        kind::IOMMU_MAP => Some((1, true)),
-        kind::IOMMU_UNMAP => Some((1, false)),
-        kind::DMA_ALLOC => Some((2, true)),
-        kind::DMA_FREE => Some((2, false)),
-        _ => None,
-    }
+    crate::aggregate::span_of(k)
 }
 
 const MAX_OPEN_SPANS: usize = 1 << 20;

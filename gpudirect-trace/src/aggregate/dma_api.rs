@@ -14,20 +14,14 @@ pub(super) fn is_sync(k: u16) -> bool {
 }
 
 /// The DMA-API operation (`catalog::DMA_OPS` names) a record or counter of
-/// kind `k` reports; None for kinds outside the DMA-API level.
+/// kind `k` reports (the kind catalogue's, refined by the record's flags);
+/// None for kinds outside the DMA-API level.
 pub(super) fn dma_op(k: u16, iova: bool, resource: bool) -> Option<&'static str> {
-    Some(match k {
-        kind::DMA_MAP | kind::DMA_UNMAP | kind::DMA_MAP_ERR if iova => "iova",
-        kind::IOVA_ALLOC | kind::IOVA_FREE | kind::IOVA_SYNC | kind::IOVA_DECLINED => "iova",
-        kind::DMA_MAP | kind::DMA_UNMAP if resource => "resource",
-        kind::DMA_MAP => "map",
-        kind::DMA_UNMAP => "unmap",
-        kind::DMA_MAP_SG => "map_sg",
-        kind::DMA_UNMAP_SG => "unmap_sg",
-        kind::DMA_MAP_SG_ERR => "map_sg_err",
-        kind::DMA_ALLOC | kind::DMA_FREE => "coherent",
-        k if is_sync(k) => "sync",
-        _ => return None,
+    let op = kind::info(k).dma_op?;
+    Some(match op {
+        "map" | "unmap" if iova => "iova",
+        "map" | "unmap" if resource => "resource",
+        op => op,
     })
 }
 

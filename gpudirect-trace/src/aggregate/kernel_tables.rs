@@ -76,11 +76,9 @@ impl Aggregator {
                     hits = hits.saturating_add(c.count);
                 }
                 d.dma_api.note_source(k16, k.from_hook(), k.iova(), false);
-                if k.iova() || matches!(k16, kind::IOVA_DECLINED | kind::UNMAP_NOT_NEEDED) {
-                    let e = iova.entry((k16, k.iova())).or_default();
-                    e.0 = e.0.saturating_add(c.count);
-                    e.1 = e.1.saturating_add(c.bytes);
-                }
+                let e = iova.entry((k16, k.iova())).or_default();
+                e.0 = e.0.saturating_add(c.count);
+                e.1 = e.1.saturating_add(c.bytes);
                 match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
                         dma.0 = dma.0.saturating_add(c.count);

@@ -537,6 +537,22 @@ impl Aggregator {
     }
 }
 
+/// The level (0 dma, 1 iommu, 2 coherent) a record of kind `k` opens
+/// (true) or closes, per the kind catalogue.
+pub fn span_of(k: u16) -> Option<(u8, bool)> {
+    use gpudirect_trace_common::kind::{MapLevel, Span};
+    let level = |l| match l {
+        MapLevel::Dma => 0,
+        MapLevel::Iommu => 1,
+        MapLevel::Coherent => 2,
+    };
+    match kind::info(k).span {
+        Span::Opens(l) => Some((level(l), true)),
+        Span::Closes(l) => Some((level(l), false)),
+        Span::None => None,
+    }
+}
+
 /// iommu:io_page_fault flags: IOMMU_FAULT_READ 0x0, IOMMU_FAULT_WRITE 0x1
 /// (include/linux/iommu.h).
 pub fn fault_access(flags: u64) -> &'static str {

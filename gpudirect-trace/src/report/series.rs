@@ -267,15 +267,7 @@ pub fn coarsen<T: Merge>(v: &[T], factor: usize) -> Vec<T> {
 
 /// Which level and whether a map (true) or unmap, for mapping events.
 fn level_of(k: u16) -> Option<(usize, bool)> {
-    Some(match k {
-        kind::DMA_MAP | kind::DMA_MAP_SG => (0, true),
-        kind::DMA_UNMAP | kind::DMA_UNMAP_SG => (0, false),
-        kind::IOMMU_MAP => (1, true),
-        kind::IOMMU_UNMAP => (1, false),
-        kind::DMA_ALLOC => (2, true),
-        kind::DMA_FREE => (2, false),
-        _ => return None,
-    })
+    crate::aggregate::span_of(k).map(|(l, open)| (usize::from(l), open))
 }
 
 impl Series {

@@ -49,18 +49,13 @@ pub struct Lead {
 /// Counts a record toward the lead when it is the trigger's device's and
 /// within `LEAD_NS` before the trigger.
 pub fn count_lead(lead: &mut Lead, at_ns: u64, device: &str, kind: u16, ts: u64) {
-    use gpudirect_trace_common::kind;
     if device != lead.device || ts > at_ns || at_ns - ts > LEAD_NS {
         return;
     }
-    match kind {
-        kind::DMA_MAP | kind::DMA_MAP_SG | kind::IOMMU_MAP | kind::DMA_ALLOC => {
-            lead.maps_in_lead += 1
-        }
-        kind::DMA_UNMAP | kind::DMA_UNMAP_SG | kind::IOMMU_UNMAP | kind::DMA_FREE => {
-            lead.unmaps_in_lead += 1
-        }
-        _ => {}
+    match crate::aggregate::span_of(kind) {
+        Some((_, true)) => lead.maps_in_lead += 1,
+        Some((_, false)) => lead.unmaps_in_lead += 1,
+        None => {}
     }
 }
 

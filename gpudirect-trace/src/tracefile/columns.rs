@@ -1,7 +1,10 @@
 //! The EVENTS block payload: events stored column by column as varints
 //! (docs/trace-format.md, "EVENTS"), which zstd then compresses.
 
-use gpudirect_trace_common::{kind, Event, SgEvent, XidEvent, SG_LENS, XID_MSG_LEN};
+use gpudirect_trace_common::{
+    kind::{self, Layout},
+    Event, SgEvent, XidEvent, SG_LENS, XID_MSG_LEN,
+};
 
 use super::format::{put_varint, put_varint128, unzigzag, zigzag, Cursor, Malformed};
 use crate::decode::Record;
@@ -88,8 +91,8 @@ impl EventBatch {
         put_varint(&mut self.size, e.size);
         put_varint(&mut self.aux, e.aux);
         // The kind fixes the layout (as in the ring buffer), not the variant.
-        match (e.kind, record) {
-            (kind::DMA_MAP_SG | kind::DMA_UNMAP_SG, r) => {
+        match (kind::info(e.kind).layout, record) {
+            (Layout::Sg, r) => {
                 let sg = match r {
                     Record::Sg(sg) => *sg,
                     _ => SgEvent::default(),
@@ -102,7 +105,7 @@ impl EventBatch {
                     put_varint(&mut self.extra, u64::from(l));
                 }
             }
-            (kind::NV_XID, r) => {
+            (Layout::Xid, r) => {
                 let (xid, trunc, msg) = match r {
                     Record::Xid(x) => {
                         let end = x.msg.iter().position(|&b| b == 0).unwrap_or(XID_MSG_LEN);
@@ -204,8 +207,8 @@ pub fn decode_events(payload: &[u8]) -> Result<Vec<(Record, u32)>, Malformed> {
     let mut out = Vec::with_capacity(n);
     for (mut e, d) in ev.into_iter().zip(devs) {
         e.dev = u64::from(d) + 1;
-        let rec = match e.kind {
-            kind::DMA_MAP_SG | kind::DMA_UNMAP_SG => {
+        let rec = match kind::info(e.kind).layout {
+            Layout::Sg => {
                 let mut sg = SgEvent {
                     event: e,
                     nents: c.varint_u32()?,
@@ -219,7 +222,7 @@ pub fn decode_events(payload: &[u8]) -> Result<Vec<(Record, u32)>, Malformed> {
                 }
                 Record::Sg(sg)
             }
-            kind::NV_XID => {
+            Layout::Xid => {
                 let xid = c.varint_u32()?;
                 let msg_truncated = c.varint_u32()?;
                 let len = c.varint()? as usize;
