@@ -20,6 +20,7 @@ pub mod decode;
 pub mod doctor;
 pub mod ebpf;
 pub mod export;
+pub mod families;
 pub mod faults;
 pub mod flight;
 pub mod gpu;

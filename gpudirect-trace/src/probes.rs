@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::{
-    catalog::CATALOG,
+    families::tracepoints,
     ebpf::{DmaOpSource, ProbeStatus, Status},
     sanitize::text as clean,
 };
@@ -37,7 +37,7 @@ const NOT_USED: &str = "this kernel has it; the catalog has no program for it";
 /// iommu, swiotlb, ...) that the catalog does not name, sorted.
 pub fn not_used(tracefs: Option<&Path>) -> Vec<NotUsed> {
     let Some(t) = tracefs else { return Vec::new() };
-    let mut groups: Vec<&str> = CATALOG.iter().map(|p| p.group()).collect();
+    let mut groups: Vec<&str> = tracepoints().iter().map(|p| p.group()).collect();
     groups.sort_unstable();
     groups.dedup();
     let mut out = Vec::new();
@@ -50,7 +50,7 @@ pub fn not_used(tracefs: Option<&Path>) -> Vec<NotUsed> {
                 continue;
             }
             let name = format!("{g}:{}", e.file_name().to_string_lossy());
-            if !CATALOG.iter().any(|p| p.name == name) {
+            if !tracepoints().iter().any(|p| p.name == name) {
                 out.push(NotUsed {
                     name,
                     reason: NOT_USED,

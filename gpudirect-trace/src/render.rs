@@ -99,7 +99,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             format!("{}/{}", bytes(d.map_size.p50), bytes(d.map_size.p99)),
             d.outstanding_mappings,
             bytes(d.outstanding_bytes),
-            d.swiotlb_bounces,
+            d.families.swiotlb.swiotlb_bounces,
             d.faults + d.xids,
             d.events_per_sec
         );

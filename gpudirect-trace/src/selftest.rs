@@ -31,7 +31,7 @@ pub fn module_hook(
     let probe = tracer
         .probes
         .iter()
-        .find(|p| p.name == crate::catalog::STANDIN_NAME)
+        .find(|p| p.name == crate::families::nvidia::STANDIN_NAME)
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("the stand-in hook was not tried"))?;
     crate::output::note(&format!(

@@ -32,7 +32,7 @@ use std::process::Command;
 
 use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
-    catalog::{CATALOG, DMA_API_TIMING, INVAL_TIMING, NVIDIA_TIMING, TIMING},
+    families::{hooks, tracepoints},
     ebpf::{Status, Tracer, TracerOptions},
     kernel,
 };
@@ -80,12 +80,8 @@ fn every_program_passes_the_verifier() {
     );
     assert_eq!(
         tracer.probes.len(),
-        CATALOG.len()
-            + DMA_API_TIMING.len()
-            + TIMING.len()
-            + NVIDIA_TIMING.len()
-            + INVAL_TIMING.len()
-            + 2
+        tracepoints().len()
+            + hooks().count()
             + 1 // the interrupt-context row (ebpf::task_context)
     );
 }
@@ -107,19 +103,15 @@ fn probe_table_matches_what_the_kernel_offers() {
     let all = doc["probes"].as_array().expect("probes array");
     assert_eq!(
         all.len(),
-        CATALOG.len()
-            + DMA_API_TIMING.len()
-            + TIMING.len()
-            + NVIDIA_TIMING.len()
-            + INVAL_TIMING.len()
-            + 2
+        tracepoints().len()
+            + hooks().count()
             + 1 // the interrupt-context row (ebpf::task_context)
     );
     let probes: Vec<_> = all
         .iter()
         .filter(|p| p["kind"] == "raw_tracepoint")
         .collect();
-    assert_eq!(probes.len(), CATALOG.len());
+    assert_eq!(probes.len(), tracepoints().len());
     let tracefs = kernel::ensure_tracefs().expect("tracefs available as root");
     for p in &probes {
         let name = p["name"].as_str().expect("name");
@@ -200,7 +192,10 @@ fn injected_dma_events_are_decoded_attributed_and_aggregated() {
         (2, 4096 + 65536)
     );
     assert_eq!(
-        (platform.swiotlb_bounces, platform.swiotlb_bounced_bytes),
+        (
+            platform.families.swiotlb.swiotlb_bounces,
+            platform.families.swiotlb.swiotlb_bounced_bytes
+        ),
         (1, 2048)
     );
     assert_eq!(platform.map_size.max, 65536);

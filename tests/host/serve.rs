@@ -12,7 +12,7 @@ use std::{
 };
 
 use gpudirect_trace::{
-    catalog::CATALOG,
+    families::tracepoints,
     ebpf::testrun::run_raw_tracepoint,
     serve::{self, ServeOptions},
     session::Session,
@@ -174,7 +174,7 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     .expect("start the metrics server");
     let addr = server.local_addr();
     let probes = server.with_session(|s| s.tracer.probes.len());
-    assert!(probes >= CATALOG.len());
+    assert!(probes >= tracepoints().len());
     let run = |program: &str, args: &[u64]| {
         let (program, args) = (program.to_owned(), args.to_vec());
         server.with_session(move |s| {

@@ -76,6 +76,7 @@ impl Aggregator {
                     hits = hits.saturating_add(c.count);
                 }
                 d.dma_api.note_source(k16, k.from_hook(), k.iova(), false);
+                d.families.counter(&k, &c);
                 let e = iova.entry((k16, k.iova())).or_default();
                 e.0 = e.0.saturating_add(c.count);
                 e.1 = e.1.saturating_add(c.bytes);
@@ -109,10 +110,6 @@ impl Aggregator {
                     kind::DMA_FREE => {
                         coherent.1 = coherent.1.saturating_add(c.count);
                         coherent.3 = coherent.3.saturating_add(c.bytes);
-                    }
-                    kind::SWIOTLB_BOUNCED => {
-                        d.swiotlb_bounces = c.count;
-                        d.swiotlb_bytes = c.bytes;
                     }
                     k if is_sync(k) => {
                         syncs.0 = syncs.0.saturating_add(c.count);

@@ -57,8 +57,6 @@ pub struct DeviceStats {
     pub bytes_by_dir: [u64; 4],
     pub sg_maps: u64,
     pub sg_entries: u64,
-    pub swiotlb_bounces: u64,
-    pub swiotlb_bytes: u64,
     pub map_errors: u64,
     pub faults: u64,
     pub xids: u64,
@@ -83,6 +81,8 @@ pub struct DeviceStats {
     pub dma_api: DmaApiStats,
     /// IOMMU invalidations attributed to the device (inval.rs).
     pub inval: inval::DeviceInval,
+    /// The probe families' own state of the device (`families::Devices`).
+    pub families: crate::families::Devices,
 }
 
 /// An unmap kept for fault correlation.
@@ -247,6 +247,9 @@ impl Aggregator {
     /// by `ingest`: the name lookup is a string search of `devices`).
     /// Returns false for a record no event can be (counted as undecodable).
     fn ingest_event(d: &mut DeviceStats, ev: &Event) -> bool {
+        if d.families.ingest(&Record::Event(*ev)) {
+            return true;
+        }
         d.dma_api.note_record(ev);
         match ev.kind {
             // A failed map (dma:dma_map_page fires for it too, with
@@ -291,10 +294,6 @@ impl Aggregator {
                 d.latency.entry(ev.aux as u32).or_default().record(ev.size)
             }
             kind::LATENCY => return false,
-            kind::SWIOTLB_BOUNCED => {
-                d.swiotlb_bounces += 1;
-                d.swiotlb_bytes = d.swiotlb_bytes.saturating_add(ev.size);
-            }
             kind::DMA_MAP_ERR => {
                 d.map_errors += 1;
             }
@@ -508,8 +507,7 @@ impl Aggregator {
                 sg_unmap_truncated: d.dma_api.sg_unmap_truncated,
                 dma_syncs: d.dma_api.syncs,
                 dma_sync_bytes: d.dma_api.sync_bytes,
-                swiotlb_bounces: d.swiotlb_bounces,
-                swiotlb_bounced_bytes: d.swiotlb_bytes,
+                families: d.families.snapshot(),
                 coherent_allocs: d.coherent.maps,
                 coherent_frees: d.coherent.unmaps,
                 coherent_bytes: d.coherent.bytes_mapped,

@@ -48,8 +48,9 @@ pub struct DeviceSnapshot {
     /// dma_sync_single/sg_for_cpu/device calls and their bytes.
     pub dma_syncs: u64,
     pub dma_sync_bytes: u64,
-    pub swiotlb_bounces: u64,
-    pub swiotlb_bounced_bytes: u64,
+    /// The probe families' parts (swiotlb_bounces, ...), at the top level.
+    #[serde(flatten)]
+    pub families: crate::families::Snapshots,
     pub coherent_allocs: u64,
     pub coherent_frees: u64,
     pub coherent_bytes: u64,

@@ -42,8 +42,8 @@ fn maps_unmaps_and_outstanding_per_device() {
     assert_eq!(
         (
             g.bytes_bidirectional,
-            g.swiotlb_bounces,
-            g.swiotlb_bounced_bytes
+            g.families.swiotlb.swiotlb_bounces,
+            g.families.swiotlb.swiotlb_bounced_bytes
         ),
         (65536, 1, 512)
     );

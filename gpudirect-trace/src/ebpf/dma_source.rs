@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::{ProbeStatus, Status};
-use crate::catalog;
+use crate::families::dma_api as catalog;
 
 /// `--dma-source`: which programs report DMA-API maps, unmaps, syncs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

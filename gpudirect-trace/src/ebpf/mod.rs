@@ -41,10 +41,7 @@ pub use self::{
     dma_source::{DmaOpSource, DmaSource},
     tracepoints::offsets_from_btf,
 };
-use crate::{
-    catalog,
-    kernel::{self, KernelInfo},
-};
+use crate::kernel::{self, KernelInfo};
 
 /// The eBPF object built by build.rs (aya-build), embedded in the binary.
 static EBPF_OBJECT: &[u8] =
@@ -255,7 +252,7 @@ impl Tracer {
             &hooks,
             opts.module_standin
                 .as_ref()
-                .map(|(m, f)| catalog::standin_spec(m, f)),
+                .map(|(m, f)| crate::families::nvidia::standin_spec(m, f)),
         );
         let mut probes = Vec::new();
         let mut load_errors: HashMap<&str, String> = HashMap::new();
@@ -268,7 +265,7 @@ impl Tracer {
             attach: opts.attach,
             dma_source: opts.dma_source,
         };
-        for spec in catalog::CATALOG {
+        for spec in crate::families::tracepoints() {
             let step = plan::tracepoint(
                 &facts,
                 spec,
@@ -288,7 +285,7 @@ impl Tracer {
             opts.attach,
             opts.module_standin
                 .as_ref()
-                .map(|(m, f)| catalog::standin_spec(m, f)),
+                .map(|(m, f)| crate::families::nvidia::standin_spec(m, f)),
         );
         let module_hooks = attached.module_hooks;
         let kprobes = attached.kprobes;
@@ -460,7 +457,7 @@ mod tests {
     use gpudirect_trace_common::maps;
 
     use super::EBPF_OBJECT;
-    use crate::catalog::{self, ATTACH_LEARN, FAULT_HANDLER, INVAL_TIMING, NVIDIA_TIMING, TIMING};
+    use crate::families::{self, iommu::ATTACH_LEARN};
 
     /// The contract, checked without root: the embedded object (parsed with
     /// aya-obj, as aya parses it to load) has every map userspace takes and
@@ -473,36 +470,25 @@ mod tests {
             assert!(have_maps.contains(m), "map {m} missing: {have_maps:?}");
         }
         let have: BTreeSet<&str> = obj.programs.keys().map(String::as_str).collect();
-        for p in catalog::programs() {
+        for p in families::programs() {
             assert!(have.contains(p), "tracepoint program {p} missing");
         }
-        for spec in TIMING
-            .iter()
-            .chain([&FAULT_HANDLER])
-            .chain(NVIDIA_TIMING)
-            .chain(INVAL_TIMING)
-        {
+        // Every hook's four programs, of each build (scatterlist walkers
+        // have a `_nl` build too).
+        for spec in families::hooks().filter(|s| s.slot != ATTACH_LEARN.slot) {
+            let builds: &[&str] = if spec.sg_walk { &["", "_nl"] } else { &[""] };
             let slots = std::iter::once(spec.slot).chain(spec.programs.iter().map(|(_, s)| *s));
             for slot in slots {
-                for side in ["in", "out"] {
-                    for prefix in ["t", "k"] {
-                        let name = format!("{prefix}_{slot}_{side}");
-                        assert!(
-                            have.contains(name.as_str()),
-                            "timing program {name} missing"
-                        );
+                for b in builds {
+                    for side in ["in", "out"] {
+                        for prefix in ["t", "k"] {
+                            let name = format!("{prefix}_{slot}_{side}{b}");
+                            assert!(
+                                have.contains(name.as_str()),
+                                "timing program {name} missing"
+                            );
+                        }
                     }
-                }
-            }
-        }
-        for spec in TIMING.iter().chain([&FAULT_HANDLER]).chain(NVIDIA_TIMING) {
-            for side in ["in", "out"] {
-                for prefix in ["t", "k"] {
-                    let name = format!("{prefix}_{}_{side}", spec.slot);
-                    assert!(
-                        have.contains(name.as_str()),
-                        "timing program {name} missing"
-                    );
                 }
             }
         }

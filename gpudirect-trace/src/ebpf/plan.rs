@@ -18,10 +18,8 @@ use super::{
     DmaSource, ProbeStatus, Status,
 };
 use crate::{
-    catalog::{
-        ProbeSpec, Provider, TimingSpec, ATTACH_LEARN, CATALOG, DMA_API_TIMING, FAULT_HANDLER,
-        INVAL_TIMING, NEED_UNMAP_LEARN, NVIDIA_TIMING, TIMING,
-    },
+    catalog::{ProbeSpec, Provider, TimingSpec},
+    families,
     kernel::KernelInfo,
 };
 
@@ -71,13 +69,7 @@ pub struct Facts {
 pub fn hook_specs(
     standin: Option<&'static TimingSpec>,
 ) -> impl Iterator<Item = &'static TimingSpec> {
-    DMA_API_TIMING
-        .iter()
-        .chain(TIMING)
-        .chain([&FAULT_HANDLER, &ATTACH_LEARN, &NEED_UNMAP_LEARN])
-        .chain(NVIDIA_TIMING)
-        .chain(INVAL_TIMING)
-        .chain(standin)
+    families::hooks().chain(standin)
 }
 
 impl Facts {
@@ -87,7 +79,7 @@ impl Facts {
         hooks: &HookSupport,
         standin: Option<&'static TimingSpec>,
     ) -> Self {
-        let tracepoints = CATALOG
+        let tracepoints = families::tracepoints()
             .iter()
             .map(|spec| {
                 let tp = Tracepoint {
@@ -188,11 +180,11 @@ pub fn tracepoint_exists(facts: &Facts, spec: &ProbeSpec) -> bool {
 /// tracepoints this kernel lacks is not loaded: the dma:* programs use
 /// bpf_loop() (6.8+ has it), which older verifiers reject.
 pub fn programs_to_load(facts: &Facts, attach: bool) -> Vec<&'static str> {
-    crate::catalog::programs()
+    crate::families::programs()
         .into_iter()
         .filter(|&name| {
             !attach
-                || CATALOG
+                || families::tracepoints()
                     .iter()
                     .any(|p| p.program == name && tracepoint_exists(facts, p))
         })

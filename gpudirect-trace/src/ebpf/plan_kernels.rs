@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::super::*;
-use crate::catalog::CATALOG;
+use crate::families::tracepoints;
 
 /// A kernel's facts: the tracepoints it has (with the arguments the
 /// programs read, unless given), its functions in vmlinux BTF, those only
@@ -26,7 +26,7 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn facts(&self) -> Facts {
-        let tracepoints = CATALOG
+        let tracepoints = tracepoints()
             .iter()
             .map(|s| {
                 let has = self.tracepoints.contains(&s.name);

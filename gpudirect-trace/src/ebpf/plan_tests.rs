@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::{catalog::CATALOG, ebpf::dma_source::dma_plan};
+use crate::{ebpf::dma_source::dma_plan, families::tracepoints};
 
 #[path = "plan_kernels.rs"]
 mod kernels;
@@ -64,7 +64,7 @@ const ATTACH: Options = Options {
 /// Every probe's status as the loader would report it on `k`.
 fn outcome(k: &Kernel, opts: Options, fentry_errno: Option<i32>) -> Vec<ProbeStatus> {
     let facts = k.facts();
-    let mut out: Vec<ProbeStatus> = CATALOG
+    let mut out: Vec<ProbeStatus> = tracepoints()
         .iter()
         .map(|spec| {
             tracepoint_outcome(
@@ -132,7 +132,7 @@ fn debian_vm_facts_give_the_probe_matrix_as_answered() {
 #[test]
 fn the_ci_host_attaches_tracepoints_and_says_why_no_hook_attaches_as_answered() {
     let got = outcome(&ci_host(), ATTACH, Some(libc::EPERM));
-    assert_eq!(got.len(), CATALOG.len() + hook_specs(None).count());
+    assert_eq!(got.len(), tracepoints().len() + hook_specs(None).count());
     let refused = "fentry: the kernel refused to load it (Operation not permitted (os error 1)): \
                    as root this is a security policy";
     for p in &got {
@@ -290,7 +290,7 @@ fn verification_loads_what_exists_and_attaches_nothing() {
         attach: false,
         dma_source: DmaSource::Auto,
     };
-    assert_eq!(programs_to_load(&facts, false), crate::catalog::programs());
+    assert_eq!(programs_to_load(&facts, false), crate::families::programs());
     let on = programs_to_load(&facts, true);
     assert!(
         on.contains(&"iommu_map") && !on.contains(&"dma_map"),
@@ -314,7 +314,7 @@ fn verification_loads_what_exists_and_attaches_nothing() {
 fn a_short_prototype_a_failed_load_and_a_missing_module_function() {
     let k = debian_6_12();
     let mut facts = k.facts();
-    let map = CATALOG
+    let map = tracepoints()
         .iter()
         .find(|s| s.name == "iommu:map")
         .expect("iommu:map");
@@ -373,7 +373,7 @@ fn a_short_prototype_a_failed_load_and_a_missing_module_function() {
             kallsyms: true,
         },
     );
-    let spec = NVIDIA_TIMING
+    let spec = crate::families::nvidia::NVIDIA_TIMING
         .iter()
         .find(|s| s.name == "time:nv_dma_map_sgt")
         .expect("spec");

@@ -21,7 +21,8 @@ use super::{
     ProbeStatus, Status,
 };
 use crate::{
-    catalog::{TimingSpec, ATTACH_LEARN},
+    catalog::TimingSpec,
+    families::iommu::ATTACH_LEARN,
     kernel::KernelInfo,
 };
 

@@ -1,16 +1,26 @@
-//! Every exported metric, declared once: name, type, unit, labels, HELP
-//! line and the description docs/metrics.md gives it (in the manner of
-//! ebpf_exporter's config). `serve` emits series only through these
-//! declarations (`serve::metrics::Model` takes a `&Metric`, so a metric
-//! without a declaration cannot be written), and docs/metrics.md's tables
-//! are made from them: a test fails when the file and the declarations
-//! drift (`GDT_BLESS=1 cargo test -p gpudirect-trace metrics::` rewrites
-//! the tables).
+//! Every exported metric is declared once, as a [`Metric`]: name, type,
+//! unit, labels, HELP line and the description docs/metrics.md gives it
+//! (in the manner of ebpf_exporter's config). A probe family declares its
+//! own (`families/<name>/metrics.rs`); the tool's own are here. `serve`
+//! emits series only through a declaration (its model takes a `&Metric`,
+//! through [`Sink`]), and docs/metrics.md's tables are made from them
+//! (`families::metric_sections`): a test fails when the file and the
+//! declarations drift (`GDT_BLESS=1 cargo test -p gpudirect-trace
+//! families::` rewrites the tables).
 
-pub mod dma;
 pub mod flight;
-pub mod gpu;
 pub mod misuse;
+pub mod timing;
+pub mod tracer;
+
+/// A series' labels, in the declaration's order.
+pub type Labels = Vec<(&'static str, String)>;
+
+/// Where a family writes its series (serve's model).
+pub trait Sink {
+    fn add(&mut self, m: &'static Metric, labels: Labels, v: u64);
+    fn add_f64(&mut self, m: &'static Metric, labels: Labels, v: f64);
+}
 
 /// A metric family's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,37 +92,19 @@ impl Metric {
 /// A table of docs/metrics.md: its marker and its metrics, in order.
 pub struct Section {
     pub id: &'static str,
-    pub metrics: &'static [&'static Metric],
+    pub metrics: Vec<&'static Metric>,
 }
 
-pub const SECTIONS: &[Section] = &[
-    Section {
-        id: "dma",
-        metrics: dma::ALL,
-    },
-    Section {
-        id: "flight",
-        metrics: flight::ALL,
-    },
-    Section {
-        id: "misuse",
-        metrics: misuse::ALL,
-    },
-    Section {
-        id: "gpu",
-        metrics: gpu::ALL,
-    },
-];
-
-/// Every declared metric.
-pub fn all() -> impl Iterator<Item = &'static Metric> {
-    SECTIONS.iter().flat_map(|s| s.metrics.iter().copied())
+impl Section {
+    pub fn new(id: &'static str, metrics: Vec<&'static Metric>) -> Self {
+        Self { id, metrics }
+    }
 }
 
 /// The table of section `s` as docs/metrics.md has it.
 pub fn table(s: &Section) -> String {
     let mut out = String::from("| metric | type | labels | meaning |\n|---|---|---|---|\n");
-    for m in s.metrics {
+    for m in &s.metrics {
         out.push_str(&m.doc_row());
         out.push('\n');
     }
@@ -122,9 +114,9 @@ pub fn table(s: &Section) -> String {
 /// `doc` with every section's table put between its markers
 /// (`<!-- metrics:ID -->` ... `<!-- /metrics:ID -->`); None where a marker
 /// is missing.
-pub fn with_tables(doc: &str) -> Option<String> {
+pub fn with_tables(doc: &str, sections: &[Section]) -> Option<String> {
     let mut out = doc.to_owned();
-    for s in SECTIONS {
+    for s in sections {
         let open = format!("<!-- metrics:{} -->\n", s.id);
         let close = format!("<!-- /metrics:{} -->", s.id);
         let a = out.find(&open)? + open.len();
@@ -134,36 +126,3 @@ pub fn with_tables(doc: &str) -> Option<String> {
     Some(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_metric_is_declared_once_with_help_and_doc() {
-        let mut seen = std::collections::BTreeSet::new();
-        for m in all() {
-            assert!(seen.insert(m.exported()), "{} declared twice", m.exported());
-            assert!(m.name.starts_with("gpudirect_"), "{}", m.name);
-            assert!(!m.help.is_empty() && !m.doc.is_empty(), "{} lacks help", m.name);
-            assert!(!m.help.contains('\n') && !m.doc.contains('\n'), "{}", m.name);
-        }
-    }
-
-    /// docs/metrics.md's tables are the declarations' (GDT_BLESS=1 rewrites
-    /// them).
-    #[test]
-    fn docs_metrics_md_is_made_from_the_declarations() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md");
-        let doc = std::fs::read_to_string(&path).expect("docs/metrics.md");
-        let want = with_tables(&doc).expect("docs/metrics.md has every section's markers");
-        if std::env::var_os("GDT_BLESS").is_some() {
-            std::fs::write(&path, &want).expect("write docs/metrics.md");
-            return;
-        }
-        assert!(
-            doc == want,
-            "docs/metrics.md's tables differ from the declarations in src/metrics/: run \
-             `GDT_BLESS=1 cargo test -p gpudirect-trace metrics::` and commit"
-        );
-    }
-}

@@ -245,7 +245,7 @@ impl Model {
             for (dir, &b) in d.bytes_by_dir.iter().enumerate() {
                 if b > 0 {
                     let l = l1("direction", dir_name(dir as u32));
-                    self.add(&metrics::dma::DMA_MAP_BYTES_TOTAL, l, b);
+                    self.add(&crate::families::dma_api::metrics::DMA_MAP_BYTES_TOTAL, l, b);
                 }
             }
             for (level, lv) in [
@@ -256,36 +256,32 @@ impl Model {
                 if lv.maps == 0 && lv.unmaps == 0 && lv.sizes.is_empty() {
                     continue;
                 }
-                self.add(&metrics::dma::DMA_MAPS_TOTAL, l1("level", level), lv.maps);
-                self.add(&metrics::dma::DMA_UNMAPS_TOTAL, l1("level", level), lv.unmaps);
+                self.add(&crate::families::dma_api::metrics::DMA_MAPS_TOTAL, l1("level", level), lv.maps);
+                self.add(&crate::families::dma_api::metrics::DMA_UNMAPS_TOTAL, l1("level", level), lv.unmaps);
                 if streamed {
                     let outstanding = lv.outstanding() as u64 + lv.untracked;
                     let l = l1("level", level);
-                    self.add(&metrics::dma::MAPPINGS_OUTSTANDING, l, outstanding);
+                    self.add(&crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING, l, outstanding);
                     let (l, ob) = (l1("level", level), lv.outstanding_bytes);
-                    self.add(&metrics::dma::MAPPINGS_OUTSTANDING_BYTES, l, ob);
+                    self.add(&crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING_BYTES, l, ob);
                 }
                 if !lv.sizes.is_empty() {
                     let h = HistogramValue::from_hdr(&lv.sizes, SIZE_BUCKETS, 1.0);
                     let l = l1("level", level);
-                    self.add_histogram(&metrics::dma::DMA_MAP_SIZE_BYTES, l, &h);
+                    self.add_histogram(&crate::families::dma_api::metrics::DMA_MAP_SIZE_BYTES, l, &h);
                 }
             }
             let l = vec![("device", dev.clone())];
             if d.iommu.bytes_mapped > 0 {
                 let b = d.iommu.bytes_mapped;
-                self.add(&metrics::dma::IOMMU_MAP_BYTES_TOTAL, l.clone(), b);
+                self.add(&crate::families::iommu::metrics::IOMMU_MAP_BYTES_TOTAL, l.clone(), b);
             }
-            if d.swiotlb_bounces > 0 {
-                let (n, b) = (d.swiotlb_bounces, d.swiotlb_bytes);
-                self.add(&metrics::dma::SWIOTLB_BOUNCES_TOTAL, l.clone(), n);
-                self.add(&metrics::dma::SWIOTLB_BOUNCED_BYTES_TOTAL, l.clone(), b);
-            }
+            d.families.metrics(&dev, self);
             let x = &d.dma_api;
             if x.syncs > 0 {
                 let (n, b) = (x.syncs, x.sync_bytes);
-                self.add(&metrics::dma::DMA_SYNCS_TOTAL, l.clone(), n);
-                self.add(&metrics::dma::DMA_SYNC_BYTES_TOTAL, l.clone(), b);
+                self.add(&crate::families::dma_api::metrics::DMA_SYNCS_TOTAL, l.clone(), n);
+                self.add(&crate::families::dma_api::metrics::DMA_SYNC_BYTES_TOTAL, l.clone(), b);
             }
             let v = &x.iova;
             for (op, n) in [
@@ -297,26 +293,26 @@ impl Model {
                 ("free", v.frees),
             ] {
                 if n > 0 {
-                    self.add(&metrics::dma::IOVA_CALLS_TOTAL, l1("op", op), n);
+                    self.add(&crate::families::dma_api::metrics::IOVA_CALLS_TOTAL, l1("op", op), n);
                 }
             }
             if d.dma.skipped > 0 {
                 let n = d.dma.skipped;
-                self.add(&metrics::dma::DMA_UNMAPS_SKIPPED_TOTAL, l.clone(), n);
+                self.add(&crate::families::dma_api::metrics::DMA_UNMAPS_SKIPPED_TOTAL, l.clone(), n);
             }
             // Scatterlists not walked to the end: this device's byte counts
             // are lower bounds.
             for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
                 if n > 0 {
-                    self.add(&metrics::dma::SG_TRUNCATED_TOTAL, l1("op", op), n);
+                    self.add(&crate::families::dma_api::metrics::SG_TRUNCATED_TOTAL, l1("op", op), n);
                 }
             }
             if d.map_errors > 0 {
-                self.add(&metrics::dma::DMA_MAP_ERRORS_TOTAL, l, d.map_errors);
+                self.add(&crate::families::dma_api::metrics::DMA_MAP_ERRORS_TOTAL, l, d.map_errors);
             }
             for (xid, &n) in &d.xid_counts {
                 let l = l1("xid", &xid.to_string());
-                self.add(&metrics::dma::NVIDIA_XID_TOTAL, l, n);
+                self.add(&crate::families::nvidia::metrics::NVIDIA_XID_TOTAL, l, n);
             }
             self.add_latency(&dev, d);
             self.add_invalidations(&dev, d);
@@ -342,7 +338,7 @@ impl Model {
                 ("device", dev.to_owned()),
                 ("op", op::NAMES[o as usize].to_owned()),
             ];
-            self.add_histogram(&metrics::dma::IOMMU_MAP_LATENCY_SECONDS, l, &v);
+            self.add_histogram(&crate::metrics::timing::IOMMU_MAP_LATENCY_SECONDS, l, &v);
         }
     }
 
@@ -366,11 +362,11 @@ impl Model {
                 "nvidia-xid" => {}
                 "aer" => {
                     let l = vec![device, reason];
-                    self.add(&metrics::dma::PCIE_AER_ERRORS_TOTAL, l, f.count);
+                    self.add(&crate::families::faults::metrics::PCIE_AER_ERRORS_TOTAL, l, f.count);
                 }
                 source => {
                     let l = vec![device, ("source", source.to_owned()), reason];
-                    self.add(&metrics::dma::IOMMU_FAULTS_TOTAL, l, f.count);
+                    self.add(&crate::families::faults::metrics::IOMMU_FAULTS_TOTAL, l, f.count);
                 }
             }
         }
@@ -386,7 +382,7 @@ impl Model {
         for p in probes {
             let l = vec![("probe", p.name.to_owned()), ("kind", p.kind.to_owned())];
             let up = u64::from(p.status == Status::Attached);
-            self.add(&metrics::dma::PROBE_ATTACHED, l, up);
+            self.add(&crate::metrics::tracer::PROBE_ATTACHED, l, up);
         }
         // Truncated walks are counted maps, not events of their own.
         let hit = |k: usize| gpudirect_trace_common::kind::is_hit(k as u16);
@@ -398,30 +394,40 @@ impl Model {
             .filter(|(k, _)| hit(*k))
         {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
-            self.add(&metrics::dma::EVENTS_TOTAL, l, n);
+            self.add(&crate::metrics::tracer::EVENTS_TOTAL, l, n);
         }
         let lost = stats.lost_events;
-        self.add(&metrics::dma::EVENTS_RECEIVED_TOTAL, vec![], agg.events);
-        self.add(&metrics::dma::EVENTS_LOST_TOTAL, vec![], lost);
+        self.add(&crate::metrics::tracer::EVENTS_RECEIVED_TOTAL, vec![], agg.events);
+        self.add(&crate::metrics::tracer::EVENTS_LOST_TOTAL, vec![], lost);
         let missed = stats.missed_events;
-        self.add(&metrics::dma::EVENTS_MISSED_TOTAL, vec![], missed);
+        self.add(&crate::metrics::tracer::EVENTS_MISSED_TOTAL, vec![], missed);
         let bad = agg.decode_errors;
-        self.add(&metrics::dma::EVENTS_UNDECODABLE_TOTAL, vec![], bad);
+        self.add(&crate::metrics::tracer::EVENTS_UNDECODABLE_TOTAL, vec![], bad);
         let nest = stats.timing_nest_full;
-        self.add(&metrics::dma::TIMINGS_SKIPPED_TOTAL, vec![], nest);
+        self.add(&crate::metrics::tracer::TIMINGS_SKIPPED_TOTAL, vec![], nest);
         let stacks = stats.stacks_lost;
-        self.add(&metrics::dma::STACKS_LOST_TOTAL, vec![], stacks);
+        self.add(&crate::metrics::tracer::STACKS_LOST_TOTAL, vec![], stacks);
         let untracked = stats.mappings_untracked;
-        self.add(&metrics::dma::MAPPINGS_UNTRACKED_TOTAL, vec![], untracked);
+        self.add(&crate::metrics::tracer::MAPPINGS_UNTRACKED_TOTAL, vec![], untracked);
         let unmatched = stats.lifetime_unmatched;
-        self.add(&metrics::dma::UNMAPS_UNMATCHED_TOTAL, vec![], unmatched);
+        self.add(&crate::metrics::tracer::UNMAPS_UNMATCHED_TOTAL, vec![], unmatched);
         let folded = labels.folded();
-        self.add(&metrics::dma::DEVICES_FOLDED_TOTAL, vec![], folded);
+        self.add(&crate::metrics::tracer::DEVICES_FOLDED_TOTAL, vec![], folded);
     }
 
     /// The metric names as exported (with unit and `_total` suffixes).
     pub fn exported_names(&self) -> Vec<String> {
         self.families.iter().map(|f| f.metric.exported()).collect()
+    }
+}
+
+impl metrics::Sink for Model {
+    fn add(&mut self, m: &'static Metric, l: Labels, v: u64) {
+        Model::add(self, m, l, v);
+    }
+
+    fn add_f64(&mut self, m: &'static Metric, l: Labels, v: f64) {
+        Model::add_f64(self, m, l, v);
     }
 }
 

@@ -10,7 +10,7 @@ use std::{collections::HashSet, sync::Arc};
 
 
 use super::{DeviceLabels, Labels, Model};
-use crate::metrics::{self, Metric};
+use crate::metrics::Metric;
 use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
 
 /// Tasks in no container get this `container` label.
@@ -91,12 +91,12 @@ impl Model {
     /// `gpudirect_gpu_fact_unavailable{fact}` where it did not.
     pub fn add_gpus(&mut self, status: &NvmlStatus, sample: &Sample, labels: &mut DeviceLabels) {
         let up = flag(status.is_available());
-        self.add(&metrics::gpu::NVML_AVAILABLE, vec![], up);
+        self.add(&crate::families::nvidia::metrics::NVML_AVAILABLE, vec![], up);
         if !status.is_available() {
             return;
         }
         let errors = sample.errors.len() as u64;
-        self.add(&metrics::gpu::NVML_DEVICE_ERRORS, vec![], errors);
+        self.add(&crate::families::nvidia::metrics::NVML_DEVICE_ERRORS, vec![], errors);
         for g in &sample.gpus {
             let base = gpu_labels(&g.identity, labels);
             let with = |k: &'static str, v: &str| {
@@ -105,17 +105,17 @@ impl Model {
                 l
             };
             let name = with("name", &g.identity.name);
-            self.add(&metrics::gpu::GPU_INFO, name, 1);
+            self.add(&crate::families::nvidia::metrics::GPU_INFO, name, 1);
             self.add_gpu_values(g, &base);
             for (fact, _) in g.unavailable() {
                 let l = with("fact", fact);
-                self.add(&metrics::gpu::GPU_FACT_UNAVAILABLE, l, 1);
+                self.add(&crate::families::nvidia::metrics::GPU_FACT_UNAVAILABLE, l, 1);
             }
             let r = &g.retired_pages;
             for (cause, f) in [("single_bit", &r.single_bit), ("double_bit", &r.double_bit)] {
                 if let Fact::Ok(n) = f {
                     let l = with("cause", cause);
-                    self.add(&metrics::gpu::GPU_RETIRED_PAGES, l, u64::from(*n));
+                    self.add(&crate::families::nvidia::metrics::GPU_RETIRED_PAGES, l, u64::from(*n));
                 }
             }
             let e = &g.ecc;
@@ -128,7 +128,7 @@ impl Model {
                 if let Fact::Ok(n) = f {
                     let mut l = with("scope", scope);
                     l.push(("error", error.to_owned()));
-                    self.add(&metrics::gpu::GPU_ECC_ERRORS_TOTAL, l, *n);
+                    self.add(&crate::families::nvidia::metrics::GPU_ECC_ERRORS_TOTAL, l, *n);
                 }
             }
         }
@@ -141,25 +141,25 @@ impl Model {
             }
         };
         if let Fact::Ok(b) = g.bar1 {
-            self.add(&metrics::gpu::GPU_BAR1_TOTAL_BYTES, base.clone(), b.total);
-            self.add(&metrics::gpu::GPU_BAR1_USED_BYTES, base.clone(), b.used);
+            self.add(&crate::families::nvidia::metrics::GPU_BAR1_TOTAL_BYTES, base.clone(), b.total);
+            self.add(&crate::families::nvidia::metrics::GPU_BAR1_USED_BYTES, base.clone(), b.used);
         }
         let p = &g.pcie;
         let v = |f: &Fact<u32>| f.ok().map(|&x| u64::from(x));
         gauge(
             self,
-            &metrics::gpu::GPU_PCIE_LINK_GEN_CURRENT,
+            &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_CURRENT,
             v(&p.gen_current),
         );
-        gauge(self, &metrics::gpu::GPU_PCIE_LINK_GEN_MAX, v(&p.gen_max));
+        gauge(self, &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_MAX, v(&p.gen_max));
         gauge(
             self,
-            &metrics::gpu::GPU_PCIE_LINK_WIDTH_CURRENT,
+            &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_CURRENT,
             v(&p.width_current),
         );
-        gauge(self, &metrics::gpu::GPU_PCIE_LINK_WIDTH_MAX, v(&p.width_max));
+        gauge(self, &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_MAX, v(&p.width_max));
         if let Fact::Ok(n) = p.replays {
-            self.add(&metrics::gpu::GPU_PCIE_REPLAYS_TOTAL, base.clone(), n);
+            self.add(&crate::families::nvidia::metrics::GPU_PCIE_REPLAYS_TOTAL, base.clone(), n);
         }
         if let Fact::Ok(r) = g.remapped_rows {
             for (cause, n) in [
@@ -168,37 +168,37 @@ impl Model {
             ] {
                 let mut l = base.clone();
                 l.push(("cause", cause.to_owned()));
-                self.add(&metrics::gpu::GPU_REMAPPED_ROWS, l, u64::from(n));
+                self.add(&crate::families::nvidia::metrics::GPU_REMAPPED_ROWS, l, u64::from(n));
             }
             gauge(
                 self,
-                &metrics::gpu::GPU_ROW_REMAP_PENDING,
+                &crate::families::nvidia::metrics::GPU_ROW_REMAP_PENDING,
                 Some(flag(r.pending)),
             );
             gauge(
                 self,
-                &metrics::gpu::GPU_ROW_REMAP_FAILED,
+                &crate::families::nvidia::metrics::GPU_ROW_REMAP_FAILED,
                 Some(flag(r.failure)),
             );
         }
         let pending = g.retired_pages.pending.ok().map(|&b| flag(b));
-        gauge(self, &metrics::gpu::GPU_RETIRED_PAGES_PENDING, pending);
+        gauge(self, &crate::families::nvidia::metrics::GPU_RETIRED_PAGES_PENDING, pending);
         gauge(
             self,
-            &metrics::gpu::GPU_ECC_ENABLED,
+            &crate::families::nvidia::metrics::GPU_ECC_ENABLED,
             g.ecc.enabled.ok().map(|&b| flag(b)),
         );
         let pm = g.persistence_mode.ok().map(|&b| flag(b));
-        gauge(self, &metrics::gpu::GPU_PERSISTENCE_MODE, pm);
+        gauge(self, &crate::families::nvidia::metrics::GPU_PERSISTENCE_MODE, pm);
         let ps = g.performance_state.ok().map(|&s| u64::from(s));
-        gauge(self, &metrics::gpu::GPU_PERFORMANCE_STATE, ps);
+        gauge(self, &crate::families::nvidia::metrics::GPU_PERFORMANCE_STATE, ps);
     }
 
     /// `gpudirect_containers_folded_total`, for an exporter that uses
     /// [`ContainerLabels`].
     pub fn add_container_folds(&mut self, containers: &ContainerLabels) {
         let n = containers.folded();
-        self.add(&metrics::gpu::CONTAINERS_FOLDED_TOTAL, vec![], n);
+        self.add(&crate::families::nvidia::metrics::CONTAINERS_FOLDED_TOTAL, vec![], n);
     }
 }
 

@@ -11,7 +11,6 @@ use crate::{
         inval::{type_name, unit_name},
         Aggregator, DeviceStats,
     },
-    metrics,
 };
 
 impl Model {
@@ -33,7 +32,7 @@ impl Model {
                 ("iommu", unit_name(class)),
                 ("type", type_name(class).to_owned()),
             ];
-            self.add_histogram(&metrics::dma::IOMMU_INVALIDATION_SECONDS, l, &v);
+            self.add_histogram(&crate::families::inval::metrics::IOMMU_INVALIDATION_SECONDS, l, &v);
         }
         for r in d.inval.tag_rows() {
             let l = vec![
@@ -42,7 +41,7 @@ impl Model {
                 ("tag", r.tag.to_owned()),
                 ("flush", r.flush.to_owned()),
             ];
-            self.add(&metrics::dma::IOMMU_CACHE_TAG_FLUSHES_TOTAL, l, r.count);
+            self.add(&crate::families::inval::metrics::IOMMU_CACHE_TAG_FLUSHES_TOTAL, l, r.count);
         }
         let Some(b) = budget::of_device(d) else {
             return;
@@ -53,7 +52,7 @@ impl Model {
             ("iommu", b.iommu_ns),
             ("invalidation", b.invalidation_ns),
         ] {
-            self.add_f64(&metrics::dma::TRANSLATION_SECONDS_TOTAL, part(p), ns as f64 / 1e9);
+            self.add_f64(&crate::families::inval::metrics::TRANSLATION_SECONDS_TOTAL, part(p), ns as f64 / 1e9);
         }
         for (p, v) in [
             ("dma_api", b.dma_api_ms_per_s),
@@ -63,7 +62,7 @@ impl Model {
         ] {
             // CPU seconds per second (the report's ms/s / 1000): promtool
             // wants base units.
-            let m = &metrics::dma::TRANSLATION_BUDGET_RATIO;
+            let m = &crate::families::inval::metrics::TRANSLATION_BUDGET_RATIO;
             self.add_f64(m, part(p), v / 1e3);
         }
     }
@@ -75,7 +74,7 @@ impl Model {
                 ("iommu", unit_name(class)),
                 ("type", type_name(class).to_owned()),
             ];
-            let m = &metrics::dma::IOMMU_INVALIDATION_DESCRIPTORS_TOTAL;
+            let m = &crate::families::inval::metrics::IOMMU_INVALIDATION_DESCRIPTORS_TOTAL;
             self.add(m, l, c.count);
         }
     }

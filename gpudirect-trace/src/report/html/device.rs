@@ -219,8 +219,8 @@ fn panel(ctx: &Ctx, d: &DeviceSnapshot) -> String {
         bytes(d.bytes_mapped),
         d.outstanding_mappings,
         bytes(d.outstanding_bytes),
-        d.swiotlb_bounces,
-        bytes(d.swiotlb_bounced_bytes),
+        d.families.swiotlb.swiotlb_bounces,
+        bytes(d.families.swiotlb.swiotlb_bounced_bytes),
         d.map_errors,
         d.faults,
         d.xids

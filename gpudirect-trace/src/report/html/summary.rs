@@ -266,7 +266,7 @@ fn device_table(ctx: &Ctx) -> String {
             bytes(d.map_size.p99),
             d.outstanding_mappings,
             bytes(d.outstanding_bytes),
-            d.swiotlb_bounces,
+            d.families.swiotlb.swiotlb_bounces,
             d.map_errors,
             d.faults,
             d.xids

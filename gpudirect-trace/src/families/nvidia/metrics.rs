@@ -1,10 +1,20 @@
-//! The GPU (NVML) metrics, declared once (docs/metrics.md's table is made
-//! from them).
+//! The NVIDIA family's metrics: Xids, and the GPUs as NVML sees them, declared once (docs/metrics.md's table is made from them).
 
-use super::{
+use crate::metrics::{
     Metric,
     Type::{Counter, Gauge},
     Unit::{Bytes},
+};
+
+pub const NVIDIA_XID_TOTAL: Metric = Metric {
+    name: "gpudirect_nvidia_xid",
+    kind: Counter,
+    unit: None,
+    labels: &["device", "xid"],
+    help: "NVIDIA Xid errors reported by the driver, by Xid number.",
+    doc: "NVIDIA Xid errors by Xid number, from nvidia:nvidia_dev_xid or, when that tracepoint \
+         is not attached, from the driver's log lines. A counter, unlike dcgm-exporter's \
+         last-value gauge: a burst of Xids between two scrapes is never lost",
 };
 
 pub const NVML_AVAILABLE: Metric = Metric {
@@ -202,8 +212,11 @@ pub const CONTAINERS_FOLDED_TOTAL: Metric = Metric {
          per-container label)",
 };
 
-/// In the order docs/metrics.md lists them.
-pub const ALL: &[&Metric] = &[
+/// In the order docs/metrics.md lists them: the Xids in the main table,
+/// NVML's in the GPU table.
+pub const METRICS: &[&Metric] = &[&NVIDIA_XID_TOTAL];
+
+pub const GPU_METRICS: &[&Metric] = &[
     &NVML_AVAILABLE,
     &NVML_DEVICE_ERRORS,
     &GPU_INFO,

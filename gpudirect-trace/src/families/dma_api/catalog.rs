@@ -24,7 +24,7 @@
 
 use gpudirect_trace_common::hook_ops;
 
-use super::TimingSpec;
+use crate::catalog::TimingSpec;
 
 /// A hook on one function of the IOVA API (include/linux/dma-mapping.h,
 /// 6.17+): the block layer's NVMe path, RDMA ODP, HMM and VFIO dma-buf map
@@ -285,7 +285,7 @@ mod tests {
             assert_eq!(spec.dma_ops & !hook_ops::ALL, 0, "{}", spec.name);
             assert!(spec.dma_ops != 0, "{}", spec.name);
         }
-        let names: Vec<_> = super::super::CATALOG.iter().map(|p| p.name).collect();
+        let names: Vec<_> = crate::families::tracepoints().iter().map(|p| p.name).collect();
         for op in DMA_OPS {
             for group in op.tracepoints {
                 for tp in *group {

@@ -20,7 +20,7 @@
 //! hooks attach only where /sys/class/iommu has a unit of that vendor
 //! (`units`), so an Intel host does not time AMD functions that never run.
 
-use super::{ProbeKind, ProbeSpec, Provider, TimingSpec};
+use crate::catalog::{ProbeKind, ProbeSpec, Provider, TimingSpec};
 
 /// /sys/class/iommu unit names per vendor: dmar0 (VT-d), ivhd0 (AMD-Vi),
 /// smmu3.0x... (SMMUv3).
@@ -106,7 +106,7 @@ const fn intel_tp(
     }
 }
 
-/// drivers/iommu/intel/trace.h's tracepoints (part of `CATALOG`).
+/// drivers/iommu/intel/trace.h's tracepoints.
 pub const INTEL_TRACEPOINTS: [ProbeSpec; 4] = [
     intel_tp(
         "intel_iommu:qi_submit",
