@@ -1,5 +1,8 @@
 //! `cargo xtask probe-matrix`: runs `gpudirect-trace probes --json` on every
 //! kernel the harness knows and writes docs/probe-compatibility.md from it.
+//! Rows are the union of every kernel's probe names, so a probe the catalog
+//! gains later, or one only a newer kernel has, gets its row with `-` where a
+//! kernel lacks it; `newest` is resolved to its concrete series for the column.
 
 use std::{collections::BTreeMap, fmt::Write as _, process::ExitCode, time::Duration};
 
@@ -12,7 +15,8 @@ use crate::host;
 
 #[derive(Args, Debug)]
 pub struct ProbeMatrixArgs {
-    /// Kernel series (repeatable). Default: 5.10, 6.1, 6.12.
+    /// Kernel series (repeatable; `newest` allowed). Default: every kernel the
+    /// harness knows (5.10, 6.1, 6.12, 6.18, newest).
     #[arg(long = "kernel")]
     pub kernels: Vec<String>,
     #[command(flatten)]
@@ -143,6 +147,7 @@ pub fn main(args: ProbeMatrixArgs) -> Result<ExitCode> {
     let binaries = build_binaries(&opts)?;
     let mut results = Vec::new();
     for k in &kernels {
+        let k = &super::kernel::resolve_series(k)?;
         let spec = RunSpec {
             kernel: k.clone(),
             devices: vec![Device::Nvme, Device::Edu],
