@@ -32,7 +32,7 @@ use super::{
 use crate::host;
 
 /// Bump when the unpack or its fix-ups change: older trees are redone.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 
 /// An unpacked, fixed-up headers tree and how to build against it.
 #[derive(Debug)]
@@ -119,14 +119,9 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     }
     fs::remove_dir_all(&dl)?;
     let build_dir = root.join("usr/src").join(&top);
-    // The arch tree includes the common one by absolute path (/usr/src/...).
     let mk = build_dir.join("Makefile");
     let text = fs::read_to_string(&mk).with_context(|| format!("{top} has no Makefile"))?;
-    let src = root.join("usr/src");
-    fs::write(
-        &mk,
-        text.replace("include /usr/src/", &format!("include {}/", src.display())),
-    )?;
+    fs::write(&mk, rebase_makefile(&text, &root.join("usr/src")))?;
 
     let mut notes = wrap_new_glibc_tools(&apt, dir, &root)?;
     let config = fs::read_to_string(build_dir.join(".config"))?;
@@ -135,6 +130,16 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     fs::write(dir.join("cc.txt"), format!("{cc}\n"))?;
     fs::write(dir.join("notes.txt"), notes.join("\n"))?;
     Ok(())
+}
+
+/// The arch tree's Makefile names the installed paths absolutely: the common
+/// tree it includes (`include /usr/src/...-common/Makefile`) and, from 7.x,
+/// itself as the build directory (`KBUILD_OUTPUT=/usr/src/...`, which the
+/// common Makefile requires to exist). Both are pointed at the unpacked tree.
+pub fn rebase_makefile(text: &str, src: &Path) -> String {
+    let to = format!("{}/", src.display());
+    text.replace(" /usr/src/", &format!(" {to}"))
+        .replace("=/usr/src/", &format!("={to}"))
 }
 
 fn download(apt: &PrivateApt, pkgs: &[String], dl: &Path) -> Result<()> {
@@ -483,6 +488,19 @@ mod tests {
                 "linux-kbuild-7.2.13+deb14"
             ]
         );
+    }
+
+    #[test]
+    fn makefile_paths_point_into_the_unpacked_tree() {
+        let sid = "KBUILD_OUTPUT=/usr/src/linux-headers-7.2.13+deb14-amd64\n\
+            include /usr/src/linux-headers-7.2.13+deb14-common/Makefile\n";
+        let out = rebase_makefile(sid, Path::new("/c/h/root/usr/src"));
+        assert_eq!(
+            out,
+            "KBUILD_OUTPUT=/c/h/root/usr/src/linux-headers-7.2.13+deb14-amd64\n\
+             include /c/h/root/usr/src/linux-headers-7.2.13+deb14-common/Makefile\n"
+        );
+        assert!(!out.contains(" /usr/src") && !out.contains("=/usr/src"));
     }
 
     #[test]
