@@ -137,16 +137,26 @@ pub fn render(results: &[(String, String, Value)]) -> String {
     }
     md.push('\n');
     let mut notes = Notes::default();
+    let mut absent = false;
     for (n, per) in &names {
         let _ = write!(md, "| `{n}` |");
         for (series, _, _) in results {
-            let cell = per.get(series).map_or("-".to_string(), |s| notes.cell(s));
+            let cell = per.get(series).map_or_else(
+                || {
+                    absent = true;
+                    "-".to_string()
+                },
+                |s| notes.cell(s),
+            );
             let _ = write!(md, " {cell} |");
         }
         md.push('\n');
     }
+    if absent {
+        md.push_str("\n`-`: that kernel's probe list has no such row.\n");
+    }
     if !notes.0.is_empty() {
-        md.push_str("\n`-`: the kernel's probe list has no such row.\n\n");
+        md.push('\n');
         for (i, r) in notes.0.iter().enumerate() {
             let _ = writeln!(md, "{}. {r}", i + 1);
         }
@@ -270,5 +280,6 @@ mod tests {
         assert!(md.contains("| `time:dma_iova_link` | - | attached (fentry/fexit) |"));
         assert_eq!(md.matches("module nvidia is not loaded").count(), 1);
         assert!(md.contains("1. module nvidia is not loaded"));
+        assert!(md.contains("`-`: that kernel's probe list has no such row."));
     }
 }
