@@ -9,7 +9,8 @@ use crate::{bootstrap::status, vm};
 
 #[derive(Args, Debug)]
 pub struct TestArgs {
-    /// Skip the VM scenarios (`cargo xtask vm-test` on 5.10, 6.1 and 6.12).
+    /// Skip the VM scenarios (`cargo xtask vm-test` on 5.10, 6.1, 6.12, 6.18
+    /// and newest).
     #[arg(long)]
     pub no_vm: bool,
     /// Skip building and checking the release artifacts (`cargo xtask dist`:

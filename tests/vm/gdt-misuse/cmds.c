@@ -15,6 +15,10 @@
 #define pr_fmt(fmt) "gdt-misuse: " fmt
 
 #include <linux/kernel.h>
+/* hex_asc (the map-rodata target) moved out of kernel.h into hex.h in 7.x. */
+#if __has_include(<linux/hex.h>)
+#include <linux/hex.h>
+#endif
 #include <linux/list.h>
 #include <linux/slab.h>
 #include <linux/sizes.h>

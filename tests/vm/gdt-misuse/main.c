@@ -303,8 +303,14 @@ static int gdt_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	g->translated = dom && (dom->type & __IOMMU_DOMAIN_PAGING);
 	g->gfp = GFP_KERNEL | (g->translated ? 0 : GFP_DMA);
 #ifdef CONFIG_DMA_NEED_SYNC
-	if (force_sync)
+	if (force_sync) {
+#ifdef GDT_DEV_FLAG_ACCESSORS
+		/* 7.x moved the bit into dev->flags, behind accessors. */
+		dev_clear_dma_skip_sync(&pdev->dev);
+#else
 		pdev->dev.dma_skip_sync = false;
+#endif
+	}
 #endif
 	pci_set_drvdata(pdev, g);
 	mutex_lock(&gdt_lock);

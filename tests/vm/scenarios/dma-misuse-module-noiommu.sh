@@ -5,7 +5,7 @@
 # What needs an IOMMU fails cleanly with DMA_MAPPING_ERROR and -EIO: the
 # BAR's map_resource (above the mask), and the kernel text/rodata maps when
 # KASLR put the kernel above 256 MiB.
-# gdt-vm: kernels=6.1,6.12 devices=nvme,edu iommu=none kmods=gdt-misuse timeout=300
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme,edu iommu=none kmods=gdt-misuse timeout=300
 . /scenarios/misuse.lib
 misuse_load || exit 1
 grep -q 'iommu=direct buffers=zone-dma' $MISUSE_LOG/all || fail "probe did not see dma-direct"

@@ -5,16 +5,27 @@
 # Checked from its kernel-log lines: each call happened, with the addresses,
 # sizes, directions and entry counts the misuse needs; the kernel text and
 # rodata maps hit /proc/iomem's ranges; the control's edu DMA lands byte for
-# byte. Where the kernel has dma:* tracepoints (6.12), their counts for the
+# byte. Where the kernel has dma:* tracepoints (6.12+), their counts for the
 # edu equal the driver's calls, and no sync event fires (6.11+ skips syncs
 # on a coherent device) until the driver is reloaded with force_sync=1.
-# gdt-vm: kernels=6.1,6.12 devices=nvme,edu,e1000e iommu=intel kmods=gdt-misuse timeout=400 check=dma-misuse
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme,edu,e1000e iommu=intel kmods=gdt-misuse timeout=400 check=dma-misuse
 . /scenarios/misuse.lib
 T=/sys/kernel/tracing
 BDF=$GDT_EDU_BDF
 
+# The single-mapping events by name: 6.12 has dma_map_page/_resource; 6.18+
+# one dma_map_phys for page, single and resource maps (DMA_ATTR_MMIO) and no
+# _resource events.
+if [ -e $T/events/dma/dma_map_page ]; then
+    single_pairs="dma_map_page:dma_map_single,dma_map_page dma_unmap_page:dma_unmap_single,dma_unmap_page \
+        dma_map_resource:dma_map_resource dma_unmap_resource:dma_unmap_resource"
+else
+    single_pairs="dma_map_phys:dma_map_single,dma_map_page,dma_map_resource \
+        dma_unmap_phys:dma_unmap_single,dma_unmap_page,dma_unmap_resource"
+fi
+
 tracefs_on() {
-    [ -e $T/events/dma/dma_map_page ] || return 1
+    [ -e $T/events/dma/dma_map_page ] || [ -e $T/events/dma/dma_map_phys ] || return 1
     echo 0 > $T/tracing_on
     echo > $T/trace
     echo "device == \"$BDF\"" > $T/events/dma/filter
@@ -244,12 +255,11 @@ done
 
 if [ $tracing = yes ]; then
     echo 0 > $T/tracing_on
-    for pair in "dma_map_page:dma_map_single dma_map_page" "dma_unmap_page:dma_unmap_single dma_unmap_page" \
-        "dma_map_resource:dma_map_resource" "dma_unmap_resource:dma_unmap_resource" \
-        "dma_map_sg:dma_map_sg" "dma_unmap_sg:dma_unmap_sg" \
-        "dma_alloc:dma_alloc_coherent" "dma_free:dma_free_coherent"; do
+    for pair in $single_pairs dma_map_sg:dma_map_sg dma_unmap_sg:dma_unmap_sg \
+        dma_alloc:dma_alloc_coherent dma_free:dma_free_coherent; do
         ev=${pair%%:*}
-        want=$(calls_of ${pair#*:})
+        fns=${pair#*:}
+        want=$(calls_of $(echo "$fns" | tr , ' '))
         # 6.12's dma_unmap_sg event stores every entry's address (dma_map_sg
         # caps at 128): 4096 entries exceed a ring-buffer page (4 KiB), so
         # tracefs drops that one event. Raw tracepoints still see the call.

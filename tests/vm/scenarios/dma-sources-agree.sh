@@ -5,7 +5,7 @@
 # (check=dma-sources-agree). With kernel.bpf_stats_enabled=1 both report
 # their programs' run time: the tracepoint programs' per-hit cost against
 # the hooks' (printed by the host check; docs/benchmarks.md).
-# gdt-vm: kernels=6.12 devices=nvme iommu=none timeout=400 check=dma-sources-agree
+# gdt-vm: kernels=6.12,newest devices=nvme iommu=none timeout=400 check=dma-sources-agree
 set -e
 . /scenarios/common.lib
 echo 1 > /proc/sys/kernel/bpf_stats_enabled

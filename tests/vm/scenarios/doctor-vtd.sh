@@ -3,7 +3,7 @@
 # groups and their default domain type; a --capture snapshot of the same guest,
 # read back with --root, must give the same findings (checked on the host:
 # check=doctor-vtd).
-# gdt-vm: kernels=6.1,6.12 devices=nvme,e1000e iommu=intel timeout=300 check=doctor-vtd
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme,e1000e iommu=intel timeout=300 check=doctor-vtd
 set -e
 gpudirect-trace doctor --json > /tmp/live.json || [ $? -eq 2 ]
 gpudirect-trace doctor --capture /tmp/snap.tar.gz

@@ -3,7 +3,7 @@
 # writes to and reads from unmapped IOVAs; the final JSON object must report
 # both faults with source vtd, the edu's bus id, the IOVA, reasons 5 and 6, and
 # mapping state "never mapped". Checked on the host (check=edu-fault-live).
-# gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=intel timeout=300 check=edu-fault-live
+# gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=edu iommu=intel timeout=300 check=edu-fault-live
 set -e
 . /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.

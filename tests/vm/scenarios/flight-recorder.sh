@@ -3,7 +3,7 @@
 # a faulting edu DMA at about 8 s. `record --ring 5s --trigger fault --after 1s`
 # must write exactly one snapshot, holding the NVMe's mappings from about 3 s to
 # 9 s and the fault, nothing from before; report reads it (check=flight-recorder).
-# gdt-vm: kernels=6.12 devices=nvme,edu iommu=intel timeout=400 check=flight-recorder
+# gdt-vm: kernels=6.12,6.18,newest devices=nvme,edu iommu=intel timeout=400 check=flight-recorder
 set -e
 . /scenarios/common.lib
 mkdir -p /tmp/snaps

@@ -5,7 +5,7 @@
 # "context":"interrupt") and the probe list must say how the preempt count
 # was read: __preempt_count on 5.10 and 6.1, pcpu_hot.preempt_count on 6.12
 # (check=irq-context).
-# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=irq-context
+# gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=irq-context
 set -e
 . /scenarios/common.lib
 gpudirect-trace record -o /tmp/t.gdt --duration 8s 2> /tmp/rec.err &

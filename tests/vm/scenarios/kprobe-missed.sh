@@ -10,7 +10,7 @@
 # all 32 pairs, and the kprobe tracer's timing hooks time 16 of each and
 # count the rest as missed. After both exit, none of
 # their kprobe events is left in kprobe_events (check=kprobe-missed).
-# gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=none kmods=gdt-misuse timeout=300 check=kprobe-missed
+# gdt-vm: kernels=5.10,6.1,6.12,newest devices=edu iommu=none kmods=gdt-misuse timeout=300 check=kprobe-missed
 . /scenarios/misuse.lib
 T=/sys/kernel/tracing
 misuse_load || exit 1

@@ -5,7 +5,7 @@
 # nvme_queue_rq through the nvme module's BTF object (attach_btf_obj_fd),
 # the same path they take to nv_dma_map_sgt on a GPU host, and must count
 # the calls that NVMe reads make. The selftest exits non-zero otherwise.
-# gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=300
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=300
 set -e
 . /scenarios/common.lib
 test -e /sys/kernel/btf/nvme

@@ -6,7 +6,7 @@
 # as unmatched. On 6.12 from the dma:* tracepoints, before 6.8 from the
 # DMA-API hooks (the same records, the same mapping table). Checked on the host
 # (check=nvme-aggregate).
-# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-aggregate
+# gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-aggregate
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --aggregate-only --duration 6s > /tmp/live.json 2> /tmp/live.err &

@@ -5,7 +5,7 @@
 # side that the tracer scenarios rely on (iommu:map carries no device name).
 # 5.10 is left out: its intel-iommu DMA ops map pages without iommu_map(), so
 # the iommu:map/unmap tracepoints never fire there (seen in the VM).
-# gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel timeout=300
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=300
 set -e
 T=/sys/kernel/tracing
 [ -b /dev/nvme0n1 ] || { echo "no /dev/nvme0n1"; exit 1; }

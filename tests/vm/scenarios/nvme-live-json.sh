@@ -4,7 +4,7 @@
 # the final JSON interval). 6.12 has dma:* tracepoints naming the device; on
 # 5.10 and 6.1 the DMA-API hooks (fentry/kprobe) report the same records, and
 # 6.1's iommu:map/unmap are attributed through the enclosing DMA-API call.
-# gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=nvme-live-json
+# gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-live-json
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --duration 120s > /tmp/live.json 2> /tmp/live.err &

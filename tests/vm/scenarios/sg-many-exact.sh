@@ -7,7 +7,7 @@
 # from the hooks (5.10 has no bpf_loop(): its walk goes on in tail-called
 # chunks). Two tracers: one on fentry/fexit, one forced onto kprobes
 # (check=sg-many-exact).
-# gdt-vm: kernels=5.10,6.1,6.12 devices=edu iommu=intel kmods=gdt-misuse timeout=400 check=sg-many-exact
+# gdt-vm: kernels=5.10,6.1,6.12,newest devices=edu iommu=intel kmods=gdt-misuse timeout=400 check=sg-many-exact
 . /scenarios/common.lib
 . /scenarios/misuse.lib
 two_tracers 300s || exit 1

@@ -4,7 +4,7 @@
 # host check (check=swiotlb-force) wants the tool's swiotlb_bounced_bytes on
 # the NVMe to equal the bytes read (READ_BYTES) and to stay within what the
 # driver mapped.
-# gdt-vm: kernels=6.1,6.12 devices=nvme iommu=none append=swiotlb=force timeout=300 check=swiotlb-force
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme iommu=none append=swiotlb=force timeout=300 check=swiotlb-force
 set -e
 . /scenarios/common.lib
 gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &

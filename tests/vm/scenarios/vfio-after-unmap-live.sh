@@ -8,7 +8,7 @@
 # attributed to the edu through its VFIO domain. `report --json` of the file,
 # here and on the host (the file comes out base64-encoded), must give exactly
 # the same devices, faults and incidents (check=vfio-after-unmap).
-# gdt-vm: kernels=6.1,6.12 devices=edu iommu=intel modules=vfio_pci,vfio_iommu_type1 timeout=300 check=vfio-after-unmap
+# gdt-vm: kernels=6.1,6.12,6.18,newest devices=edu iommu=intel modules=vfio_pci,vfio_iommu_type1 timeout=300 check=vfio-after-unmap
 set -e
 . /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG. The

@@ -25,11 +25,14 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::kernel::{suite_of, Kernel, PrivateApt};
+use super::{
+    debian::{self, Dep},
+    kernel::{suite_of, Kernel, PrivateApt},
+};
 use crate::host;
 
 /// Bump when the unpack or its fix-ups change: older trees are redone.
-const LAYOUT: u32 = 2;
+const LAYOUT: u32 = 3;
 
 /// An unpacked, fixed-up headers tree and how to build against it.
 #[derive(Debug)]
@@ -78,10 +81,33 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     let dl = dir.join("deb");
     fs::create_dir_all(&dl)?;
     let top = format!("linux-headers-{}", k.release);
-    let deps = host::output(apt.cmd("apt-cache").args(["depends", &top]))
-        .with_context(|| format!("apt-cache depends {top} (is the {suite} list current?)"))?;
+    if !apt.has_package(&top) {
+        // The list may predate the kernel's upload: refresh once.
+        host::run(apt.cmd("apt-get").arg("update"))?;
+        if !apt.has_package(&top) {
+            // trixie-backports keeps older signed images but only the newest
+            // kernel source's other packages, so an image can outlive its
+            // headers there (6.18.15 on 2026-12-02).
+            return Err(super::Missing(format!(
+                "{top} is not in Debian {suite}'s package lists: no test modules for {}",
+                k.release
+            ))
+            .into());
+        }
+    }
+    let show = host::output(
+        apt.cmd("apt-cache")
+            .args(["show", "--no-all-versions", &top]),
+    )
+    .with_context(|| format!("apt-cache show {top} (is the {suite} list current?)"))?;
+    // Pinned versions (`(= V)`) are downloaded as such: the -common tree
+    // must be the kernel's own, whatever else the suite (or the host) has.
     let mut pkgs = vec![top.clone()];
-    pkgs.extend(header_deps(&deps));
+    pkgs.extend(
+        header_deps(&debian::depends_field(&show))
+            .iter()
+            .map(debian::download_spec),
+    );
     eprintln!(
         "xtask: downloading {} into {}",
         pkgs.join(" "),
@@ -93,14 +119,9 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     }
     fs::remove_dir_all(&dl)?;
     let build_dir = root.join("usr/src").join(&top);
-    // The arch tree includes the common one by absolute path (/usr/src/...).
     let mk = build_dir.join("Makefile");
     let text = fs::read_to_string(&mk).with_context(|| format!("{top} has no Makefile"))?;
-    let src = root.join("usr/src");
-    fs::write(
-        &mk,
-        text.replace("include /usr/src/", &format!("include {}/", src.display())),
-    )?;
+    fs::write(&mk, rebase_makefile(&text, &root.join("usr/src")))?;
 
     let mut notes = wrap_new_glibc_tools(&apt, dir, &root)?;
     let config = fs::read_to_string(build_dir.join(".config"))?;
@@ -109,6 +130,16 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     fs::write(dir.join("cc.txt"), format!("{cc}\n"))?;
     fs::write(dir.join("notes.txt"), notes.join("\n"))?;
     Ok(())
+}
+
+/// The arch tree's Makefile names the installed paths absolutely: the common
+/// tree it includes (`include /usr/src/...-common/Makefile`) and, from 7.x,
+/// itself as the build directory (`KBUILD_OUTPUT=/usr/src/...`, which the
+/// common Makefile requires to exist). Both are pointed at the unpacked tree.
+pub fn rebase_makefile(text: &str, src: &Path) -> String {
+    let to = format!("{}/", src.display());
+    text.replace(" /usr/src/", &format!(" {to}"))
+        .replace("=/usr/src/", &format!("={to}"))
 }
 
 fn download(apt: &PrivateApt, pkgs: &[String], dl: &Path) -> Result<()> {
@@ -137,17 +168,15 @@ fn debs(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
-/// The `linux-headers-*` and `linux-kbuild-*` packages in `apt-cache depends`
-/// output (not the compiler, linux-base or the image it also names).
-pub fn header_deps(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = text
-        .lines()
-        .filter_map(|l| l.trim().trim_start_matches('|').strip_prefix("Depends:"))
-        .map(str::trim)
-        .filter(|n| n.starts_with("linux-headers-") || n.starts_with("linux-kbuild-"))
-        .map(str::to_string)
+/// The `linux-headers-*` and `linux-kbuild-*` packages among a headers
+/// package's dependencies (not the compiler, linux-base or the image).
+pub fn header_deps(deps: &[Dep]) -> Vec<Dep> {
+    let mut out: Vec<Dep> = deps
+        .iter()
+        .filter(|d| d.name.starts_with("linux-headers-") || d.name.starts_with("linux-kbuild-"))
+        .cloned()
         .collect();
-    out.dedup();
+    out.dedup_by(|a, b| a.name == b.name);
     out
 }
 
@@ -421,22 +450,57 @@ mod tests {
 
     #[test]
     fn depends_keep_headers_and_kbuild_only() {
-        let text = "linux-headers-6.12.117+deb13-amd64\n  Depends: linux-base\n  \
-            Depends: linux-headers-6.12.117+deb13-common\n |Depends: linux-image-6.12.117+deb13-amd64\n  \
-            Depends: linux-kbuild-6.12.117+deb13\n  Depends: gcc-14\n";
+        let names = |show: &str| -> Vec<String> {
+            header_deps(&debian::depends_field(show))
+                .iter()
+                .map(debian::download_spec)
+                .collect()
+        };
+        let trixie =
+            "Depends: linux-base (>= 4.12~), linux-headers-6.12.117+deb13-common (= 6.12.117-1), \
+            linux-image-6.12.117+deb13-amd64 | linux-image-6.12.117+deb13-amd64-unsigned, \
+            linux-kbuild-6.12.117+deb13 (= 6.12.117-1), gcc-14\n";
         assert_eq!(
-            header_deps(text),
+            names(trixie),
             [
-                "linux-headers-6.12.117+deb13-common",
-                "linux-kbuild-6.12.117+deb13"
+                "linux-headers-6.12.117+deb13-common=6.12.117-1",
+                "linux-kbuild-6.12.117+deb13=6.12.117-1"
             ]
         );
-        let old = "  Depends: linux-headers-6.1.0-50-common\n  Depends: linux-kbuild-6.1\n  \
-            Depends: linux-compiler-gcc-12-x86\n";
+        // 6.1's kbuild is shared by every 6.1.0-N: not pinned, so the private
+        // list's own candidate (never the host's installed one) is fetched.
+        let old = "Depends: linux-headers-6.1.0-50-common (= 6.1.176-1), linux-kbuild-6.1 (>= 6.1.176-1), \
+            linux-compiler-gcc-12-x86 (>= 6.1.176-1)\n";
         assert_eq!(
-            header_deps(old),
-            ["linux-headers-6.1.0-50-common", "linux-kbuild-6.1"]
+            names(old),
+            [
+                "linux-headers-6.1.0-50-common=6.1.176-1",
+                "linux-kbuild-6.1"
+            ]
         );
+        // sid's 7.2: linux-base-R and the gcc-16 metapackage are not headers.
+        let sid = "Depends: gcc-16-for-host, linux-base (>= 4.12~), linux-base-7.2.13+deb14-amd64 (= 7.2.13-1), \
+            linux-headers-7.2.13+deb14-common (= 7.2.13-1), linux-kbuild-7.2.13+deb14\n";
+        assert_eq!(
+            names(sid),
+            [
+                "linux-headers-7.2.13+deb14-common=7.2.13-1",
+                "linux-kbuild-7.2.13+deb14"
+            ]
+        );
+    }
+
+    #[test]
+    fn makefile_paths_point_into_the_unpacked_tree() {
+        let sid = "KBUILD_OUTPUT=/usr/src/linux-headers-7.2.13+deb14-amd64\n\
+            include /usr/src/linux-headers-7.2.13+deb14-common/Makefile\n";
+        let out = rebase_makefile(sid, Path::new("/c/h/root/usr/src"));
+        assert_eq!(
+            out,
+            "KBUILD_OUTPUT=/c/h/root/usr/src/linux-headers-7.2.13+deb14-amd64\n\
+             include /c/h/root/usr/src/linux-headers-7.2.13+deb14-common/Makefile\n"
+        );
+        assert!(!out.contains(" /usr/src") && !out.contains("=/usr/src"));
     }
 
     #[test]

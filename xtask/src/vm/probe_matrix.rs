@@ -1,5 +1,8 @@
 //! `cargo xtask probe-matrix`: runs `gpudirect-trace probes --json` on every
 //! kernel the harness knows and writes docs/probe-compatibility.md from it.
+//! Rows are the union of every kernel's probe names, so a probe the catalog
+//! gains later, or one only a newer kernel has, gets its row with `-` where a
+//! kernel lacks it; `newest` is resolved to its concrete series for the column.
 
 use std::{collections::BTreeMap, fmt::Write as _, process::ExitCode, time::Duration};
 
@@ -12,7 +15,8 @@ use crate::host;
 
 #[derive(Args, Debug)]
 pub struct ProbeMatrixArgs {
-    /// Kernel series (repeatable). Default: 5.10, 6.1, 6.12.
+    /// Kernel series (repeatable; `newest` allowed). Default: every kernel the
+    /// harness knows (5.10, 6.1, 6.12, 6.18, newest).
     #[arg(long = "kernel")]
     pub kernels: Vec<String>,
     #[command(flatten)]
@@ -80,6 +84,35 @@ pub fn statuses(v: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Notes for reasons too long for a table cell: each distinct one is said once
+/// below the table and the cells refer to it (`unavailable [2]`), so five
+/// kernel columns stay readable however many rows the catalog grows.
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    /// Longer than this, a parenthesised reason becomes a note.
+    const INLINE: usize = 24;
+
+    fn cell(&mut self, status: &str) -> String {
+        let Some((head, reason)) = status
+            .strip_suffix(')')
+            .and_then(|s| s.split_once(" ("))
+            .filter(|(_, r)| r.len() > Self::INLINE)
+        else {
+            return status.to_string();
+        };
+        let n = match self.0.iter().position(|r| r == reason) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(reason.to_string());
+                self.0.len()
+            }
+        };
+        format!("{head} [{n}]")
+    }
+}
+
 pub fn render(results: &[(String, String, Value)]) -> String {
     let mut md = String::new();
     md.push_str(
@@ -103,12 +136,30 @@ pub fn render(results: &[(String, String, Value)]) -> String {
         md.push_str("---|");
     }
     md.push('\n');
+    let mut notes = Notes::default();
+    let mut absent = false;
     for (n, per) in &names {
         let _ = write!(md, "| `{n}` |");
         for (series, _, _) in results {
-            let _ = write!(md, " {} |", per.get(series).map_or("-", String::as_str));
+            let cell = per.get(series).map_or_else(
+                || {
+                    absent = true;
+                    "-".to_string()
+                },
+                |s| notes.cell(s),
+            );
+            let _ = write!(md, " {cell} |");
         }
         md.push('\n');
+    }
+    if absent {
+        md.push_str("\n`-`: that kernel's probe list has no such row.\n");
+    }
+    if !notes.0.is_empty() {
+        md.push('\n');
+        for (i, r) in notes.0.iter().enumerate() {
+            let _ = writeln!(md, "{}. {r}", i + 1);
+        }
     }
     md.push_str("\n## Per kernel\n\n");
     for (series, release, v) in results {
@@ -143,6 +194,7 @@ pub fn main(args: ProbeMatrixArgs) -> Result<ExitCode> {
     let binaries = build_binaries(&opts)?;
     let mut results = Vec::new();
     for k in &kernels {
+        let k = &super::kernel::resolve_series(k)?;
         let spec = RunSpec {
             kernel: k.clone(),
             devices: vec![Device::Nvme, Device::Edu],
@@ -202,5 +254,32 @@ mod tests {
         assert!(md.contains("| `time:dma_map` | attached (kprobe) |"));
         assert!(md.contains("2 of 3 probes attached"));
         assert!(md.contains("| `dma:dma_map_page` | missing |"));
+    }
+
+    #[test]
+    fn long_reasons_become_numbered_notes_and_new_kernels_get_columns() {
+        let a: Value = serde_json::from_str(
+            r#"[{"name":"time:nv_dma_map_sgt","status":"unavailable","reason":"module nvidia is not loaded"},
+                {"name":"time:nv_dma_map_peer","status":"unavailable","reason":"module nvidia is not loaded"},
+                {"name":"time:dma_map","status":"attached","kind":"fentry/fexit"}]"#,
+        )
+        .expect("json");
+        // A probe only the newer kernel's list has (a catalog entry added later).
+        let b: Value = serde_json::from_str(
+            r#"[{"name":"time:dma_map","status":"attached","kind":"fentry/fexit"},
+                {"name":"time:dma_iova_link","status":"attached","kind":"fentry/fexit"}]"#,
+        )
+        .expect("json");
+        let md = render(&[
+            ("6.12".into(), "6.12.117+deb13-amd64".into(), a),
+            ("7.2".into(), "7.2.13+deb14-amd64".into(), b),
+        ]);
+        assert!(md.contains("7.2 (`7.2.13+deb14-amd64`)"));
+        assert!(md.contains("| `time:nv_dma_map_sgt` | unavailable [1] | - |"));
+        assert!(md.contains("| `time:nv_dma_map_peer` | unavailable [1] | - |"));
+        assert!(md.contains("| `time:dma_iova_link` | - | attached (fentry/fexit) |"));
+        assert_eq!(md.matches("module nvidia is not loaded").count(), 1);
+        assert!(md.contains("1. module nvidia is not loaded"));
+        assert!(md.contains("`-`: that kernel's probe list has no such row."));
     }
 }
