@@ -39,10 +39,9 @@ pub struct Level {
     /// Mappings and outstanding bytes by the pid that made them.
     pub procs: Procs,
     /// The kernel does not unmap this level's mappings (dma_need_unmap()
-    /// said false): they are counted here, never outstanding or leaks.
+    /// said false): what was mapped and not unmapped is "skipped", never
+    /// outstanding or a leak.
     pub unmaps_skipped: bool,
-    pub skipped: u64,
-    pub skipped_bytes: u64,
 }
 
 impl Default for Level {
@@ -63,8 +62,6 @@ impl Default for Level {
             unmatched_unmaps: 0,
             procs: Procs::default(),
             unmaps_skipped: false,
-            skipped: 0,
-            skipped_bytes: 0,
         }
     }
 }
@@ -102,8 +99,6 @@ impl Level {
             self.max_size = self.max_size.max(s);
         }
         if self.unmaps_skipped {
-            self.skipped += 1;
-            self.skipped_bytes = self.skipped_bytes.saturating_add(size);
             self.procs.map(pid, size, ts_ns, false);
             return;
         }
@@ -200,18 +195,31 @@ impl Level {
         }
         self.unmaps_skipped = true;
         for (_, m) in std::mem::take(&mut self.outstanding) {
-            self.skipped += 1;
-            self.skipped_bytes = self.skipped_bytes.saturating_add(m.size);
             self.procs.forget(m.pid, m.size);
         }
-        self.skipped += self.untracked;
         self.untracked = 0;
         self.outstanding_bytes = 0;
+    }
+
+    /// Mappings (and bytes) the kernel did not unmap because it need not.
+    pub fn skipped(&self) -> (u64, u64) {
+        if !self.unmaps_skipped {
+            return (0, 0);
+        }
+        (
+            self.maps.saturating_sub(self.unmaps),
+            self.bytes_mapped.saturating_sub(self.bytes_unmapped),
+        )
     }
 
     /// Replaces the outstanding set with `maps` (addr, size, ts_ns, pid):
     /// aggregate-only mode, where the kernel's table is the truth.
     pub fn replace_outstanding(&mut self, maps: impl Iterator<Item = (u64, u64, u64, u32)>) {
+        // The kernel's table holds the device's first maps from before it
+        // learnt that their unmaps are skipped: not outstanding either.
+        if self.unmaps_skipped {
+            return;
+        }
         self.outstanding.clear();
         self.outstanding_bytes = 0;
         let mut by_pid: std::collections::HashMap<u32, (u64, u64)> = Default::default();
@@ -275,8 +283,8 @@ impl Level {
             },
             outstanding_mappings: self.outstanding.len() as u64 + self.untracked,
             outstanding_bytes: self.outstanding_bytes,
-            unmaps_skipped: self.skipped,
-            unmaps_skipped_bytes: self.skipped_bytes,
+            unmaps_skipped: self.skipped().0,
+            unmaps_skipped_bytes: self.skipped().1,
         }
     }
 }

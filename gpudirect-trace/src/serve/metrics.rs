@@ -296,8 +296,9 @@ impl Model {
                     self.add(&crate::families::dma_api::metrics::IOVA_CALLS_TOTAL, l1("op", op), n);
                 }
             }
-            if d.dma.skipped > 0 {
-                let n = d.dma.skipped;
+            let skipped = d.dma.skipped().0;
+            if skipped > 0 {
+                let n = skipped;
                 self.add(&crate::families::dma_api::metrics::DMA_UNMAPS_SKIPPED_TOTAL, l.clone(), n);
             }
             // Scatterlists not walked to the end: this device's byte counts

@@ -4,6 +4,7 @@
 pub mod checks;
 pub mod checks_dmaapi;
 pub mod checks_iommu;
+pub mod checks_iova;
 pub mod checks_task;
 pub mod cpio;
 pub mod debian;

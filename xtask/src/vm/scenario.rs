@@ -257,6 +257,8 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
         "flight-recorder" => super::flight_checks::flight_recorder(series, lines),
         "flight-serve" => super::flight_checks::flight_serve(series, lines),
         "dma-misuse" => super::misuse_checks::dma_misuse(series, lines),
+        "nvme-iova" => super::checks_iova::nvme_iova(series, lines),
+        "nvme-direct-unmap" => super::checks_iova::nvme_direct_unmap(series, lines),
         "flush-strict" | "flush-lazy" | "passthrough" | "swiotlb-force" | "virtio-fault" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             use super::checks_iommu as c;

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Without an IOMMU the 6.17+ block layer maps each NVMe segment with
+# dma_map_phys and, where dma_need_unmap() says the device needs none,
+# never unmaps it (issue 32). 4 MiB of O_DIRECT reads, streaming and
+# aggregate-only: the NVMe's row has the 4 MiB, nothing outstanding and no
+# leak suspect once the reads are done, and says how many unmaps the kernel
+# skipped (checked on the host: check=nvme-direct-unmap).
+# gdt-vm: kernels=6.18,newest devices=nvme iommu=none timeout=400 check=nvme-direct-unmap
+set -e
+. /scenarios/common.lib
+gpudirect-trace live --json --duration 120s --long-lived 1s > /tmp/s.json 2> /tmp/s.err &
+s=$!
+gpudirect-trace live --json --aggregate-only --duration 120s --long-lived 1s > /tmp/a.json 2> /tmp/a.err &
+a=$!
+wait_for /tmp/s.err "probes attached" $s
+wait_for /tmp/a.err "probes attached" $a
+dd if=/dev/nvme0n1 of=/dev/null bs=128k count=32 iflag=direct
+sleep 3
+kill -INT $s $a
+wait $s
+wait $a
+echo "STREAMING $(tail -n 1 /tmp/s.json)"
+echo "AGGREGATE $(tail -n 1 /tmp/a.json)"

@@ -1,0 +1,26 @@
+#!/bin/sh
+# The IOVA API as a DMA-API source (issue 32): since 6.17 the block layer
+# maps NVMe requests with dma_iova_try_alloc/link/sync/destroy, which fire no
+# dma:* tracepoint. 4 MiB of O_DIRECT reads under VT-d, traced streaming and
+# aggregate-only at once: the NVMe's own row at level dma, maps (links) ==
+# unmaps > 0, 4 MiB from the device, its iommu:map/unmap attributed to it
+# (no "(iommu, unattributed)" maps), the iova row, and the IOVA hooks as the
+# source (checked on the host: check=nvme-iova).
+# gdt-vm: kernels=6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-iova
+set -e
+. /scenarios/common.lib
+gpudirect-trace live --json --duration 120s > /tmp/s.json 2> /tmp/s.err &
+s=$!
+gpudirect-trace live --json --aggregate-only --duration 120s > /tmp/a.json 2> /tmp/a.err &
+a=$!
+wait_for /tmp/s.err "probes attached" $s
+wait_for /tmp/a.err "probes attached" $a
+gpudirect-trace probes --json > /tmp/p.json 2>/dev/null || true
+dd if=/dev/nvme0n1 of=/dev/null bs=128k count=32 iflag=direct
+sleep 2
+kill -INT $s $a
+wait $s
+wait $a
+echo "STREAMING $(tail -n 1 /tmp/s.json)"
+echo "AGGREGATE $(tail -n 1 /tmp/a.json)"
+echo "PROBES $(tr -d '\n' < /tmp/p.json)"
