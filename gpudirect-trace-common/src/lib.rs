@@ -145,6 +145,9 @@ pub struct TaskState {
     /// Arguments 1 to 5 of the DMA-API call in flight per depth, kept by
     /// the kprobe entry for its kretprobe (which sees only the return value).
     pub args: [[u64; DMA_ARGS]; level::NEST],
+    /// Per depth, 1 when the DMA-API call in flight is itself IOMMU work
+    /// (`op::is_iommu_work`): the invalidations inside it are nested time.
+    pub iommu_work: [u64; level::NEST],
 }
 
 /// Arguments kept per DMA-API call for the kretprobe (arg 0, the device, is
@@ -541,7 +544,7 @@ const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
 const _: () = assert!(
     core::mem::size_of::<TaskState>()
-        == 3 * 8 * level::NEST * level::COUNT + 8 * DMA_ARGS * level::NEST
+        == 3 * 8 * level::NEST * level::COUNT + 8 * DMA_ARGS * level::NEST + 8 * level::NEST
 );
 const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
 const _: () = assert!(core::mem::size_of::<MapValue>() == 24);

@@ -42,6 +42,14 @@ pub const DMA_IOVA_FREE: u32 = 30;
 pub const DMA_IOVA_DESTROY: u32 = 31;
 pub const COUNT: u32 = 32;
 
+/// DMA-API calls that are IOMMU work themselves: the IOVA API's link maps
+/// the IOMMU page tables (iommu_map_nosync) and its sync flushes them
+/// (iommu_sync_map), with no timed iommu_map/iotlb_sync around either. An
+/// invalidation inside one is nested in IOMMU time, as under iommu_map.
+pub const fn is_iommu_work(o: u32) -> bool {
+    o == DMA_IOVA_LINK || o == DMA_IOVA_SYNC
+}
+
 pub const NAMES: [&str; COUNT as usize] = [
     "dma_map",
     "dma_unmap",

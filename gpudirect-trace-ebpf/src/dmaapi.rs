@@ -169,7 +169,7 @@ macro_rules! dma_hooks {
         pub fn $fin(ctx: FEntryContext) -> i32 {
             let a = btf_args::<$n>(ctx.as_ptr());
             $entry(&a, Src::btf(ctx.as_ptr()));
-            enter_dma(a[0], None);
+            enter_dma($op, a[0], None);
             0
         }
 
@@ -192,7 +192,7 @@ macro_rules! dma_hooks {
             $entry(&a, Src::regs(ctx.as_ptr()));
             // Only maps need their arguments at exit.
             let kept = rest(&a);
-            enter_dma(a[0], if $stash { Some(&kept) } else { None });
+            enter_dma($op, a[0], if $stash { Some(&kept) } else { None });
             0
         }
 

@@ -22,7 +22,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use gpudirect_trace_common::{
-    flags, kind, Event, SgEvent, BPF_MAX_LOOPS, SG_BOUNDED_REST, SG_LENS, SG_PREFIX,
+    flags, kind, op, Event, SgEvent, BPF_MAX_LOOPS, SG_BOUNDED_REST, SG_LENS, SG_PREFIX,
 };
 
 use crate::{
@@ -430,7 +430,8 @@ fn finish(sc: &mut Scratch) {
         );
     }
     if sc.fin.then_enter != 0 {
-        enter_dma(sc.fin.dev, None);
+        // A scatterlist call (map or unmap): never IOMMU work itself.
+        enter_dma(op::DMA_MAP_SG, sc.fin.dev, None);
     }
 }
 

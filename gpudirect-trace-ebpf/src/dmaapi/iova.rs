@@ -145,7 +145,7 @@ fn alloc_exit(dev: u64, state: u64, phys: u64, ret: u64, s: Src) {
 #[fentry]
 pub fn t_iova_alloc_in(ctx: FEntryContext) -> i32 {
     let a = btf_args::<4>(ctx.as_ptr());
-    enter_dma(a[0], None);
+    enter_dma(op::DMA_IOVA_ALLOC, a[0], None);
     0
 }
 
@@ -161,7 +161,7 @@ pub fn t_iova_alloc_out(ctx: FExitContext) -> i32 {
 pub fn k_iova_alloc_in(ctx: ProbeContext) -> i32 {
     kprobe_ran();
     let a = regs_args::<4>(&ctx);
-    enter_dma(a[0], Some(&rest(&a)));
+    enter_dma(op::DMA_IOVA_ALLOC, a[0], Some(&rest(&a)));
     0
 }
 
@@ -241,7 +241,7 @@ fn link_exit(dev: u64, k: &[u64; DMA_ARGS], ret: u64, s: Src) {
 pub fn t_iova_link_in(ctx: FEntryContext) -> i32 {
     let a = btf_args::<6>(ctx.as_ptr());
     link_entry(a[0], a[1]);
-    enter_dma(a[0], None);
+    enter_dma(op::DMA_IOVA_LINK, a[0], None);
     0
 }
 
@@ -266,7 +266,7 @@ pub fn k_iova_link_in(ctx: ProbeContext) -> i32 {
     let sp = unsafe { (*ctx.regs).rsp };
     let attrs = read_u64(sp + 8);
     link_entry(a[0], a[1]);
-    enter_dma(a[0], Some(&link_args(&a, attrs)));
+    enter_dma(op::DMA_IOVA_LINK, a[0], Some(&link_args(&a, attrs)));
     0
 }
 

@@ -39,9 +39,18 @@ const DMA_API_OPS: &[&str] = &[
 /// IOMMU work nested inside them. dma_iova_link is IOMMU work through and
 /// through (page tables written with iommu_map_nosync, which no hook times
 /// apart: timing it inside iommu_map too would count iommu_map's time
-/// twice); under identity mapping dma_iova_try_alloc declines and the
-/// driver maps by address arithmetic instead.
-const IOMMU_OPS: &[&str] = &["iommu_map", "iommu_unmap", "iotlb_sync", "dma_iova_link"];
+/// twice); dma_iova_sync is the IOTLB flush of those links (iommu_sync_map,
+/// no timed iotlb_sync around it). Under identity mapping
+/// dma_iova_try_alloc declines and the driver maps by address arithmetic
+/// instead. Must match the eBPF side's `op::is_iommu_work`, which counts
+/// the invalidations inside these calls as nested.
+const IOMMU_OPS: &[&str] = &[
+    "iommu_map",
+    "iommu_unmap",
+    "iotlb_sync",
+    "dma_iova_link",
+    "dma_iova_sync",
+];
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct Budget {
@@ -173,5 +182,29 @@ mod tests {
         // Lazy mode: only deferred flushes, outside any DMA-API call.
         let lazy = budget(&BTreeMap::new(), 1.0, 0, (3_000_000, 3_000_000)).expect("flushes");
         assert_eq!((lazy.iommu_ms_per_s, lazy.dma_api_ms_per_s), (3.0, 0.0));
+    }
+
+    #[test]
+    fn the_dma_api_calls_that_are_iommu_work_count_as_iommu_time() {
+        use gpudirect_trace_common::op;
+        for o in 0..op::COUNT {
+            let name = op::NAMES[o as usize];
+            assert_eq!(
+                op::is_iommu_work(o),
+                IOMMU_OPS.contains(&name) && DMA_API_OPS.contains(&name),
+                "{name}: the eBPF side's nesting and the budget's IOMMU part disagree"
+            );
+        }
+        let mut l = BTreeMap::new();
+        let t = |ns| LatencySnapshot {
+            count: 1,
+            total_ns: ns,
+            ..Default::default()
+        };
+        l.insert("dma_iova_link", t(6_000_000));
+        l.insert("dma_iova_sync", t(2_000_000));
+        // The flushes inside the sync are nested: not added again.
+        let b = budget(&l, 1.0, 0, (1_500_000, 0)).expect("timed");
+        assert_eq!((b.dma_api_ms_per_s, b.iommu_ms_per_s), (8.0, 8.0));
     }
 }
