@@ -118,8 +118,11 @@ fn invalidations(v: &Value, d: &Value, bdf: &str, unmaps: u64, lazy: bool) -> Re
         .as_f64()
         .unwrap_or(0.0);
     if lazy {
+        // The flush queue flushes when full or on its 10 ms timer: on an
+        // idle host 256 unmaps took < 16 invalidations, with two builds
+        // beside the TCG guest 22 (6.18). Strict mode takes >= 1 per unmap.
         ensure!(
-            all * 16 <= unmaps,
+            all * 4 <= unmaps,
             "{all} IOTLB invalidations for {unmaps} unmaps: not lazy"
         );
         ensure!(
