@@ -9,6 +9,8 @@
 # gdt-vm: kernels=6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-iova
 set -e
 . /scenarios/common.lib
+# Per-program run counts and time (the cost per hit the host check prints).
+echo 1 > /proc/sys/kernel/bpf_stats_enabled
 gpudirect-trace live --json --duration 120s > /tmp/s.json 2> /tmp/s.err &
 s=$!
 gpudirect-trace live --json --aggregate-only --duration 120s > /tmp/a.json 2> /tmp/a.err &

@@ -26,6 +26,21 @@ fn losses(v: &Value) -> u64 {
     n(v, "lost_events") + n(v, "missed_events")
 }
 
+/// The kernel's run time per hit of the programs whose names start with
+/// `prefix`, from a `live --json` object's program_stats (bpf_stats).
+fn per_hit(series: &str, tag: &str, v: &Value, prefixes: &[&str]) {
+    for p in v["program_stats"].as_array().into_iter().flatten() {
+        let name = p["program"].as_str().unwrap_or("");
+        if prefixes.iter().any(|x| name.starts_with(x)) {
+            eprintln!(
+                "xtask: {series}: {tag}: {name}: {} runs, {:.0} ns per run",
+                p["run_count"],
+                p["ns_per_run"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+}
+
 /// nvme-iova: in both modes the NVMe's own row, at level dma, with maps ==
 /// unmaps > 0 and 4 MiB from the device, its IOMMU maps attributed to it
 /// and none left unattributed; streaming also shows the iova row and the
@@ -79,6 +94,7 @@ pub fn nvme_iova(series: &str, lines: &[String]) -> Result<()> {
                 d["dma_sources"]
             );
         }
+        per_hit(series, tag, &v, &["t_iova_", "t_need_unmap", "iommu_map", "iommu_unmap"]);
         eprintln!(
             "xtask: {series}: {tag}: {nvme} level dma, {maps} maps / {unmaps} unmaps through the \
              IOVA API, {from} bytes from the device, {} IOMMU maps attributed",
@@ -148,6 +164,7 @@ pub fn nvme_direct_unmap(series: &str, lines: &[String]) -> Result<()> {
                 d["unmaps"]
             );
         }
+        per_hit(series, tag, &v, &["dma_map", "t_need_unmap", "t_dma_map_phys"]);
         eprintln!(
             "xtask: {series}: {tag}: {nvme} {from} bytes from the device, {} maps, {} unmaps, \
              {skipped} unmaps skipped by the kernel (dma_need_unmap false {} times), nothing \
