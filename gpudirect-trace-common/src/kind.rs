@@ -83,8 +83,14 @@ pub const IOVA_DECLINED: u16 = 30;
 /// the kernel may skip unmapping its streaming mappings (dma-direct with
 /// nothing to sync), so a map without an unmap is normal there.
 pub const UNMAP_NOT_NEEDED: u16 = 31;
+/// sched:sched_process_exit of a process (its thread-group leader): `pid`
+/// and the name it had (`comm`, 16 bytes in `addr` and `phys`, little
+/// endian, NUL-padded). Short-lived processes (dd, insmod, a reproducer)
+/// are gone from /proc before their pids are looked up; this keeps their
+/// names. Streaming mode only (aggregate-only names no processes).
+pub const PROC_EXIT: u16 = 32;
 /// One past the largest kind: sizes per-kind counter arrays.
-pub const COUNT: u32 = 32;
+pub const COUNT: u32 = 33;
 
 
 /// What a kind is about.
@@ -101,6 +107,8 @@ pub enum Class {
     Rare,
     /// The timing hooks' durations.
     Timing,
+    /// About tasks, not devices: what the tracer needs to name them.
+    Task,
 }
 
 /// The layout of a kind's record in the ring buffer and in trace files.
@@ -244,6 +252,10 @@ pub const KINDS: [KindInfo; COUNT as usize] = [
         ..counter_only(IOVA_DECLINED, "iova_declined", Class::DmaApi, false)
     },
     counter_only(UNMAP_NOT_NEEDED, "unmap_not_needed", Class::DmaApi, false),
+    KindInfo {
+        hit: false,
+        ..k(PROC_EXIT, "process_exit", Class::Task)
+    },
 ];
 
 const fn check(i: usize) -> bool {

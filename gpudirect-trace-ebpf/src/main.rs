@@ -17,6 +17,7 @@ mod device;
 mod dmaapi;
 mod dmarec;
 mod emit;
+mod families;
 mod inval;
 mod lifetime;
 mod sg;

@@ -94,6 +94,23 @@ pub fn c_string(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// A process-exit record's (`kind::PROC_EXIT`) pid and name; control
+/// characters (a name is whatever prctl(PR_SET_NAME) set) become `?`.
+pub fn process_exit(record: &Record) -> Option<(u32, String)> {
+    let ev = record.event();
+    if ev.kind != kind::PROC_EXIT || ev.pid == 0 {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&ev.addr.to_le_bytes());
+    b[8..].copy_from_slice(&ev.phys.to_le_bytes());
+    let name: String = c_string(&b)
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    (!name.is_empty()).then_some((ev.pid, name))
+}
+
 #[cfg(test)]
 mod tests {
     use gpudirect_trace_common::{SG_LENS, XID_MSG_LEN};
@@ -168,5 +185,29 @@ mod tests {
         );
         b[0] = 200;
         assert_eq!(decode(&b), Err(DecodeError::UnknownKind(200)));
+    }
+
+    #[test]
+    fn a_process_exit_names_its_pid_without_control_bytes() {
+        let mut w = [0u8; 16];
+        w[..7].copy_from_slice(b"dd\x1b[2Jx");
+        let ev = Event {
+            kind: kind::PROC_EXIT,
+            pid: 180,
+            addr: u64::from_le_bytes(w[..8].try_into().unwrap()),
+            phys: u64::from_le_bytes(w[8..].try_into().unwrap()),
+            ..Default::default()
+        };
+        let r = decode(&bytes_of(&ev)).expect("decodes");
+        assert_eq!(process_exit(&r), Some((180, "dd?[2Jx".to_owned())));
+        let full = Event {
+            addr: u64::from_le_bytes(*b"abcdefgh"),
+            phys: u64::from_le_bytes(*b"ijklmno\0"),
+            ..ev
+        };
+        let r = decode(&bytes_of(&full)).expect("decodes");
+        assert_eq!(process_exit(&r), Some((180, "abcdefghijklmno".to_owned())));
+        let other = Event { kind: kind::DMA_MAP, ..ev };
+        assert_eq!(process_exit(&decode(&bytes_of(&other)).expect("decodes")), None);
     }
 }

@@ -117,6 +117,12 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
     let gpus = render::gpus_text(&a.agg.gpus, a.nvml_first.as_ref(), a.nvml_latest.as_ref());
     text.push_str(&gpus);
     text.push_str(&render::processes_text(&devices));
+    if a.agg.names_unknown > 0 {
+        text.push_str(&format!(
+            "({} processes shown as \"-\": gone from /proc with no exit record to name them)\n",
+            a.agg.names_unknown
+        ));
+    }
     text.push_str(&render::latency_text(&devices));
     text.push_str(&render::invalidations_text(
         &s.analysis.agg.unit_rows(),

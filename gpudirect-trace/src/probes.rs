@@ -40,6 +40,7 @@ pub fn not_used(tracefs: Option<&Path>) -> Vec<NotUsed> {
     let mut groups: Vec<&str> = tracepoints().iter().map(|p| p.group()).collect();
     groups.sort_unstable();
     groups.dedup();
+    groups.retain(|g| !crate::families::tasks::BORROWED_GROUPS.contains(g));
     let mut out = Vec::new();
     for g in groups {
         let Ok(rd) = std::fs::read_dir(t.join("events").join(g)) else {

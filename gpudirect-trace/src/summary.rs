@@ -55,6 +55,9 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "hook_args_missing": v.stats.hook_args_missing,
         // DMA-API calls whose kernel stack was not kept (`--stacks`).
         "stacks_lost": v.stats.stacks_lost,
+        // Processes shown without a name: gone from /proc before they were
+        // looked up, and no exit record named them.
+        "processes_unnamed": s.analysis.agg.names_unknown,
         "dma_plan": s.tracer.dma_plan,
         "incidents": incidents,
         "incidents_total": all.back().map_or(0, |i| i.id),
@@ -64,7 +67,9 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "misuse": s.analysis.checker.as_ref().map(|c| &c.stats),
         "long_lived": v.long_lived.iter().map(|(dev, lvl, m)| json!({
             "device": dev, "level": lvl, "address": m.address,
-            "size": m.size, "age_s": m.age_s, "pid": m.pid})).collect::<Vec<_>>(),
+            "size": m.size, "age_s": m.age_s, "pid": m.pid,
+            "comm": s.analysis.agg.names.get(&m.pid).and_then(|n| n.comm.as_deref())}))
+            .collect::<Vec<_>>(),
         "gpus": s.analysis.agg.gpus,
         "nvml": {
             "status": s.gpus.status,

@@ -118,7 +118,7 @@ fn the_real_programs_take_kernel_stacks_with_stacks_on_only() {
     assert_eq!(recs[0].event().aux & 0xffff_ffff, 0x20, "attributes kept");
     let id = aux_stack(recs[0].event().aux).expect("a stack id");
     let ips = on.tracer.stack(id).expect("the stack is in the map");
-    let frames = gpudirect_trace::symbols::Kallsyms::host().frames(&ips);
+    let frames = gpudirect_trace::symbols::Symbolizer::live().frames(&ips);
     // BPF_PROG_TEST_RUN runs the program from the bpf() syscall.
     assert!(
         frames
@@ -139,7 +139,7 @@ fn the_real_programs_take_kernel_stacks_with_stacks_on_only() {
         .iter()
         .map(|&id| gpudirect_trace::model::misuse::StackFrames {
             id,
-            frames: gpudirect_trace::symbols::Kallsyms::host()
+            frames: gpudirect_trace::symbols::Symbolizer::live()
                 .frames(&on.tracer.stack(id).expect("stack")),
         })
         .collect();

@@ -138,6 +138,10 @@ pub struct Aggregator {
     pub decode_errors: u64,
     /// Names of the pids seen, by pid.
     pub names: std::collections::HashMap<u32, ProcName>,
+    /// Pids that were gone from /proc with no exit record to name them
+    /// (the exit record lost, or sched:sched_process_exit not attached):
+    /// the only processes shown without a name.
+    pub names_unknown: u64,
     /// The host's NVIDIA GPUs.
     pub gpus: Vec<GpuIdentity>,
     /// IOMMU group types by device (sysfs, at the start).
@@ -335,7 +339,7 @@ impl Aggregator {
                 return MappingState::Mapped {
                     level,
                     age_ns: ts_ns.map_or(0, |t| t.saturating_sub(since)),
-                    by: Process::of_task(pid),
+                    by: self.named(pid),
                 };
             }
         }
@@ -348,12 +352,22 @@ impl Aggregator {
             Some(u) => MappingState::Unmapped {
                 level: u.level,
                 before_ns: ts_ns.map_or(0, |t| t.saturating_sub(u.ts_ns)),
-                by: Process::of_task(u.pid),
+                by: self.named(u.pid),
             },
             None => MappingState::NeverMapped {
                 device_seen: d.dma.maps + d.iommu.maps + d.coherent.maps > 0,
             },
         }
+    }
+
+    /// The process of a task, with its name where it is known (a fault's
+    /// mapping history says who mapped or unmapped, by name).
+    fn named(&self, pid: u32) -> Option<Process> {
+        let mut p = Process::of_task(pid)?;
+        if p.pid != 0 {
+            p.comm = self.names.get(&p.pid).and_then(|n| n.comm.clone());
+        }
+        Some(p)
     }
 
     /// Pids seen whose names are not known yet.

@@ -75,9 +75,19 @@ impl Analysis {
         let Some(c) = self.checker.as_mut() else {
             return Vec::new();
         };
+        let names = &self.agg.names;
         c.confirm(lost_total)
             .into_iter()
-            .map(|m| Outcome::New(self.ledger.misuse(m)))
+            .map(|mut m| {
+                // The names the tick just resolved (an exited insmod's from
+                // its exit record): the finding carries them everywhere.
+                for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
+                    if let Some(p) = call.process.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
+                        p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
+                    }
+                }
+                Outcome::New(self.ledger.misuse(m))
+            })
             .collect()
     }
 
@@ -180,6 +190,10 @@ impl Analysis {
     /// tables, and, for rare events, into the ledger. Returns the incident
     /// it created or merged into.
     pub fn record(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
+        // About a process, not a device: the session keeps its name.
+        if record.event().kind == kind::PROC_EXIT {
+            return None;
+        }
         self.agg.ingest(record, device);
         if let Some(c) = self.checker.as_mut() {
             c.record(record, device);

@@ -21,6 +21,7 @@ pub mod inval;
 pub mod iommu;
 pub mod nvidia;
 pub mod swiotlb;
+pub mod tasks;
 
 use std::sync::LazyLock;
 
@@ -52,6 +53,7 @@ pub const FAMILIES: &[&Family] = &[
     &swiotlb::FAMILY,
     &inval::FAMILY,
     &nvidia::FAMILY,
+    &tasks::FAMILY,
 ];
 
 /// Every catalog tracepoint, the families' in order.

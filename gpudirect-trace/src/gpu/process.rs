@@ -270,6 +270,33 @@ impl ProcCache {
         self.map.is_empty()
     }
 
+    /// A process's name at its exit (sched:sched_process_exit): kept as
+    /// its entry, so that a lookup after /proc lost it still names it.
+    pub fn note_exit(&mut self, pid: u32, comm: String) {
+        let info = ProcInfo {
+            pid,
+            comm: Some(comm),
+            cgroup: None,
+            container: None,
+            exited: true,
+        };
+        self.insert(pid, info);
+    }
+
+    fn insert(&mut self, pid: u32, info: ProcInfo) {
+        if self.map.insert(pid, (info, Instant::now())).is_some() {
+            self.order.retain(|&p| p != pid);
+        }
+        self.order.push_back(pid);
+        while self.map.len() > self.capacity {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.map.remove(&old);
+            self.stats.evicted += 1;
+        }
+    }
+
     pub fn get(&mut self, pid: u32) -> &ProcInfo {
         let fresh = self
             .map
@@ -280,17 +307,7 @@ impl ProcCache {
         } else {
             self.stats.misses += 1;
             let info = read_proc(&self.proc_root, pid);
-            if self.map.insert(pid, (info, Instant::now())).is_some() {
-                self.order.retain(|&p| p != pid);
-            }
-            self.order.push_back(pid);
-            while self.map.len() > self.capacity {
-                let Some(old) = self.order.pop_front() else {
-                    break;
-                };
-                self.map.remove(&old);
-                self.stats.evicted += 1;
-            }
+            self.insert(pid, info);
         }
         &self.map[&pid].0
     }

@@ -12,7 +12,7 @@ use crate::{
         pci::DriverChange,
     },
     output,
-    symbols::Kallsyms,
+    symbols::Symbolizer,
     tracefile::PciDevice,
 };
 
@@ -52,7 +52,10 @@ impl Session {
                 Vec::new()
             }
         };
-        if opts.stacks && Kallsyms::host().is_empty() {
+        if opts.stacks {
+            self.symbols = Some(Symbolizer::live());
+        }
+        if self.symbols.as_ref().is_some_and(Symbolizer::is_empty) {
             output::warn(
                 "/proc/kallsyms shows no addresses (kptr_restrict, not root?): stacks are \
                  shown as addresses",
@@ -144,13 +147,17 @@ impl Session {
         if ids.is_empty() {
             return Ok(());
         }
-        let syms = Kallsyms::host();
+        let stacks: Vec<Option<Vec<u64>>> = ids.iter().map(|&id| self.tracer.stack(id)).collect();
+        let found: Vec<&[u64]> = stacks.iter().flatten().map(Vec::as_slice).collect();
+        let syms = self.symbols.get_or_insert_with(Symbolizer::live);
+        let mut named = syms.stacks(&found).into_iter();
         let list: Vec<StackFrames> = ids
             .into_iter()
-            .map(|id| StackFrames {
+            .zip(&stacks)
+            .map(|(id, s)| StackFrames {
                 id,
-                frames: match self.tracer.stack(id) {
-                    Some(ips) => syms.frames(&ips),
+                frames: match s {
+                    Some(_) => named.next().unwrap_or_default(),
                     None => vec!["(stack no longer in the kernel's map)".into()],
                 },
             })

@@ -150,6 +150,12 @@ pub struct Session {
     pub check: Option<CheckSetup>,
     /// Driver binds and unbinds (with `--check`).
     uevents: Option<uevent::Uevents>,
+    /// The kernel's symbols, kept current (with `--stacks`).
+    symbols: Option<crate::symbols::Symbolizer>,
+    /// Pids /proc no longer had and no exit record had named yet: looked
+    /// up once more on the next tick (their exit record may still be in
+    /// the ring).
+    unnamed_once: std::collections::HashSet<u32>,
 }
 
 impl Session {
@@ -250,6 +256,8 @@ impl Session {
             pending_nvml: None,
             check: None,
             uevents: None,
+            symbols: None,
+            unnamed_once: Default::default(),
         }
     }
 
@@ -278,25 +286,42 @@ impl Session {
         &mut self,
         f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
+        // Every tick: a module loaded since the last one gets its symbols
+        // read while it is loaded (its frames keep its names after it goes).
+        if let Some(s) = self.symbols.as_mut() {
+            s.poll();
+        }
         let pids = self.analysis.agg.unnamed_pids();
         if pids.is_empty() {
             return Ok(());
         }
-        let names: Vec<ProcName> = pids
-            .into_iter()
-            .map(|pid| {
-                let info = self.procs.get(pid);
-                ProcName {
-                    pid,
-                    comm: if pid == 0 {
-                        Some("[idle/irq]".into())
-                    } else {
-                        info.comm.clone()
-                    },
-                    container: info.container.as_ref().map(|c| c.short_id().to_owned()),
-                }
-            })
-            .collect();
+        let mut later = std::collections::HashSet::new();
+        let mut names: Vec<ProcName> = Vec::with_capacity(pids.len());
+        for pid in pids {
+            let info = self.procs.get(pid);
+            if pid != 0 && info.exited && info.comm.is_none() && !self.unnamed_once.contains(&pid)
+            {
+                later.insert(pid);
+                continue;
+            }
+            names.push(ProcName {
+                pid,
+                comm: if pid == 0 {
+                    Some("[idle/irq]".into())
+                } else {
+                    info.comm.clone()
+                },
+                container: info.container.as_ref().map(|c| c.short_id().to_owned()),
+            });
+        }
+        self.unnamed_once = later;
+        self.analysis.agg.names_unknown += names
+            .iter()
+            .filter(|n| n.pid != 0 && n.comm.is_none())
+            .count() as u64;
+        if names.is_empty() {
+            return Ok(());
+        }
         f(Observed::Names(&names))?;
         for n in names {
             self.analysis.agg.names.insert(n.pid, n);
@@ -351,6 +376,9 @@ impl Session {
                 }
             };
             drop(item);
+            if let Some((pid, comm)) = crate::decode::process_exit(&record) {
+                self.procs.note_exit(pid, comm);
+            }
             let device = self.tracer.device_name_ref(record.event().dev);
             let outcome = self.analysis.record(&record, device);
             f(Observed::Record {

@@ -1,0 +1,27 @@
+//! The tasks family: process names kept at exit (sched:sched_process_exit)
+//! for the processes that are gone before /proc is read (dd, insmod, a
+//! reproducer). The records carry no device; the session keeps the names
+//! (`session::names`) and hands them to the tables and trace files.
+
+use crate::catalog::{tp, ProbeSpec};
+
+pub const TRACEPOINTS: &[ProbeSpec] = &[tp(
+    "sched:sched_process_exit",
+    "sched_process_exit",
+    1,
+    "2.6.32+ (a second argument, group_dead, on the newest kernels; not read)",
+    "/proc/PID/comm while the process runs (short-lived ones read as exited)",
+    false,
+)];
+
+/// Tracepoint groups this family borrows one event of: their other events
+/// (sched_switch, sched_wakeup, ...) are no DMA event the catalog lacks, so
+/// `probes` does not list them as not used.
+pub const BORROWED_GROUPS: &[&str] = &["sched"];
+
+pub const FAMILY: super::Family = super::Family {
+    name: "tasks",
+    tracepoints: TRACEPOINTS,
+    hooks: &[],
+    metrics: &[],
+};
