@@ -190,17 +190,17 @@ impl Session {
             .iter()
             .filter(|p| p.status == Status::Unavailable)
             .count();
-        output::note(&format!(
+        // Said last, once the session is ready: scripts start their workload
+        // on this line, and a driver bound before the uevent socket opened
+        // would go unseen (7.2 VM: gdt-misuse's bind, insmod right after it).
+        let attached = format!(
             "kernel {}: {} probes attached, {} unavailable on this kernel, {} failed \
              (details: gpudirect-trace probes)",
             tracer.kernel.release,
             tracer.attached(),
             unavailable,
             failed.len()
-        ));
-        for f in &failed {
-            output::warn(f);
-        }
+        );
         let mut session = Self::from_tracer(tracer, opts.stream);
         let (gpus, first) = GpuState::discover();
         session.analysis.agg.gpus = gpus.identities.clone();
@@ -231,6 +231,10 @@ impl Session {
                     session.kmsg_error = Some(msg);
                 }
             }
+        }
+        output::note(&attached);
+        for f in &failed {
+            output::warn(f);
         }
         Ok(session)
     }
