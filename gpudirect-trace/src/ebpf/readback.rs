@@ -12,6 +12,22 @@ pub struct ProgramStat {
     pub run_count: u64,
     pub run_time_ns: u64,
     pub ns_per_run: f64,
+    /// Runs the kernel skipped (recursion_misses: the program was already
+    /// running on that CPU, e.g. an interrupt's call inside a task's).
+    pub missed: u64,
+}
+
+/// A program's recursion_misses, from its fd's fdinfo (5.12+; 0 where the
+/// kernel does not report it).
+fn fd_misses(fd: std::os::fd::RawFd) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}"))
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("recursion_misses:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0)
 }
 
 impl Tracer {
@@ -49,12 +65,7 @@ impl Tracer {
             })
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
             .chain(self.module_hooks.iter().map(|h| h.prog.as_raw_fd()))
-            .filter_map(|fd| std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok())
-            .filter_map(|info| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix("recursion_misses:"))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            })
+            .map(fd_misses)
             .sum()
     }
 
@@ -67,25 +78,29 @@ impl Tracer {
             .filter_map(|(name, prog)| {
                 let info = prog.info().ok()?;
                 let n = info.run_count();
-                (n > 0).then(|| {
+                let missed = prog.fd().map_or(0, |fd| fd_misses(fd.as_fd().as_raw_fd()));
+                (n > 0 || missed > 0).then(|| {
                     let t = info.run_time().as_nanos() as u64;
                     ProgramStat {
                         program: name.to_owned(),
                         run_count: n,
                         run_time_ns: t,
-                        ns_per_run: t as f64 / n as f64,
+                        ns_per_run: if n > 0 { t as f64 / n as f64 } else { 0.0 },
+                        missed,
                     }
                 })
             })
             .collect();
         for hook in &self.module_hooks {
             if let Ok((n, t)) = hook.run_stats() {
-                if n > 0 {
+                let missed = fd_misses(hook.prog.as_raw_fd());
+                if n > 0 || missed > 0 {
                     out.push(ProgramStat {
                         program: hook.program.clone(),
                         run_count: n,
                         run_time_ns: t,
-                        ns_per_run: t as f64 / n as f64,
+                        ns_per_run: if n > 0 { t as f64 / n as f64 } else { 0.0 },
+                        missed,
                     });
                 }
             }
