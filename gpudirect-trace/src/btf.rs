@@ -210,6 +210,12 @@ impl Btf {
         self.types.get(id as usize)
     }
 
+    /// The name of the function whose BTF type id is `id`.
+    pub fn function_name(&self, id: u32) -> Option<&str> {
+        let t = self.types.get(id as usize)?;
+        (t.kind == KIND_FUNC).then(|| self.name(t.name_off))
+    }
+
     /// Whether the kernel (or loaded module) has a function of this name.
     pub fn has_function(&self, name: &str) -> bool {
         self.find(KIND_FUNC, name).is_some()

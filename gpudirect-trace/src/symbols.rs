@@ -207,8 +207,18 @@ impl Kallsyms {
     /// The stack as the user reads it: the tracer's own leading frames
     /// dropped, BPF trampolines dropped wherever they are, each frame named.
     pub fn frames(&self, ips: &[u64]) -> Vec<String> {
+        self.frames_with(ips, &|_| None)
+    }
+
+    /// `frames`, where `traced` names the function a trampoline stands for
+    /// (from its key: `bpf_trampoline_<key>`). 7.2's unwinder goes from a
+    /// trampoline straight to the traced function's caller (no `func+0x5`
+    /// frame, as 6.1's has): the trampoline frame then becomes
+    /// `func (traced)`, so the stack still starts at the DMA-API function.
+    pub fn frames_with(&self, ips: &[u64], traced: &dyn Fn(u64) -> Option<String>) -> Vec<String> {
         let mut out = Vec::with_capacity(ips.len());
         let mut leading = true;
+        let mut stands_for: Option<String> = None;
         for &ip in ips {
             let sym = self.lookup(ip).map(|(s, _)| s);
             let ours = match sym {
@@ -221,11 +231,24 @@ impl Kallsyms {
             let trampoline = sym.is_some_and(|s| {
                 s.module.as_deref() == Some("bpf") && s.name.starts_with("bpf_trampoline_")
             });
-            if (leading && ours) || trampoline {
+            if trampoline {
+                stands_for = sym
+                    .and_then(|s| s.name.strip_prefix("bpf_trampoline_"))
+                    .and_then(|k| k.parse::<u64>().ok())
+                    .and_then(traced);
+                continue;
+            }
+            if leading && ours {
                 continue;
             }
             leading = false;
-            out.push(self.frame(ip));
+            let frame = self.frame(ip);
+            if let Some(f) = stands_for.take() {
+                if !frame.starts_with(&format!("{f}+")) {
+                    out.push(format!("{f} (traced)"));
+                }
+            }
+            out.push(frame);
         }
         out
     }
@@ -323,10 +346,22 @@ pub struct Symbolizer {
     /// misses (freed init code, BPF code without symbols) ask again at
     /// most once per `MISS_REFRESH_EVERY`.
     last_miss_read: Option<std::time::Instant>,
+    /// vmlinux's BTF, read on the first trampoline frame (its key names the
+    /// traced function by BTF id); None until then, or where unreadable.
+    btf: Option<Option<crate::btf::Btf>>,
     /// Times the table was read again (a module loaded, or a miss).
     pub refreshes: u64,
     /// Stack batches that had a frame nothing covered.
     pub misses: u64,
+}
+
+/// The function a trampoline key names, for vmlinux functions: the key is
+/// `btf_obj_id << 32 | 0x80000000 | btf_id` (kernel/bpf/trampoline.c,
+/// bpf_trampoline_compute_key); vmlinux's BTF object is the first, id 1.
+fn traced_name(btf: &crate::btf::Btf, key: u64) -> Option<String> {
+    ((key >> 32) == 1 && key & 0x8000_0000 != 0)
+        .then(|| btf.function_name((key & 0x7fff_ffff) as u32).map(str::to_owned))
+        .flatten()
 }
 
 const MISS_REFRESH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -349,6 +384,7 @@ impl Symbolizer {
             modules_text: String::new(),
             pending: None,
             last_miss_read: None,
+            btf: None,
             refreshes: 0,
             misses: 0,
         };
@@ -367,6 +403,7 @@ impl Symbolizer {
             modules_text: String::new(),
             pending: None,
             last_miss_read: None,
+            btf: None,
             refreshes: 0,
             misses: 0,
         }
@@ -439,7 +476,20 @@ impl Symbolizer {
                 }
             }
         }
-        stacks.iter().map(|s| self.table.frames(s)).collect()
+        let has_trampoline = stacks.iter().flat_map(|s| s.iter()).any(|&ip| {
+            self.table.lookup(ip).is_some_and(|(s, _)| {
+                s.module.as_deref() == Some("bpf") && s.name.starts_with("bpf_trampoline_")
+            })
+        });
+        if has_trampoline && self.btf.is_none() && matches!(self.source, Source::Proc) {
+            self.btf = Some(crate::btf::Btf::vmlinux().ok());
+        }
+        let btf = self.btf.as_ref().and_then(Option::as_ref);
+        let traced = |key: u64| btf.and_then(|b| traced_name(b, key));
+        stacks
+            .iter()
+            .map(|s| self.table.frames_with(s, &traced))
+            .collect()
     }
 
     pub fn frames(&mut self, ips: &[u64]) -> Vec<String> {

@@ -134,3 +134,23 @@ fn a_modules_total_size_does_not_claim_the_next_modules_text() {
     let f = k.frames(&[0xffff_ffff_c030_0010, 0xffff_ffff_8160_0064, 0xffff_ffff_8123_4005]);
     assert_eq!(f, ["dma_unmap_page_attrs+0x5"]);
 }
+
+/// 7.2's unwinder: from the fexit trampoline straight to the caller. The
+/// trampoline's key names the traced function (vmlinux BTF object 1, id
+/// 0x647a); with it, the stack still starts at the DMA-API function.
+#[test]
+fn a_trampoline_stands_for_its_traced_function_where_the_unwinder_skips_it() {
+    let k = Kallsyms::with_modules(&format!("{BEFORE}{MODULE}"), MODULES);
+    let stack = [0xffff_ffff_c030_00e9, 0xffff_ffff_c030_205f, 0xffff_ffff_c0a0_1020];
+    let key = (1u64 << 32) | 0x8000_0000 | 0x647a;
+    assert_eq!(key, 6_442_476_666, "the key kallsyms showed in the 6.1 VM");
+    let traced = |k: u64| (k == key).then(|| "dma_iova_link".to_owned());
+    assert_eq!(
+        k.frames_with(&stack, &traced),
+        ["dma_iova_link (traced)", "cmd_double_unmap+0x20 [gdt_misuse]"]
+    );
+    // Where the function's own frame follows (6.1), it is not said twice.
+    let traced = |k: u64| (k == key).then(|| "dma_unmap_page_attrs".to_owned());
+    assert_eq!(k.frames_with(&STACK, &traced)[0], "dma_unmap_page_attrs+0x5");
+    assert_eq!(k.frames_with(&STACK, &traced)[1], "cmd_double_unmap+0x20 [gdt_misuse]");
+}
