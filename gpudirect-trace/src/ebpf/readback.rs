@@ -56,13 +56,15 @@ impl Tracer {
     }
 
     /// Sum of the programs' recursion_misses (from /proc/self/fdinfo),
-    /// without the kprobe programs' when `skip_kprobes`.
+    /// without the kprobe programs' when `skip_kprobes`, nor the tasks
+    /// family's (no DMA record is lost with them: `tasks::PROGRAMS`).
     fn recursion_misses(&self, skip_kprobes: bool) -> u64 {
         self.ebpf
             .programs()
             .filter(|(_, prog)| {
                 !(skip_kprobes && matches!(prog, aya::programs::Program::KProbe(_)))
             })
+            .filter(|(name, _)| !crate::families::tasks::PROGRAMS.contains(name))
             .filter_map(|(_, prog)| prog.fd().ok().map(|fd| fd.as_fd().as_raw_fd()))
             .chain(self.module_hooks.iter().map(|h| h.prog.as_raw_fd()))
             .map(fd_misses)
