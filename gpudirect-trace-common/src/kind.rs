@@ -85,7 +85,8 @@ pub const IOVA_DECLINED: u16 = 30;
 pub const UNMAP_NOT_NEEDED: u16 = 31;
 /// sched:sched_process_exit of a process (its thread-group leader): `pid`
 /// and the name it had (`comm`, 16 bytes in `addr` and `phys`, little
-/// endian, NUL-padded). Short-lived processes (dd, insmod, a reproducer)
+/// endian, NUL-padded), `size` its cgroup v2 id (bpf_get_current_cgroup_id:
+/// the cgroup directory's inode). Short-lived processes (dd, insmod, a reproducer)
 /// are gone from /proc before their pids are looked up; this keeps their
 /// names. Streaming mode only (aggregate-only names no processes).
 pub const PROC_EXIT: u16 = 32;

@@ -95,7 +95,8 @@ pub fn c_string(bytes: &[u8]) -> String {
 }
 
 /// A process-exit record's (`kind::PROC_EXIT`) pid and name; control
-/// characters (a name is whatever prctl(PR_SET_NAME) set) become `?`.
+/// characters (a name is whatever prctl(PR_SET_NAME) set) become `?`. Its
+/// cgroup v2 id is the record's `size`.
 pub fn process_exit(record: &Record) -> Option<(u32, String)> {
     let ev = record.event();
     if ev.kind != kind::PROC_EXIT || ev.pid == 0 {

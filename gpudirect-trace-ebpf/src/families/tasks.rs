@@ -40,6 +40,9 @@ pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
     };
     ev.addr = word(0);
     ev.phys = word(8);
+    // Its cgroup (v2 id: the directory's inode), for its container.
+    // SAFETY: helper without preconditions (4.18+).
+    ev.size = unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() };
     emit_rare(&mut ev);
     0
 }

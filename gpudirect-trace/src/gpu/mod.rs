@@ -9,6 +9,7 @@
 //! - [`nvml`]: the real NVML ([`NvmlSource`]), loaded at run time.
 //! - [`process`]: pid -> comm, cgroup, container, cached.
 
+pub mod cgroup_index;
 pub mod facts;
 pub mod identity;
 pub mod nvml;

@@ -270,14 +270,24 @@ impl ProcCache {
         self.map.is_empty()
     }
 
-    /// A process's name at its exit (sched:sched_process_exit): kept as
-    /// its entry, so that a lookup after /proc lost it still names it.
-    pub fn note_exit(&mut self, pid: u32, comm: String) {
+    /// A process's name at its exit (sched:sched_process_exit) and the
+    /// path of its cgroup (`cgroup`, from the record's cgroup id): kept as
+    /// its entry, so that a lookup after /proc lost it still names it and
+    /// its container. What /proc said of it while it ran is kept.
+    pub fn note_exit(&mut self, pid: u32, comm: String, cgroup: Option<String>) {
+        let known = self.map.get(&pid).map(|(i, _)| i).filter(|i| !i.exited);
+        let (cgroup, container) = match known {
+            Some(i) if i.cgroup.is_some() => (i.cgroup.clone(), i.container.clone()),
+            _ => {
+                let container = cgroup.as_deref().and_then(container_of);
+                (cgroup, container)
+            }
+        };
         let info = ProcInfo {
             pid,
             comm: Some(comm),
-            cgroup: None,
-            container: None,
+            cgroup,
+            container,
             exited: true,
         };
         self.insert(pid, info);

@@ -156,6 +156,8 @@ pub struct Session {
     /// up once more on the next tick (their exit record may still be in
     /// the ring).
     unnamed_once: std::collections::HashSet<u32>,
+    /// cgroup ids to paths, for exited processes' containers.
+    cgroups: crate::gpu::cgroup_index::CgroupIndex,
 }
 
 impl Session {
@@ -262,6 +264,7 @@ impl Session {
             uevents: None,
             symbols: None,
             unnamed_once: Default::default(),
+            cgroups: crate::gpu::cgroup_index::CgroupIndex::host(),
         }
     }
 
@@ -381,7 +384,8 @@ impl Session {
             };
             drop(item);
             if let Some((pid, comm)) = crate::decode::process_exit(&record) {
-                self.procs.note_exit(pid, comm);
+                let cgroup = self.cgroups.path(record.event().size);
+                self.procs.note_exit(pid, comm, cgroup);
             }
             let device = self.tracer.device_name_ref(record.event().dev);
             let outcome = self.analysis.record(&record, device);
