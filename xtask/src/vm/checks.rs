@@ -285,16 +285,49 @@ pub fn tagged(lines: &[String], tag: &str) -> Result<Value> {
 
 /// The file the scenario printed base64-encoded between markers.
 fn embedded_file(lines: &[String]) -> Result<Vec<u8>> {
+    embedded_between(lines, "GDT-FILE-BEGIN", "GDT-FILE-END")
+}
+
+/// The file printed between `GDT-FILE-BEGIN NAME` and `GDT-FILE-END NAME`.
+pub fn embedded_file_named(lines: &[String], name: &str) -> Result<Vec<u8>> {
+    embedded_between(
+        lines,
+        &format!("GDT-FILE-BEGIN {name}"),
+        &format!("GDT-FILE-END {name}"),
+    )
+}
+
+fn embedded_between(lines: &[String], begin: &str, end: &str) -> Result<Vec<u8>> {
     let start = lines
         .iter()
-        .position(|l| l.trim() == "GDT-FILE-BEGIN")
-        .context("no GDT-FILE-BEGIN")?;
+        .position(|l| l.trim() == begin)
+        .with_context(|| format!("no {begin}"))?;
     let text: String = lines[start + 1..]
         .iter()
-        .take_while(|l| l.trim() != "GDT-FILE-END")
+        .take_while(|l| l.trim() != end)
         .map(|l| l.trim())
         .collect();
     decode_base64(&text).context("the embedded file is not base64")
+}
+
+/// `gpudirect-trace report --json` of a guest's trace file, run on this
+/// host (another machine than the one that recorded it).
+pub fn host_report(file: &[u8], name: &str) -> Result<Value> {
+    let dir = std::env::temp_dir().join(format!("gdt-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.gdt"));
+    std::fs::write(&path, file)?;
+    let bin = crate::host::target_dir().join("release/gpudirect-trace");
+    let out = std::process::Command::new(&bin)
+        .arg("report")
+        .arg(&path)
+        .arg("--json")
+        .output()
+        .with_context(|| format!("running {}", bin.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out?;
+    ensure!(out.status.success(), "report on the host: {}", out.status);
+    serde_json::from_slice(&out.stdout).context("host report --json")
 }
 
 fn decode_base64(s: &str) -> Result<Vec<u8>> {

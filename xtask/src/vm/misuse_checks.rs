@@ -85,6 +85,8 @@ struct Finding {
     count: u64,
     /// The offending call's kernel stack (`--stacks`).
     stack: Vec<String>,
+    /// The name of the offending call's process.
+    comm: Option<String>,
 }
 
 fn findings(v: &Value) -> Vec<Finding> {
@@ -113,6 +115,7 @@ fn findings(v: &Value) -> Vec<Finding> {
                     .flatten()
                     .filter_map(|f| f.as_str().map(str::to_owned))
                     .collect(),
+                comm: m["call"]["process"]["comm"].as_str().map(str::to_owned),
             }
         })
         .collect()
@@ -129,6 +132,35 @@ fn names_command(stack: &[String], cmd: &str) -> bool {
     })
 }
 
+/// The stack as dma-debug prints it (issue 26): no frame of the tracer's
+/// BPF programs or trampolines, and the first frame the DMA-API function
+/// the driver called (dma_*, __dma_*, debug_dma_*), its caller next.
+fn stack_shape(stack: &[String]) -> Result<()> {
+    ensure!(
+        !stack.iter().any(|f| f.contains("[bpf]") || f.starts_with("bpf_")),
+        "a BPF frame in the stack: {stack:#?}"
+    );
+    let first = stack.first().map(String::as_str).unwrap_or("");
+    ensure!(
+        ["dma_", "__dma_", "debug_dma_", "iommu_dma_"]
+            .iter()
+            .any(|p| first.starts_with(p)),
+        "the stack does not start at the DMA-API function: {stack:#?}"
+    );
+    Ok(())
+}
+
+/// The process behind a driver command: the short-lived /bin/echo that
+/// wrote it (misuse.lib's run_cmd), named though it is gone.
+fn from_echo(tag: &str, cmd: &str, f: &Finding) -> Result<()> {
+    ensure!(
+        f.comm.as_deref() == Some("echo"),
+        "{tag} {cmd}: process {:?}, want \"echo\" (the short-lived writer of the command)",
+        f.comm
+    );
+    Ok(())
+}
+
 /// One phase (TAG: MISUSE, the whole command list with the unbind; SYNCS,
 /// the sync commands with no sync skipped). Returns false when the phase
 /// did not run.
@@ -139,6 +171,15 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
     }
     let record = tagged(lines, &format!("{tag}_RECORD "))?;
     let report = tagged(lines, &format!("{tag}_REPORT "))?;
+    // Which programs the kernel skipped: each skip resets the checks.
+    for p in record["program_stats"].as_array().into_iter().flatten() {
+        if p["missed"].as_u64().unwrap_or(0) > 0 {
+            eprintln!(
+                "xtask: {series}: {tag}: {} skipped {} of {} runs (recursion)",
+                p["program"], p["missed"], p["run_count"]
+            );
+        }
+    }
     let found = findings(&record);
     let edu = Device::Edu.bdf();
     let mut matched = vec![false; found.len()];
@@ -181,6 +222,8 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
             cmd.replace('-', "_")
         );
         let f = &found[hits[0]];
+        stack_shape(&f.stack).with_context(|| format!("{tag} {cmd}"))?;
+        from_echo(tag, cmd, f)?;
         ensure!(
             f.device == edu && f.driver == "gdt-misuse",
             "{tag} {cmd}: on {} by {:?}, want {edu} by gdt-misuse",
@@ -216,6 +259,8 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
              {edu} by gdt-misuse",
             leak.addr
         );
+        stack_shape(&f.stack).context("leak")?;
+        from_echo(tag, "leak", f)?;
         matched[leaks[0]] = true;
         want += 1;
         let failures: u64 = record["misuse"]["map_failures"][edu]
@@ -243,6 +288,19 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
         findings(&report) == found,
         "{tag}: report --json of the file finds otherwise than the recording did live"
     );
+    // The guest's file reported here: the module's names come from the
+    // file (symbolised at record time), not from this host's kallsyms.
+    if let Ok(file) = super::checks::embedded_file_named(lines, tag) {
+        let host = super::checks::host_report(&file, &format!("misuse-{tag}"))?;
+        ensure!(
+            findings(&host) == found,
+            "{tag}: report --json of the file on the host finds otherwise than the recording \
+             did live"
+        );
+        eprintln!("xtask: {series}: {tag}: the host's report of the guest's file agrees");
+    } else {
+        ensure!(tag != "MISUSE", "MISUSE: the scenario printed no recording for the host");
+    }
     let unknown = &record["misuse"];
     eprintln!(
         "xtask: {series}: {tag}: {want} misuses, each found once; unknown unmaps {}, syncs {}, \

@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::{
@@ -215,9 +215,23 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
                      (want > 0, > 0, >= 32 MiB or a counted loss)"
                 );
             }
+            // The reader is dd, gone before the final summary looked its
+            // pid up: named from its exit record (issue 26; `"comm": null`
+            // on 6.12 and 6.18 before).
+            let rows = d["processes"].as_array().cloned().unwrap_or_default();
+            let dd = rows
+                .iter()
+                .filter(|r| r["context"].is_null())
+                .max_by_key(|r| r["bytes_mapped"].as_u64().unwrap_or(0));
+            ensure!(
+                dd.is_some_and(|r| r["comm"] == "dd"),
+                "{want}: the process that mapped most is not named dd: {rows:?}"
+            );
             eprintln!(
-                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({})",
-                d["level"].as_str().unwrap_or("?")
+                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({}), \
+                 by dd (pid {})",
+                d["level"].as_str().unwrap_or("?"),
+                dd.map_or(serde_json::Value::Null, |r| r["pid"].clone())
             );
             Ok(())
         }
