@@ -31,8 +31,10 @@ enum Cmd {
     Bootstrap,
     /// Bootstrap, then build the release binary (target/release/gpudirect-trace).
     Build,
-    /// Bootstrap, then run every test: unit tests, the host integration tests
-    /// (root: they load BPF programs) and the VM scenarios on 6.1 and 6.12.
+    /// Bootstrap, then run every test: clippy, unit tests, the host
+    /// integration tests (root: they load BPF programs), the release
+    /// artifacts' check, the fuzzers, and the VM scenarios on 5.10, 6.1,
+    /// 6.12, 6.18 and the newest sid kernel (docs/vm-harness.md's matrix).
     Test(test::TestArgs),
     /// Boot a Debian kernel under qemu (TCG, optional VT-d) and run a command in it.
     Vm(vm::VmArgs),
