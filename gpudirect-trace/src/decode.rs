@@ -195,8 +195,8 @@ mod tests {
         let ev = Event {
             kind: kind::PROC_EXIT,
             pid: 180,
-            addr: u64::from_le_bytes(w[..8].try_into().unwrap()),
-            phys: u64::from_le_bytes(w[8..].try_into().unwrap()),
+            addr: u64::from_le_bytes(w[..8].try_into().expect("8 bytes")),
+            phys: u64::from_le_bytes(w[8..].try_into().expect("8 bytes")),
             ..Default::default()
         };
         let r = decode(&bytes_of(&ev)).expect("decodes");

@@ -268,7 +268,7 @@ impl Kallsyms {
         let kept_mods: Vec<ModuleRange> = self
             .modules
             .drain(..)
-            .filter(|m| !overlaps(m) && !loaded.iter().any(|b| *b == *m))
+            .filter(|m| !overlaps(m))
             .collect();
         let kept_syms: Vec<Sym> = self
             .syms

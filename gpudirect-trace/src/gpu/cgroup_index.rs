@@ -107,7 +107,7 @@ mod tests {
         let mut ix = CgroupIndex::new(&root);
         let path = ix.path(ino);
         assert_eq!(path.as_deref(), Some(format!("/system.slice/docker-{id}.scope").as_str()));
-        let c = super::super::process::container_of(&path.unwrap()).expect("docker");
+        let c = super::super::process::container_of(path.as_deref().expect("indexed")).expect("docker");
         assert_eq!((c.runtime, c.id.as_str()), ("docker", id));
         assert_eq!(ix.path(0), None);
         assert_eq!(ix.path(u64::MAX), None);
