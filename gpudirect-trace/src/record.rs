@@ -49,9 +49,29 @@ pub struct RecordSink {
     opts: RecordOptions,
     lost_seen: u64,
     tty: bool,
+    /// The output until the recording has begun: `--force`'s replacement
+    /// takes the old file's name only then (a command that cannot start,
+    /// or a disk too full for the header, leaves the old file as it was).
+    pending: Option<crate::outfile::Output>,
 }
 
 impl RecordSink {
+    /// `create` on an output not yet committed: it is committed once the
+    /// traced command has started and the header is on disk.
+    pub fn create_pending(
+        session: &Session,
+        opts: RecordOptions,
+        mut output: crate::outfile::Output,
+    ) -> anyhow::Result<Self> {
+        let file = output
+            .file()
+            .try_clone()
+            .with_context(|| format!("opening {}", opts.output.display()))?;
+        let mut sink = Self::create(session, opts, file)?;
+        sink.pending = Some(output);
+        Ok(sink)
+    }
+
     /// Creates the file and writes its header; the recording's clock is the
     /// session's.
     pub fn create(session: &Session, opts: RecordOptions, file: File) -> anyhow::Result<Self> {
@@ -75,11 +95,22 @@ impl RecordSink {
             opts,
             lost_seen: 0,
             tty: std::io::stderr().is_terminal(),
+            pending: None,
         })
     }
 }
 
 impl Sink for RecordSink {
+    fn command_started(&mut self) -> anyhow::Result<()> {
+        if let Some(output) = self.pending.take() {
+            self.writer
+                .flush()
+                .with_context(|| format!("writing {}", self.path))?;
+            output.commit()?;
+        }
+        Ok(())
+    }
+
     fn observe(&mut self, o: Observed<'_>) -> anyhow::Result<()> {
         let r = match o {
             Observed::Record { record, device } => self.writer.push(record, device),

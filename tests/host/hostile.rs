@@ -115,6 +115,34 @@ fn record_force_that_fails_to_start_keeps_the_old_file() {
     );
 }
 
+/// Issue 30: a command that cannot start must not cost the old file
+/// (before: old.gdt became a header-only trace).
+#[test]
+fn record_force_with_a_command_that_cannot_run_keeps_the_old_file() {
+    require_root();
+    let dir = shared_dir();
+    let old = dir.path().join("old.gdt");
+    fs::write(&old, b"precious trace").expect("seed");
+    let out = run(bin()
+        .args(["record", "-o"])
+        .arg(&old)
+        .args(["--force", "--", "/nonexistent/cmd"]));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot run /nonexistent/cmd"), "{}", stderr(&out));
+    assert_eq!(fs::read(&old).expect("old file"), b"precious trace");
+    assert_eq!(names(dir.path()), vec!["old.gdt"], "no temporary left behind");
+    // A command that starts replaces it, with a whole recording.
+    let out = run(bin()
+        .args(["record", "-o"])
+        .arg(&old)
+        .args(["--force", "--", "true"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let new = fs::read(&old).expect("new file");
+    assert_ne!(new, b"precious trace");
+    let report = run(bin().args(["report", "--json"]).arg(&old));
+    assert!(report.status.success(), "{}", stderr(&report));
+}
+
 #[test]
 fn a_device_node_as_output_is_refused_and_left_as_it_was() {
     require_root();

@@ -59,14 +59,16 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     }
     let output = create_output(&args.output, args.out.into())?;
     // A failed start drops `output`: the old file (with --force), a device
-    // node or a link's target stay untouched; only our new file goes.
+    // node or a link's target stay untouched; only our new file goes. The
+    // output is committed once the traced command has started and the
+    // header is on disk (`record --force -o old.gdt -- /nonexistent`
+    // replaced old.gdt with a header-only trace before).
     let session = Session::start(&args.trace.session_options())?;
-    let file = output.commit()?;
     let opts = RecordOptions {
         output: args.output.clone(),
         json: args.json,
         command: args.command.clone(),
     };
-    let sink = RecordSink::create(&session, opts, file)?;
+    let sink = RecordSink::create_pending(&session, opts, output)?;
     session.run(sink, run)
 }

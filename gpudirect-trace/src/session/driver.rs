@@ -58,6 +58,11 @@ pub trait Sink: Sized {
     ) -> anyhow::Result<()> {
         Ok(())
     }
+    /// The traced command was started (or there is none): the recording
+    /// has begun, and an output replacing an old file may take its name.
+    fn command_started(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Everything the session observed, in order.
     fn observe(&mut self, _o: Observed<'_>) -> anyhow::Result<()> {
         Ok(())
@@ -137,6 +142,7 @@ impl Session {
                 ),
                 None => None,
             };
+            sink.command_started()?;
             let mut sigint = signal(SignalKind::interrupt())?;
             let mut sigterm = signal(SignalKind::terminate())?;
             let mut sighup = signal(SignalKind::hangup())?;
