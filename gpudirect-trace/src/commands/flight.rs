@@ -10,6 +10,8 @@ use crate::flight::{FlightOptions, Trigger, KNOWN_TRIGGERS};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct FlightArgs {
+    // The flight recorder's settings need --ring: without it they would be
+    // ignored in silence (issue 30), so clap refuses them.
     /// Keep the trace in a bounded in-memory ring instead of a file, and
     /// write a snapshot when a trigger fires: a duration (60s), a size
     /// (512MiB), or both (60s,512MiB): whichever bound is reached first.
@@ -20,20 +22,20 @@ pub struct FlightArgs {
     /// misuse[=CHECK,...] (a --check finding), signal (SIGUSR1), exit (--
     /// CMD exited non-zero). Default: fault, xid, aer=uncorrected,
     /// map-error, misuse, signal, and exit when there is a CMD.
-    #[arg(long = "trigger", value_name = "TRIGGER", value_parser = parse_trigger)]
+    #[arg(long = "trigger", value_name = "TRIGGER", value_parser = parse_trigger, requires = "ring")]
     pub triggers: Vec<Trigger>,
     /// Keep recording this long after a trigger before the snapshot is
     /// closed.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "ring")]
     pub after: Duration,
     /// Write at most this many snapshots (later triggers are counted as
     /// suppressed).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", requires = "ring")]
     pub max_snapshots: Option<u64>,
     /// No new snapshot within this long of the previous trigger that wrote
     /// one (triggers in between are recorded in an open snapshot, else
     /// counted as suppressed).
-    #[arg(long, default_value = "10s", value_parser = parse_spacing)]
+    #[arg(long, default_value = "10s", value_parser = parse_spacing, requires = "ring")]
     pub min_spacing: Duration,
 }
 
