@@ -19,6 +19,20 @@ pub struct ExplainArgs {
 }
 
 pub fn exec(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
+    if let Some(p) = args.input.as_deref().filter(|p| p.as_os_str() != "-") {
+        let mut head = [0u8; 8];
+        let is_trace = std::fs::File::open(p)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .is_ok_and(|()| head == crate::tracefile::format::MAGIC);
+        if is_trace {
+            anyhow::bail!(
+                "{} is a gpudirect-trace recording, not a kernel log: read it with \
+                 `gpudirect-trace report {}`",
+                crate::sanitize::text(&p.display().to_string()),
+                crate::sanitize::text(&p.display().to_string())
+            );
+        }
+    }
     run_explain(&ExplainOptions {
         input: args.input.clone(),
         json: args.json,

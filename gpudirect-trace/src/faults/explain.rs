@@ -204,7 +204,7 @@ struct Report<'a> {
 
 /// Decodes `src` line by line (bounded: `lines::MAX_LINE`, `MAX_LISTED`).
 pub fn collect_from<R: BufRead>(src: R) -> io::Result<(Vec<Fault>, Summary)> {
-    let mut lines = BoundedLines::new(src, MAX_LINE);
+    let mut lines = BoundedLines::text(src, MAX_LINE);
     let mut c = Collector::default();
     while let Some(line) = lines.next_line()? {
         c.feed_line(&line);

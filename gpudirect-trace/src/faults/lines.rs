@@ -20,6 +20,9 @@ pub struct BoundedLines<R> {
     buf: Vec<u8>,
     /// Lines that were longer than `max` (their tail was skipped).
     pub truncated: u64,
+    /// A NUL byte is an error (`text`): log text has none, and binary input
+    /// without newlines (/dev/zero) would otherwise be skipped forever.
+    text_only: bool,
 }
 
 impl<R: BufRead> BoundedLines<R> {
@@ -29,6 +32,15 @@ impl<R: BufRead> BoundedLines<R> {
             max,
             buf: Vec::new(),
             truncated: 0,
+            text_only: false,
+        }
+    }
+
+    /// Lines of text: a NUL byte stops the reading with InvalidData.
+    pub fn text(src: R, max: usize) -> Self {
+        Self {
+            text_only: true,
+            ..Self::new(src, max)
         }
     }
 
@@ -55,6 +67,12 @@ impl<R: BufRead> BoundedLines<R> {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
+            if self.text_only && chunk[..take].contains(&0) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "binary input (a NUL byte): explain reads kernel log text",
+                ));
+            }
             let room = self.max - self.buf.len();
             if take > room {
                 over = true;
@@ -118,5 +136,16 @@ mod tests {
         assert!(r.buf.capacity() <= 2 * MAX_LINE);
         assert_eq!(r.truncated, 1);
         assert!(r.next_line().expect("read").is_none());
+    }
+
+    #[test]
+    fn text_lines_stop_at_the_first_nul() {
+        let zeros = io::repeat(0);
+        let mut r = BoundedLines::text(BufReader::new(zeros), MAX_LINE);
+        let e = r.next_line().expect_err("binary");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let mut r = BoundedLines::text(BufReader::new(&b"ok\nbad\0\n"[..]), MAX_LINE);
+        assert_eq!(r.next_line().expect("text").as_deref(), Some("ok"));
+        assert!(r.next_line().is_err());
     }
 }
