@@ -46,6 +46,11 @@ pub fn eprintln(text: &str) {
 /// One line on stderr, prefixed `gpudirect-trace: `. Never panics: a closed
 /// or full stderr (`... 2>&1 | head -1`) loses the line, not the recording.
 pub fn note(msg: &str) {
+    // Notes carry file names, device names and kernel strings: no control
+    // character of theirs reaches the terminal (a file name with ESC[2J
+    // cleared it in "wrote ... to NAME" before; issue 30). Our own line
+    // breaks stay.
+    let msg = crate::sanitize::multiline(msg);
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "gpudirect-trace: {msg}");
 }
