@@ -118,7 +118,10 @@ pub fn replay_from(
 ) -> anyhow::Result<Replay> {
     let header = reader.header().clone();
     let (from, to) = (window.from, window.to);
-    let offset = |d: Duration| header.start_ts_ns.saturating_add(d.as_nanos() as u64);
+    let offset = |d: Duration| {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        header.start_ts_ns.saturating_add(ns)
+    };
     // Without --from, events stamped just before the header (between attach
     // and the header's clock reading) belong to the report too.
     let lo_ns = from.map_or(0, offset);

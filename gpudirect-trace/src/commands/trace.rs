@@ -170,7 +170,13 @@ pub fn parse_ring_size(s: &str) -> Result<u32, String> {
 
 /// A time offset: like a duration, but zero is allowed.
 pub fn parse_offset(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 1.5s, 2m)"))
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 1.5s, 2m)"))?;
+    // Trace time is u64 nanoseconds: 18446744075s wrapped to a window
+    // near the start before (issue 30).
+    if d.as_nanos() > u128::from(u64::MAX) {
+        return Err("too far: a recording spans at most 584 years".into());
+    }
+    Ok(d)
 }
 
 /// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
@@ -197,6 +203,13 @@ pub fn resolve_devices(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_past_u64_nanoseconds_are_refused_not_wrapped() {
+        assert_eq!(parse_offset("2s"), Ok(Duration::from_secs(2)));
+        assert!(parse_offset("18446744075s").is_err());
+        assert!(parse_offset("584y").is_ok());
+    }
 
     #[test]
     fn durations_too_long_for_the_clock_are_refused_at_parse_time() {
