@@ -500,7 +500,9 @@ mod tests {
 
     #[test]
     fn live_json_check_uses_the_final_interval() {
-        let nvme = r#"{"devices":[{"device":"0000:00:04.0","maps":256,"unmaps":256,"bytes_mapped":33554432}],"events":512,"final":true}"#;
+        let nvme = r#"{"devices":[{"device":"0000:00:04.0","maps":256,"unmaps":256,"bytes_mapped":33554432,"processes":[{"pid":0,"context":"interrupt","comm":"(interrupt context)","bytes_mapped":0},{"pid":178,"comm":"dd","bytes_mapped":33554432}]}],"events":512,"final":true}"#;
+        // dd gone unnamed (issue 26: "comm": null before the exit record).
+        let unnamed = nvme.replace(r#""comm":"dd""#, r#""comm":null"#);
         let unattributed = r#"{"devices":[{"device":"(iommu, unattributed)","maps":224,"unmaps":64,"bytes_mapped":33554432}],"final":true}"#;
         let empty = r#"{"devices":[],"events":0,"lost_events":0}"#;
         let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -510,6 +512,7 @@ mod tests {
             &lines(&["[ 3.1] noise", empty, nvme]),
         )
         .expect("6.12");
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[&unnamed])).is_err());
         // A later empty object is the final word: activity must be in it.
         assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
         // Traffic left unattributed is a failure on every kernel.
