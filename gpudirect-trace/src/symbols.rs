@@ -26,6 +26,13 @@ struct Sym {
     module: Option<String>,
 }
 
+impl Sym {
+    /// A BPF trampoline (`bpf_trampoline_<key> [bpf]`).
+    fn is_trampoline(&self) -> bool {
+        self.module.as_deref() == Some("bpf") && self.name.starts_with("bpf_trampoline_")
+    }
+}
+
 /// A module's address range, as /proc/modules gives it: its text's base
 /// and its total size. Since 6.4 a module's text, data and rodata are
 /// allocated apart (`mod->mem[]`), so base + total reaches past its text
@@ -122,15 +129,18 @@ impl Kallsyms {
     /// (module text is page-aligned with STRICT_MODULE_RWX), within its
     /// /proc/modules range. A function that crosses that page is still
     /// named: past every range, a module symbol reaches one page.
+    /// `syms` is sorted: each module's range is found by binary search, so
+    /// a refresh (merged on the session's loop) costs no pass over every
+    /// vmlinux symbol per module.
     fn settle(&mut self) {
         for m in &mut self.modules {
-            let last = self
-                .syms
+            let lo = self.syms.partition_point(|s| s.addr < m.start);
+            let hi = self.syms.partition_point(|s| s.addr < m.end);
+            let last = self.syms[lo..hi.max(lo)]
                 .iter()
-                .filter(|s| s.module.as_deref() == Some(m.name.as_str()))
-                .filter(|s| m.start <= s.addr && s.addr < m.end)
-                .map(|s| s.addr)
-                .max();
+                .rev()
+                .find(|s| s.module.as_deref() == Some(m.name.as_str()))
+                .map(|s| s.addr);
             m.text_end = match last {
                 Some(a) => (a.saturating_add(TRAMPOLINE_SIZE) & !(TRAMPOLINE_SIZE - 1)).min(m.end),
                 None => m.end,
@@ -169,7 +179,7 @@ impl Kallsyms {
         let s = &self.syms[i.checked_sub(1)?];
         let off = ip - s.addr;
         let limit = match s.module.as_deref() {
-            Some("bpf") if s.name.starts_with("bpf_trampoline_") => TRAMPOLINE_SIZE,
+            Some("bpf") if s.is_trampoline() => TRAMPOLINE_SIZE,
             Some("bpf") => BPF_PROG_SIZE,
             // A module symbol outside every known module range: its module
             // was unloaded before it was ever seen in /proc/modules.
@@ -228,9 +238,7 @@ impl Kallsyms {
                 // (net.core.bpf_jit_kallsyms=0).
                 None => leading && self.module_at(ip).is_none() && !self.is_empty(),
             };
-            let trampoline = sym.is_some_and(|s| {
-                s.module.as_deref() == Some("bpf") && s.name.starts_with("bpf_trampoline_")
-            });
+            let trampoline = sym.is_some_and(Sym::is_trampoline);
             if trampoline {
                 stands_for = sym
                     .and_then(|s| s.name.strip_prefix("bpf_trampoline_"))
@@ -265,18 +273,16 @@ impl Kallsyms {
                 .iter()
                 .any(|b| a.start < b.text_end && b.start < a.text_end)
         };
-        let kept_mods: Vec<ModuleRange> = self
-            .modules
-            .drain(..)
-            .filter(|m| !overlaps(m))
-            .collect();
+        let kept_mods: Vec<ModuleRange> = self.modules.drain(..).filter(|m| !overlaps(m)).collect();
         let kept_syms: Vec<Sym> = self
             .syms
             .drain(..)
             .filter(|s| {
                 s.module.as_deref().is_some_and(|m| {
                     !is_pseudo_module(m)
-                        && kept_mods.iter().any(|r| r.name == m && r.start <= s.addr && s.addr < r.end)
+                        && kept_mods
+                            .iter()
+                            .any(|r| r.name == m && r.start <= s.addr && s.addr < r.end)
                 })
             })
             .collect();
@@ -346,9 +352,9 @@ pub struct Symbolizer {
     /// misses (freed init code, BPF code without symbols) ask again at
     /// most once per `MISS_REFRESH_EVERY`.
     last_miss_read: Option<std::time::Instant>,
-    /// vmlinux's BTF, read on the first trampoline frame (its key names the
-    /// traced function by BTF id); None until then, or where unreadable.
-    btf: Option<Option<crate::btf::Btf>>,
+    /// vmlinux's BTF, read when the first trampoline frame is named (its
+    /// key names the traced function by BTF id); None where unreadable.
+    btf: std::cell::OnceCell<Option<crate::btf::Btf>>,
     /// Times the table was read again (a module loaded, or a miss).
     pub refreshes: u64,
     /// Stack batches that had a frame nothing covered.
@@ -360,7 +366,10 @@ pub struct Symbolizer {
 /// bpf_trampoline_compute_key); vmlinux's BTF object is the first, id 1.
 fn traced_name(btf: &crate::btf::Btf, key: u64) -> Option<String> {
     ((key >> 32) == 1 && key & 0x8000_0000 != 0)
-        .then(|| btf.function_name((key & 0x7fff_ffff) as u32).map(str::to_owned))
+        .then(|| {
+            btf.function_name((key & 0x7fff_ffff) as u32)
+                .map(str::to_owned)
+        })
         .flatten()
 }
 
@@ -378,16 +387,7 @@ fn read_proc() -> Option<(String, Kallsyms)> {
 impl Symbolizer {
     /// This host's table, read now.
     pub fn live() -> Self {
-        let mut s = Self {
-            table: Kallsyms::default(),
-            source: Source::Proc,
-            modules_text: String::new(),
-            pending: None,
-            last_miss_read: None,
-            btf: None,
-            refreshes: 0,
-            misses: 0,
-        };
+        let mut s = Self::new(Kallsyms::default(), Source::Proc);
         if let Some(fresh) = read_proc() {
             s.take(fresh);
         }
@@ -397,13 +397,17 @@ impl Symbolizer {
 
     /// A fixed table (nothing is read again).
     pub fn fixed(table: Kallsyms) -> Self {
+        Self::new(table, Source::Fixed)
+    }
+
+    fn new(table: Kallsyms, source: Source) -> Self {
         Self {
             table,
-            source: Source::Fixed,
+            source,
             modules_text: String::new(),
             pending: None,
             last_miss_read: None,
-            btf: None,
+            btf: std::cell::OnceCell::new(),
             refreshes: 0,
             misses: 0,
         }
@@ -476,16 +480,13 @@ impl Symbolizer {
                 }
             }
         }
-        let has_trampoline = stacks.iter().flat_map(|s| s.iter()).any(|&ip| {
-            self.table.lookup(ip).is_some_and(|(s, _)| {
-                s.module.as_deref() == Some("bpf") && s.name.starts_with("bpf_trampoline_")
-            })
-        });
-        if has_trampoline && self.btf.is_none() && matches!(self.source, Source::Proc) {
-            self.btf = Some(crate::btf::Btf::vmlinux().ok());
-        }
-        let btf = self.btf.as_ref().and_then(Option::as_ref);
-        let traced = |key: u64| btf.and_then(|b| traced_name(b, key));
+        let live = matches!(self.source, Source::Proc);
+        let traced = |key: u64| {
+            self.btf
+                .get_or_init(|| live.then(|| crate::btf::Btf::vmlinux().ok()).flatten())
+                .as_ref()
+                .and_then(|b| traced_name(b, key))
+        };
         stacks
             .iter()
             .map(|s| self.table.frames_with(s, &traced))

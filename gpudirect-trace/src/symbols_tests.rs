@@ -30,9 +30,15 @@ const STACK: [u64; 6] = [
 fn frames_name_vmlinux_and_module_functions() {
     let k = Kallsyms::parse(&format!("{BEFORE}{MODULE}"));
     assert_eq!(k.frame(0xffff_ffff_8123_4010), "dma_unmap_page_attrs+0x10");
-    assert_eq!(k.frame(0xffff_ffff_c0a0_1020), "cmd_double_unmap+0x20 [gdt_misuse]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c0a0_1020),
+        "cmd_double_unmap+0x20 [gdt_misuse]"
+    );
     assert_eq!(k.frame(0x1234), "0x1234");
-    assert!(Kallsyms::parse("0000000000000000 T x\n").is_empty(), "kptr_restrict view");
+    assert!(
+        Kallsyms::parse("0000000000000000 T x\n").is_empty(),
+        "kptr_restrict view"
+    );
 }
 
 #[test]
@@ -40,11 +46,17 @@ fn a_module_address_is_never_named_after_a_bpf_trampoline() {
     // Read before the module loaded: the table has no module symbols, but
     // /proc/modules already names the range.
     let k = Kallsyms::with_modules(BEFORE, MODULES);
-    assert_eq!(k.frame(0xffff_ffff_c0a0_1020), "0xffffffffc0a01020 [gdt_misuse]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c0a0_1020),
+        "0xffffffffc0a01020 [gdt_misuse]"
+    );
     // Without the range either, a trampoline reaches one page only.
     let k = Kallsyms::parse(BEFORE);
     assert_eq!(k.frame(0xffff_ffff_c030_418e), "0xffffffffc030418e");
-    assert_eq!(k.frame(0xffff_ffff_c030_205f), "bpf_trampoline_6442476666+0x5f [bpf]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c030_205f),
+        "bpf_trampoline_6442476666+0x5f [bpf]"
+    );
 }
 
 #[test]
@@ -62,7 +74,11 @@ fn stacks_start_at_the_dma_api_function_then_its_caller() {
     );
     assert_eq!(caller(&f), Some("cmd_double_unmap+0x20 [gdt_misuse]"));
     // A tracepoint program's stack: the glue before the function goes too.
-    let tp = [0xffff_ffff_c030_0010, 0xffff_ffff_8150_0040, 0xffff_ffff_8123_4005];
+    let tp = [
+        0xffff_ffff_c030_0010,
+        0xffff_ffff_8150_0040,
+        0xffff_ffff_8123_4005,
+    ];
     assert_eq!(k.frames(&tp), ["dma_unmap_page_attrs+0x5"]);
 }
 
@@ -79,7 +95,10 @@ fn an_unloaded_modules_frames_still_name_it_and_a_new_load_replaces_them() {
     let mut k = Kallsyms::with_modules(&format!("{BEFORE}{MODULE}"), MODULES);
     // Unloaded: neither file has it any more.
     k.merge(Kallsyms::with_modules(BEFORE, ""));
-    assert_eq!(k.frame(0xffff_ffff_c0a0_1020), "cmd_double_unmap+0x20 [gdt_misuse]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c0a0_1020),
+        "cmd_double_unmap+0x20 [gdt_misuse]"
+    );
     // Another module loads at the same address: its names, not the old ones.
     let other = "ffffffffc0a01000 t other_fn\t[other]\n";
     k.merge(Kallsyms::with_modules(
@@ -110,7 +129,10 @@ fn proc_modules_lines_parse_with_and_without_taints() {
          garbage\n",
     );
     assert_eq!(m.len(), 2);
-    assert_eq!((m[1].start, m[1].end), (0xffff_ffff_c0a0_0000, 0xffff_ffff_c0a0_7000));
+    assert_eq!(
+        (m[1].start, m[1].end),
+        (0xffff_ffff_c0a0_0000, 0xffff_ffff_c0a0_7000)
+    );
 }
 
 /// The 7.2 VM: e1000e's text below gdt_misuse's, its /proc/modules size
@@ -123,15 +145,28 @@ fn a_modules_total_size_does_not_claim_the_next_modules_text() {
     let modules = "e1000e 401408 0 - Live 0xffffffffc0900000\n\
          gdt_misuse 28672 0 - Live 0xffffffffc0a00000 (OE)\n";
     let k = Kallsyms::with_modules(&format!("{BEFORE}{MODULE}{syms}"), modules);
-    assert_eq!(k.frame(0xffff_ffff_c0a0_1020), "cmd_double_unmap+0x20 [gdt_misuse]");
-    assert_eq!(k.frame(0xffff_ffff_c091_0010), "cleanup_module+0x10 [e1000e]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c0a0_1020),
+        "cmd_double_unmap+0x20 [gdt_misuse]"
+    );
+    assert_eq!(
+        k.frame(0xffff_ffff_c091_0010),
+        "cleanup_module+0x10 [e1000e]"
+    );
     // Before gdt_misuse's symbols are read: its address, its name.
     let k = Kallsyms::with_modules(&format!("{BEFORE}{syms}"), modules);
-    assert_eq!(k.frame(0xffff_ffff_c0a0_1020), "0xffffffffc0a01020 [gdt_misuse]");
+    assert_eq!(
+        k.frame(0xffff_ffff_c0a0_1020),
+        "0xffffffffc0a01020 [gdt_misuse]"
+    );
     // And tracepoint glue goes with the tracer's frames.
     let tp = "ffffffff81600000 T __traceiter_dma_unmap_phys\n";
     let k = Kallsyms::with_modules(&format!("{BEFORE}{MODULE}{tp}"), MODULES);
-    let f = k.frames(&[0xffff_ffff_c030_0010, 0xffff_ffff_8160_0064, 0xffff_ffff_8123_4005]);
+    let f = k.frames(&[
+        0xffff_ffff_c030_0010,
+        0xffff_ffff_8160_0064,
+        0xffff_ffff_8123_4005,
+    ]);
     assert_eq!(f, ["dma_unmap_page_attrs+0x5"]);
 }
 
@@ -141,16 +176,29 @@ fn a_modules_total_size_does_not_claim_the_next_modules_text() {
 #[test]
 fn a_trampoline_stands_for_its_traced_function_where_the_unwinder_skips_it() {
     let k = Kallsyms::with_modules(&format!("{BEFORE}{MODULE}"), MODULES);
-    let stack = [0xffff_ffff_c030_00e9, 0xffff_ffff_c030_205f, 0xffff_ffff_c0a0_1020];
+    let stack = [
+        0xffff_ffff_c030_00e9,
+        0xffff_ffff_c030_205f,
+        0xffff_ffff_c0a0_1020,
+    ];
     let key = (1u64 << 32) | 0x8000_0000 | 0x647a;
     assert_eq!(key, 6_442_476_666, "the key kallsyms showed in the 6.1 VM");
     let traced = |k: u64| (k == key).then(|| "dma_iova_link".to_owned());
     assert_eq!(
         k.frames_with(&stack, &traced),
-        ["dma_iova_link (traced)", "cmd_double_unmap+0x20 [gdt_misuse]"]
+        [
+            "dma_iova_link (traced)",
+            "cmd_double_unmap+0x20 [gdt_misuse]"
+        ]
     );
     // Where the function's own frame follows (6.1), it is not said twice.
     let traced = |k: u64| (k == key).then(|| "dma_unmap_page_attrs".to_owned());
-    assert_eq!(k.frames_with(&STACK, &traced)[0], "dma_unmap_page_attrs+0x5");
-    assert_eq!(k.frames_with(&STACK, &traced)[1], "cmd_double_unmap+0x20 [gdt_misuse]");
+    assert_eq!(
+        k.frames_with(&STACK, &traced)[0],
+        "dma_unmap_page_attrs+0x5"
+    );
+    assert_eq!(
+        k.frames_with(&STACK, &traced)[1],
+        "cmd_double_unmap+0x20 [gdt_misuse]"
+    );
 }
