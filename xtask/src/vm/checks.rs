@@ -235,31 +235,18 @@ pub fn vfio_after_unmap(series: &str, lines: &[String]) -> Result<()> {
     );
     same_story(&recorded, &reported).context("record --json vs report --json in the guest")?;
     let file = embedded_file(lines)?;
-    let dir = std::env::temp_dir().join(format!("gdt-vfio-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("v.gdt");
-    std::fs::write(&path, &file)?;
-    let bin = crate::host::target_dir().join("release/gpudirect-trace");
-    let out = std::process::Command::new(&bin)
-        .arg("report")
-        .arg(&path)
-        .arg("--json")
-        .output()
-        .with_context(|| format!("running {}", bin.display()))?;
-    ensure!(out.status.success(), "report on the host: {}", out.status);
-    let host: Value = serde_json::from_slice(&out.stdout).context("host report --json")?;
+    let host = host_report(&file, "vfio")?;
     same_story(&recorded, &host).context("record --json vs report --json on the host")?;
     if let Some(keep) = std::env::var_os("GDT_KEEP_VFIO_RECORDING") {
         // Refreshing the golden fixture (tests/fixtures/vm-vfio-after-unmap).
         let keep = std::path::PathBuf::from(keep);
         std::fs::create_dir_all(&keep)?;
-        std::fs::copy(&path, keep.join(format!("vfio-after-unmap-{series}.gdt")))?;
+        std::fs::write(keep.join(format!("vfio-after-unmap-{series}.gdt")), &file)?;
         std::fs::write(
             keep.join(format!("vfio-after-unmap-{series}.json")),
             serde_json::to_string_pretty(&recorded)?,
         )?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
     eprintln!(
         "xtask: {series}: fault at 0x200000: {}; live, guest report and host report agree ({} incidents)",
         m,
