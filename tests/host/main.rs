@@ -21,6 +21,7 @@ mod flight;
 mod gpu_metrics;
 mod hostile;
 mod hostile_bounds;
+mod hostile_cli;
 mod inject;
 mod inval;
 mod misuse;
@@ -32,8 +33,8 @@ use std::process::Command;
 
 use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
-    families::{hooks, tracepoints},
     ebpf::{Status, Tracer, TracerOptions},
+    families::{hooks, tracepoints},
     kernel,
 };
 use gpudirect_trace_common::{kind, level, TaskState};
@@ -80,9 +81,7 @@ fn every_program_passes_the_verifier() {
     );
     assert_eq!(
         tracer.probes.len(),
-        tracepoints().len()
-            + hooks().count()
-            + 1 // the interrupt-context row (ebpf::task_context)
+        tracepoints().len() + hooks().count() + 1 // the interrupt-context row (ebpf::task_context)
     );
 }
 
@@ -103,9 +102,7 @@ fn probe_table_matches_what_the_kernel_offers() {
     let all = doc["probes"].as_array().expect("probes array");
     assert_eq!(
         all.len(),
-        tracepoints().len()
-            + hooks().count()
-            + 1 // the interrupt-context row (ebpf::task_context)
+        tracepoints().len() + hooks().count() + 1 // the interrupt-context row (ebpf::task_context)
     );
     let probes: Vec<_> = all
         .iter()
