@@ -93,7 +93,6 @@ pub const PROC_EXIT: u16 = 32;
 /// One past the largest kind: sizes per-kind counter arrays.
 pub const COUNT: u32 = 33;
 
-
 /// What a kind is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
@@ -241,7 +240,12 @@ pub const KINDS: [KindInfo; COUNT as usize] = [
     dma(DMA_SYNC_CPU, "dma_sync_for_cpu", "sync", Span::None),
     dma(DMA_SYNC_DEVICE, "dma_sync_for_device", "sync", Span::None),
     counter_only(SG_TRUNCATED, "sg_map_truncated", Class::DmaApi, false),
-    counter_only(SG_UNMAP_TRUNCATED, "sg_unmap_truncated", Class::DmaApi, false),
+    counter_only(
+        SG_UNMAP_TRUNCATED,
+        "sg_unmap_truncated",
+        Class::DmaApi,
+        false,
+    ),
     k(IOMMU_INVAL, "iommu_invalidation", Class::Iommu),
     counter_only(QI_DESCRIPTOR, "qi_descriptor", Class::Iommu, true),
     counter_only(CACHE_TAG_FLUSH, "cache_tag_flush", Class::Iommu, true),

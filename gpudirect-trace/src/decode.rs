@@ -208,7 +208,13 @@ mod tests {
         };
         let r = decode(&bytes_of(&full)).expect("decodes");
         assert_eq!(process_exit(&r), Some((180, "abcdefghijklmno".to_owned())));
-        let other = Event { kind: kind::DMA_MAP, ..ev };
-        assert_eq!(process_exit(&decode(&bytes_of(&other)).expect("decodes")), None);
+        let other = Event {
+            kind: kind::DMA_MAP,
+            ..ev
+        };
+        assert_eq!(
+            process_exit(&decode(&bytes_of(&other)).expect("decodes")),
+            None
+        );
     }
 }

@@ -5,8 +5,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::{
-    families::tracepoints,
     ebpf::{DmaOpSource, ProbeStatus, Status},
+    families::tracepoints,
     sanitize::text as clean,
 };
 
@@ -156,7 +156,10 @@ pub fn render(probes: &[ProbeStatus], not_used: &[NotUsed], release: &str, btf: 
         "STATUS",
     );
     // Kernel and loader messages: one line, no control characters.
-    let reasons: Vec<String> = probes.iter().map(|p| clean(&p.reason).into_owned()).collect();
+    let reasons: Vec<String> = probes
+        .iter()
+        .map(|p| clean(&p.reason).into_owned())
+        .collect();
     let (rows, notes) = factor(&reasons);
     for (p, reason) in probes.iter().zip(rows) {
         out.push_str(&format!(
@@ -225,7 +228,8 @@ mod tests {
         let text = render(&probes, &[], "6.18", true);
         assert_eq!(text.matches(eperm).count(), 1, "{text}");
         assert_eq!(
-            text.matches("fentry: [1]; kprobe: no kprobes (CONFIG_KPROBES)").count(),
+            text.matches("fentry: [1]; kprobe: no kprobes (CONFIG_KPROBES)")
+                .count(),
             3,
             "{text}"
         );
@@ -261,7 +265,10 @@ mod tests {
             }]
         );
         let text = render(&[], &list, "7.9", true);
-        assert!(text.contains("dma:dma_new_in_7_9") && text.contains("not used"), "{text}");
+        assert!(
+            text.contains("dma:dma_new_in_7_9") && text.contains("not used"),
+            "{text}"
+        );
         assert!(text.ends_with(", 1 not used"), "{text}");
     }
 }

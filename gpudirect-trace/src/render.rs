@@ -167,7 +167,12 @@ pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
                 .iter()
                 .map(|(op, src)| format!("{op} {src}"))
                 .collect();
-            let _ = writeln!(s, "note: {}: DMA-API operations from: {}", d.device, per.join(", "));
+            let _ = writeln!(
+                s,
+                "note: {}: DMA-API operations from: {}",
+                d.device,
+                per.join(", ")
+            );
         }
         if let Some(v) = &d.iova {
             let _ = writeln!(

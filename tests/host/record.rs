@@ -12,9 +12,9 @@ use std::{
 
 use gpudirect_trace::{
     aggregate::Aggregator,
-    families::tracepoints,
     decode::{decode, Record},
     ebpf::testrun::run_raw_tracepoint,
+    families::tracepoints,
     record,
     session::{Observed, Session},
     tracefile::{self, End, Item, TraceReader, TraceWriter},

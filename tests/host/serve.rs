@@ -12,8 +12,8 @@ use std::{
 };
 
 use gpudirect_trace::{
-    families::tracepoints,
     ebpf::testrun::run_raw_tracepoint,
+    families::tracepoints,
     serve::{self, ServeOptions},
     session::Session,
 };

@@ -26,13 +26,26 @@ fn rec(k: u16, f: u16, addr: u64, size: u64, phys: u64, ts: u64) -> Record {
 fn read(agg: &mut Aggregator, dev: &Arc<str>, base: u64, ts: u64) {
     agg.ingest(&rec(kind::IOVA_ALLOC, IOVA, base, 128 << 10, 0, ts), dev);
     for i in 0..32 {
-        let link = rec(kind::DMA_MAP, IOVA, base + i * 4096, 4096, 0x10_0000 + i * 4096, ts + 1);
+        let link = rec(
+            kind::DMA_MAP,
+            IOVA,
+            base + i * 4096,
+            4096,
+            0x10_0000 + i * 4096,
+            ts + 1,
+        );
         agg.ingest(&link, dev);
     }
     agg.ingest(&rec(kind::IOVA_SYNC, IOVA, base, 128 << 10, 0, ts + 2), dev);
     let destroy = IOVA | flags::IOVA_DESTROY;
-    agg.ingest(&rec(kind::DMA_UNMAP, destroy, base, 128 << 10, 32, ts + 1000), dev);
-    agg.ingest(&rec(kind::IOVA_FREE, destroy, base, 128 << 10, 0, ts + 1000), dev);
+    agg.ingest(
+        &rec(kind::DMA_UNMAP, destroy, base, 128 << 10, 32, ts + 1000),
+        dev,
+    );
+    agg.ingest(
+        &rec(kind::IOVA_FREE, destroy, base, 128 << 10, 0, ts + 1000),
+        dev,
+    );
 }
 
 #[test]
@@ -50,7 +63,10 @@ fn iova_links_are_the_devices_maps_and_a_destroy_ends_every_one() {
     assert_eq!(s.dma.lifetime_ns.count, 128);
     assert_eq!(s.dma_sources.get("iova"), Some(&"hook"));
     let v = s.iova.as_ref().expect("iova row");
-    assert_eq!((v.allocs, v.links, v.unlinks, v.destroys, v.frees), (4, 128, 128, 4, 4));
+    assert_eq!(
+        (v.allocs, v.links, v.unlinks, v.destroys, v.frees),
+        (4, 128, 128, 4, 4)
+    );
     assert_eq!((v.syncs, v.out_of_range), (4, 0));
 }
 
@@ -78,7 +94,10 @@ fn the_kernels_iova_counters_replace_the_streamed_counts() {
     let s = &agg.snapshot(1.0, &[])[0];
     assert_eq!((s.maps, s.unmaps, s.bytes_from_device), (896, 896, 4 << 20));
     let v = s.iova.as_ref().expect("iova row");
-    assert_eq!((v.allocs, v.links, v.unlinks, v.frees, v.declined), (64, 896, 896, 64, 2));
+    assert_eq!(
+        (v.allocs, v.links, v.unlinks, v.frees, v.declined),
+        (64, 896, 896, 64, 2)
+    );
 }
 
 #[test]
@@ -86,21 +105,41 @@ fn a_device_whose_unmaps_the_kernel_skips_has_nothing_outstanding() {
     let mut agg = Aggregator::new();
     let nvme: Arc<str> = Arc::from("0000:00:04.0");
     for i in 0..15u64 {
-        agg.ingest(&rec(kind::DMA_MAP, 0, 0x20_0000 + i * 4096, 4096, 0, i), &nvme);
+        agg.ingest(
+            &rec(kind::DMA_MAP, 0, 0x20_0000 + i * 4096, 4096, 0, i),
+            &nvme,
+        );
     }
     assert_eq!(agg.snapshot(1.0, &[])[0].outstanding_mappings, 15);
     // dma_need_unmap() said false (counter-only kind).
     let key = CounterKey::new(0x1000, kind::UNMAP_NOT_NEEDED, 0, 0);
     let maps = CounterKey::new(0x1000, kind::DMA_MAP, 0, dir::FROM_DEVICE);
     agg.apply_kernel_counters(&[
-        (nvme.clone(), key, Counter { count: 30, bytes: 0 }),
-        (nvme.clone(), maps, Counter { count: 15, bytes: 15 * 4096 }),
+        (
+            nvme.clone(),
+            key,
+            Counter {
+                count: 30,
+                bytes: 0,
+            },
+        ),
+        (
+            nvme.clone(),
+            maps,
+            Counter {
+                count: 15,
+                bytes: 15 * 4096,
+            },
+        ),
     ]);
     // Later maps are not tracked either.
     agg.ingest(&rec(kind::DMA_MAP, 0, 0x90_0000, 4096, 0, 99), &nvme);
     let s = &agg.snapshot(1.0, &[])[0];
     assert_eq!((s.outstanding_mappings, s.outstanding_bytes), (0, 0));
-    assert_eq!((s.dma.unmaps_skipped, s.dma.unmaps_skipped_bytes), (16, 16 * 4096));
+    assert_eq!(
+        (s.dma.unmaps_skipped, s.dma.unmaps_skipped_bytes),
+        (16, 16 * 4096)
+    );
     assert_eq!(s.unmap_not_needed, 30);
     assert!(agg.long_lived(1 << 40, 0, 10).is_empty());
     let row = &s.processes[0];

@@ -82,7 +82,11 @@ impl Analysis {
                 // The names the tick just resolved (an exited insmod's from
                 // its exit record): the finding carries them everywhere.
                 for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
-                    if let Some(p) = call.process.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
+                    if let Some(p) = call
+                        .process
+                        .as_mut()
+                        .filter(|p| p.comm.is_none() && p.pid != 0)
+                    {
                         p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
                     }
                 }

@@ -10,7 +10,6 @@
 
 use serde::Serialize;
 
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeKind {
@@ -82,7 +81,6 @@ pub const fn tp(
         hot,
     }
 }
-
 
 /// A timed kernel function: entry + exit hooks, fentry/fexit where the kernel
 /// has BTF and the function tracer, else kprobe/kretprobe.

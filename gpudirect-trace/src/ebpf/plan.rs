@@ -96,7 +96,11 @@ impl Facts {
         let mut layouts = BTreeMap::new();
         for spec in hook_specs(standin) {
             for &(st, member, _) in spec.layout {
-                if let Some(off) = kernel.btf.as_ref().and_then(|b| b.member_offset(st, member)) {
+                if let Some(off) = kernel
+                    .btf
+                    .as_ref()
+                    .and_then(|b| b.member_offset(st, member))
+                {
                     layouts.insert((st, member), off);
                 }
             }

@@ -20,11 +20,7 @@ use super::{
     plan::{self, Facts},
     ProbeStatus, Status,
 };
-use crate::{
-    catalog::TimingSpec,
-    families::iommu::ATTACH_LEARN,
-    kernel::KernelInfo,
-};
+use crate::{catalog::TimingSpec, families::iommu::ATTACH_LEARN, kernel::KernelInfo};
 
 /// Environment variable that makes the timing and DMA-API hooks use
 /// kprobe/kretprobe even where fentry/fexit would work (for tests).

@@ -212,8 +212,16 @@ mod tests {
         for m in metric_sections().iter().flat_map(|s| s.metrics.iter()) {
             assert!(seen.insert(m.exported()), "{} declared twice", m.exported());
             assert!(m.name.starts_with("gpudirect_"), "{}", m.name);
-            assert!(!m.help.is_empty() && !m.doc.is_empty(), "{} lacks help", m.name);
-            assert!(!m.help.contains('\n') && !m.doc.contains('\n'), "{}", m.name);
+            assert!(
+                !m.help.is_empty() && !m.doc.is_empty(),
+                "{} lacks help",
+                m.name
+            );
+            assert!(
+                !m.help.contains('\n') && !m.doc.contains('\n'),
+                "{}",
+                m.name
+            );
         }
     }
 

@@ -49,8 +49,7 @@ impl CgroupIndex {
         if id == 0 {
             return None;
         }
-        if !self.by_id.contains_key(&id)
-            && self.built.is_none_or(|t| t.elapsed() >= REBUILD_EVERY)
+        if !self.by_id.contains_key(&id) && self.built.is_none_or(|t| t.elapsed() >= REBUILD_EVERY)
         {
             self.rebuild();
         }
@@ -106,8 +105,12 @@ mod tests {
         let ino = std::fs::metadata(&leaf).expect("stat").ino();
         let mut ix = CgroupIndex::new(&root);
         let path = ix.path(ino);
-        assert_eq!(path.as_deref(), Some(format!("/system.slice/docker-{id}.scope").as_str()));
-        let c = super::super::process::container_of(path.as_deref().expect("indexed")).expect("docker");
+        assert_eq!(
+            path.as_deref(),
+            Some(format!("/system.slice/docker-{id}.scope").as_str())
+        );
+        let c =
+            super::super::process::container_of(path.as_deref().expect("indexed")).expect("docker");
         assert_eq!((c.runtime, c.id.as_str()), ("docker", id));
         assert_eq!(ix.path(0), None);
         assert_eq!(ix.path(u64::MAX), None);

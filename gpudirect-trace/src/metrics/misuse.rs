@@ -1,10 +1,7 @@
 //! The misuse-check metrics, declared once (docs/metrics.md's table is made
 //! from them).
 
-use super::{
-    Metric,
-    Type::{Counter},
-};
+use super::{Metric, Type::Counter};
 
 pub const DMA_MISUSE_TOTAL: Metric = Metric {
     name: "gpudirect_dma_misuse",
@@ -34,7 +31,4 @@ pub const DMA_MISUSE_UNCHECKED_TOTAL: Metric = Metric {
 };
 
 /// In the order docs/metrics.md lists them.
-pub const ALL: &[&Metric] = &[
-    &DMA_MISUSE_TOTAL,
-    &DMA_MISUSE_UNCHECKED_TOTAL,
-];
+pub const ALL: &[&Metric] = &[&DMA_MISUSE_TOTAL, &DMA_MISUSE_UNCHECKED_TOTAL];

@@ -125,4 +125,3 @@ pub fn with_tables(doc: &str, sections: &[Section]) -> Option<String> {
     }
     Some(out)
 }
-

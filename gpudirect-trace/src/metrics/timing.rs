@@ -1,10 +1,6 @@
 //! The timing hooks' metric, declared once (docs/metrics.md's table is made from them).
 
-use super::{
-    Metric,
-    Type::{Histogram},
-    Unit::{Seconds},
-};
+use super::{Metric, Type::Histogram, Unit::Seconds};
 
 pub const IOMMU_MAP_LATENCY_SECONDS: Metric = Metric {
     name: "gpudirect_iommu_map_latency",
@@ -23,6 +19,4 @@ pub const IOMMU_MAP_LATENCY_SECONDS: Metric = Metric {
 };
 
 /// In the order docs/metrics.md lists them.
-pub const ALL: &[&Metric] = &[
-    &IOMMU_MAP_LATENCY_SECONDS,
-];
+pub const ALL: &[&Metric] = &[&IOMMU_MAP_LATENCY_SECONDS];

@@ -200,7 +200,10 @@ impl Model {
     fn family(&mut self, metric: &'static Metric, labels: &Labels) -> &mut Family {
         // The declaration says which labels every series has.
         debug_assert!(
-            labels.iter().map(|(k, _)| *k).eq(metric.labels.iter().copied()),
+            labels
+                .iter()
+                .map(|(k, _)| *k)
+                .eq(metric.labels.iter().copied()),
             "{}: labels {:?}, declared {:?}",
             metric.exported(),
             labels.iter().map(|(k, _)| k).collect::<Vec<_>>(),
@@ -245,7 +248,11 @@ impl Model {
             for (dir, &b) in d.bytes_by_dir.iter().enumerate() {
                 if b > 0 {
                     let l = l1("direction", dir_name(dir as u32));
-                    self.add(&crate::families::dma_api::metrics::DMA_MAP_BYTES_TOTAL, l, b);
+                    self.add(
+                        &crate::families::dma_api::metrics::DMA_MAP_BYTES_TOTAL,
+                        l,
+                        b,
+                    );
                 }
             }
             for (level, lv) in [
@@ -256,32 +263,64 @@ impl Model {
                 if lv.maps == 0 && lv.unmaps == 0 && lv.sizes.is_empty() {
                     continue;
                 }
-                self.add(&crate::families::dma_api::metrics::DMA_MAPS_TOTAL, l1("level", level), lv.maps);
-                self.add(&crate::families::dma_api::metrics::DMA_UNMAPS_TOTAL, l1("level", level), lv.unmaps);
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_MAPS_TOTAL,
+                    l1("level", level),
+                    lv.maps,
+                );
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_UNMAPS_TOTAL,
+                    l1("level", level),
+                    lv.unmaps,
+                );
                 if streamed {
                     let outstanding = lv.outstanding() as u64 + lv.untracked;
                     let l = l1("level", level);
-                    self.add(&crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING, l, outstanding);
+                    self.add(
+                        &crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING,
+                        l,
+                        outstanding,
+                    );
                     let (l, ob) = (l1("level", level), lv.outstanding_bytes);
-                    self.add(&crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING_BYTES, l, ob);
+                    self.add(
+                        &crate::families::dma_api::metrics::MAPPINGS_OUTSTANDING_BYTES,
+                        l,
+                        ob,
+                    );
                 }
                 if !lv.sizes.is_empty() {
                     let h = HistogramValue::from_hdr(&lv.sizes, SIZE_BUCKETS, 1.0);
                     let l = l1("level", level);
-                    self.add_histogram(&crate::families::dma_api::metrics::DMA_MAP_SIZE_BYTES, l, &h);
+                    self.add_histogram(
+                        &crate::families::dma_api::metrics::DMA_MAP_SIZE_BYTES,
+                        l,
+                        &h,
+                    );
                 }
             }
             let l = vec![("device", dev.clone())];
             if d.iommu.bytes_mapped > 0 {
                 let b = d.iommu.bytes_mapped;
-                self.add(&crate::families::iommu::metrics::IOMMU_MAP_BYTES_TOTAL, l.clone(), b);
+                self.add(
+                    &crate::families::iommu::metrics::IOMMU_MAP_BYTES_TOTAL,
+                    l.clone(),
+                    b,
+                );
             }
             d.families.metrics(&dev, self);
             let x = &d.dma_api;
             if x.syncs > 0 {
                 let (n, b) = (x.syncs, x.sync_bytes);
-                self.add(&crate::families::dma_api::metrics::DMA_SYNCS_TOTAL, l.clone(), n);
-                self.add(&crate::families::dma_api::metrics::DMA_SYNC_BYTES_TOTAL, l.clone(), b);
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_SYNCS_TOTAL,
+                    l.clone(),
+                    n,
+                );
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_SYNC_BYTES_TOTAL,
+                    l.clone(),
+                    b,
+                );
             }
             let v = &x.iova;
             for (op, n) in [
@@ -293,23 +332,39 @@ impl Model {
                 ("free", v.frees),
             ] {
                 if n > 0 {
-                    self.add(&crate::families::dma_api::metrics::IOVA_CALLS_TOTAL, l1("op", op), n);
+                    self.add(
+                        &crate::families::dma_api::metrics::IOVA_CALLS_TOTAL,
+                        l1("op", op),
+                        n,
+                    );
                 }
             }
             let skipped = d.dma.skipped().0;
             if skipped > 0 {
                 let n = skipped;
-                self.add(&crate::families::dma_api::metrics::DMA_UNMAPS_SKIPPED_TOTAL, l.clone(), n);
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_UNMAPS_SKIPPED_TOTAL,
+                    l.clone(),
+                    n,
+                );
             }
             // Scatterlists not walked to the end: this device's byte counts
             // are lower bounds.
             for (op, n) in [("map", x.sg_truncated), ("unmap", x.sg_unmap_truncated)] {
                 if n > 0 {
-                    self.add(&crate::families::dma_api::metrics::SG_TRUNCATED_TOTAL, l1("op", op), n);
+                    self.add(
+                        &crate::families::dma_api::metrics::SG_TRUNCATED_TOTAL,
+                        l1("op", op),
+                        n,
+                    );
                 }
             }
             if d.map_errors > 0 {
-                self.add(&crate::families::dma_api::metrics::DMA_MAP_ERRORS_TOTAL, l, d.map_errors);
+                self.add(
+                    &crate::families::dma_api::metrics::DMA_MAP_ERRORS_TOTAL,
+                    l,
+                    d.map_errors,
+                );
             }
             for (xid, &n) in &d.xid_counts {
                 let l = l1("xid", &xid.to_string());
@@ -363,11 +418,19 @@ impl Model {
                 "nvidia-xid" => {}
                 "aer" => {
                     let l = vec![device, reason];
-                    self.add(&crate::families::faults::metrics::PCIE_AER_ERRORS_TOTAL, l, f.count);
+                    self.add(
+                        &crate::families::faults::metrics::PCIE_AER_ERRORS_TOTAL,
+                        l,
+                        f.count,
+                    );
                 }
                 source => {
                     let l = vec![device, ("source", source.to_owned()), reason];
-                    self.add(&crate::families::faults::metrics::IOMMU_FAULTS_TOTAL, l, f.count);
+                    self.add(
+                        &crate::families::faults::metrics::IOMMU_FAULTS_TOTAL,
+                        l,
+                        f.count,
+                    );
                 }
             }
         }
@@ -398,22 +461,42 @@ impl Model {
             self.add(&crate::metrics::tracer::EVENTS_TOTAL, l, n);
         }
         let lost = stats.lost_events;
-        self.add(&crate::metrics::tracer::EVENTS_RECEIVED_TOTAL, vec![], agg.events);
+        self.add(
+            &crate::metrics::tracer::EVENTS_RECEIVED_TOTAL,
+            vec![],
+            agg.events,
+        );
         self.add(&crate::metrics::tracer::EVENTS_LOST_TOTAL, vec![], lost);
         let missed = stats.missed_events;
         self.add(&crate::metrics::tracer::EVENTS_MISSED_TOTAL, vec![], missed);
         let bad = agg.decode_errors;
-        self.add(&crate::metrics::tracer::EVENTS_UNDECODABLE_TOTAL, vec![], bad);
+        self.add(
+            &crate::metrics::tracer::EVENTS_UNDECODABLE_TOTAL,
+            vec![],
+            bad,
+        );
         let nest = stats.timing_nest_full;
         self.add(&crate::metrics::tracer::TIMINGS_SKIPPED_TOTAL, vec![], nest);
         let stacks = stats.stacks_lost;
         self.add(&crate::metrics::tracer::STACKS_LOST_TOTAL, vec![], stacks);
         let untracked = stats.mappings_untracked;
-        self.add(&crate::metrics::tracer::MAPPINGS_UNTRACKED_TOTAL, vec![], untracked);
+        self.add(
+            &crate::metrics::tracer::MAPPINGS_UNTRACKED_TOTAL,
+            vec![],
+            untracked,
+        );
         let unmatched = stats.lifetime_unmatched;
-        self.add(&crate::metrics::tracer::UNMAPS_UNMATCHED_TOTAL, vec![], unmatched);
+        self.add(
+            &crate::metrics::tracer::UNMAPS_UNMATCHED_TOTAL,
+            vec![],
+            unmatched,
+        );
         let folded = labels.folded();
-        self.add(&crate::metrics::tracer::DEVICES_FOLDED_TOTAL, vec![], folded);
+        self.add(
+            &crate::metrics::tracer::DEVICES_FOLDED_TOTAL,
+            vec![],
+            folded,
+        );
     }
 
     /// The metric names as exported (with unit and `_total` suffixes).

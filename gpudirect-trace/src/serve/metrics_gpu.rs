@@ -8,10 +8,9 @@
 
 use std::{collections::HashSet, sync::Arc};
 
-
 use super::{DeviceLabels, Labels, Model};
-use crate::metrics::Metric;
 use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
+use crate::metrics::Metric;
 
 /// Tasks in no container get this `container` label.
 pub const HOST_CONTAINER: &str = "host";
@@ -91,12 +90,20 @@ impl Model {
     /// `gpudirect_gpu_fact_unavailable{fact}` where it did not.
     pub fn add_gpus(&mut self, status: &NvmlStatus, sample: &Sample, labels: &mut DeviceLabels) {
         let up = flag(status.is_available());
-        self.add(&crate::families::nvidia::metrics::NVML_AVAILABLE, vec![], up);
+        self.add(
+            &crate::families::nvidia::metrics::NVML_AVAILABLE,
+            vec![],
+            up,
+        );
         if !status.is_available() {
             return;
         }
         let errors = sample.errors.len() as u64;
-        self.add(&crate::families::nvidia::metrics::NVML_DEVICE_ERRORS, vec![], errors);
+        self.add(
+            &crate::families::nvidia::metrics::NVML_DEVICE_ERRORS,
+            vec![],
+            errors,
+        );
         for g in &sample.gpus {
             let base = gpu_labels(&g.identity, labels);
             let with = |k: &'static str, v: &str| {
@@ -109,13 +116,21 @@ impl Model {
             self.add_gpu_values(g, &base);
             for (fact, _) in g.unavailable() {
                 let l = with("fact", fact);
-                self.add(&crate::families::nvidia::metrics::GPU_FACT_UNAVAILABLE, l, 1);
+                self.add(
+                    &crate::families::nvidia::metrics::GPU_FACT_UNAVAILABLE,
+                    l,
+                    1,
+                );
             }
             let r = &g.retired_pages;
             for (cause, f) in [("single_bit", &r.single_bit), ("double_bit", &r.double_bit)] {
                 if let Fact::Ok(n) = f {
                     let l = with("cause", cause);
-                    self.add(&crate::families::nvidia::metrics::GPU_RETIRED_PAGES, l, u64::from(*n));
+                    self.add(
+                        &crate::families::nvidia::metrics::GPU_RETIRED_PAGES,
+                        l,
+                        u64::from(*n),
+                    );
                 }
             }
             let e = &g.ecc;
@@ -128,7 +143,11 @@ impl Model {
                 if let Fact::Ok(n) = f {
                     let mut l = with("scope", scope);
                     l.push(("error", error.to_owned()));
-                    self.add(&crate::families::nvidia::metrics::GPU_ECC_ERRORS_TOTAL, l, *n);
+                    self.add(
+                        &crate::families::nvidia::metrics::GPU_ECC_ERRORS_TOTAL,
+                        l,
+                        *n,
+                    );
                 }
             }
         }
@@ -141,8 +160,16 @@ impl Model {
             }
         };
         if let Fact::Ok(b) = g.bar1 {
-            self.add(&crate::families::nvidia::metrics::GPU_BAR1_TOTAL_BYTES, base.clone(), b.total);
-            self.add(&crate::families::nvidia::metrics::GPU_BAR1_USED_BYTES, base.clone(), b.used);
+            self.add(
+                &crate::families::nvidia::metrics::GPU_BAR1_TOTAL_BYTES,
+                base.clone(),
+                b.total,
+            );
+            self.add(
+                &crate::families::nvidia::metrics::GPU_BAR1_USED_BYTES,
+                base.clone(),
+                b.used,
+            );
         }
         let p = &g.pcie;
         let v = |f: &Fact<u32>| f.ok().map(|&x| u64::from(x));
@@ -151,15 +178,27 @@ impl Model {
             &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_CURRENT,
             v(&p.gen_current),
         );
-        gauge(self, &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_MAX, v(&p.gen_max));
+        gauge(
+            self,
+            &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_MAX,
+            v(&p.gen_max),
+        );
         gauge(
             self,
             &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_CURRENT,
             v(&p.width_current),
         );
-        gauge(self, &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_MAX, v(&p.width_max));
+        gauge(
+            self,
+            &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_MAX,
+            v(&p.width_max),
+        );
         if let Fact::Ok(n) = p.replays {
-            self.add(&crate::families::nvidia::metrics::GPU_PCIE_REPLAYS_TOTAL, base.clone(), n);
+            self.add(
+                &crate::families::nvidia::metrics::GPU_PCIE_REPLAYS_TOTAL,
+                base.clone(),
+                n,
+            );
         }
         if let Fact::Ok(r) = g.remapped_rows {
             for (cause, n) in [
@@ -168,7 +207,11 @@ impl Model {
             ] {
                 let mut l = base.clone();
                 l.push(("cause", cause.to_owned()));
-                self.add(&crate::families::nvidia::metrics::GPU_REMAPPED_ROWS, l, u64::from(n));
+                self.add(
+                    &crate::families::nvidia::metrics::GPU_REMAPPED_ROWS,
+                    l,
+                    u64::from(n),
+                );
             }
             gauge(
                 self,
@@ -182,23 +225,39 @@ impl Model {
             );
         }
         let pending = g.retired_pages.pending.ok().map(|&b| flag(b));
-        gauge(self, &crate::families::nvidia::metrics::GPU_RETIRED_PAGES_PENDING, pending);
+        gauge(
+            self,
+            &crate::families::nvidia::metrics::GPU_RETIRED_PAGES_PENDING,
+            pending,
+        );
         gauge(
             self,
             &crate::families::nvidia::metrics::GPU_ECC_ENABLED,
             g.ecc.enabled.ok().map(|&b| flag(b)),
         );
         let pm = g.persistence_mode.ok().map(|&b| flag(b));
-        gauge(self, &crate::families::nvidia::metrics::GPU_PERSISTENCE_MODE, pm);
+        gauge(
+            self,
+            &crate::families::nvidia::metrics::GPU_PERSISTENCE_MODE,
+            pm,
+        );
         let ps = g.performance_state.ok().map(|&s| u64::from(s));
-        gauge(self, &crate::families::nvidia::metrics::GPU_PERFORMANCE_STATE, ps);
+        gauge(
+            self,
+            &crate::families::nvidia::metrics::GPU_PERFORMANCE_STATE,
+            ps,
+        );
     }
 
     /// `gpudirect_containers_folded_total`, for an exporter that uses
     /// [`ContainerLabels`].
     pub fn add_container_folds(&mut self, containers: &ContainerLabels) {
         let n = containers.folded();
-        self.add(&crate::families::nvidia::metrics::CONTAINERS_FOLDED_TOTAL, vec![], n);
+        self.add(
+            &crate::families::nvidia::metrics::CONTAINERS_FOLDED_TOTAL,
+            vec![],
+            n,
+        );
     }
 }
 

@@ -5,12 +5,10 @@
 //! by the host's units, `type`/`tag`/`flush`/`part` fixed sets.
 
 use super::{HistogramValue, Model, LATENCY_BUCKETS_NS};
-use crate::{
-    aggregate::{
-        budget,
-        inval::{type_name, unit_name},
-        Aggregator, DeviceStats,
-    },
+use crate::aggregate::{
+    budget,
+    inval::{type_name, unit_name},
+    Aggregator, DeviceStats,
 };
 
 impl Model {
@@ -32,7 +30,11 @@ impl Model {
                 ("iommu", unit_name(class)),
                 ("type", type_name(class).to_owned()),
             ];
-            self.add_histogram(&crate::families::inval::metrics::IOMMU_INVALIDATION_SECONDS, l, &v);
+            self.add_histogram(
+                &crate::families::inval::metrics::IOMMU_INVALIDATION_SECONDS,
+                l,
+                &v,
+            );
         }
         for r in d.inval.tag_rows() {
             let l = vec![
@@ -41,7 +43,11 @@ impl Model {
                 ("tag", r.tag.to_owned()),
                 ("flush", r.flush.to_owned()),
             ];
-            self.add(&crate::families::inval::metrics::IOMMU_CACHE_TAG_FLUSHES_TOTAL, l, r.count);
+            self.add(
+                &crate::families::inval::metrics::IOMMU_CACHE_TAG_FLUSHES_TOTAL,
+                l,
+                r.count,
+            );
         }
         let Some(b) = budget::of_device(d) else {
             return;
@@ -52,7 +58,11 @@ impl Model {
             ("iommu", b.iommu_ns),
             ("invalidation", b.invalidation_ns),
         ] {
-            self.add_f64(&crate::families::inval::metrics::TRANSLATION_SECONDS_TOTAL, part(p), ns as f64 / 1e9);
+            self.add_f64(
+                &crate::families::inval::metrics::TRANSLATION_SECONDS_TOTAL,
+                part(p),
+                ns as f64 / 1e9,
+            );
         }
         for (p, v) in [
             ("dma_api", b.dma_api_ms_per_s),

@@ -3,8 +3,8 @@
 //! (through the device-label cap) and `check` (model::misuse::Check).
 
 use super::{DeviceLabels, Model};
-use crate::metrics;
 use crate::analysis::misuse::CheckStats;
+use crate::metrics;
 
 impl Model {
     pub fn add_misuse(&mut self, st: &CheckStats, labels: &mut DeviceLabels) {

@@ -306,8 +306,7 @@ impl Session {
         let mut names: Vec<ProcName> = Vec::with_capacity(pids.len());
         for pid in pids {
             let info = self.procs.get(pid);
-            if pid != 0 && info.exited && info.comm.is_none() && !self.unnamed_once.contains(&pid)
-            {
+            if pid != 0 && info.exited && info.comm.is_none() && !self.unnamed_once.contains(&pid) {
                 later.insert(pid);
                 continue;
             }

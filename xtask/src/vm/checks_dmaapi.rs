@@ -204,7 +204,11 @@ pub fn dma_sources_agree(series: &str, tp: &Value, hooks: &Value) -> Result<()> 
             .collect()
     };
     for (op, src) in ops(a) {
-        let want = if hook_only.contains(&op.as_str()) { "hook" } else { "tracepoint" };
+        let want = if hook_only.contains(&op.as_str()) {
+            "hook"
+        } else {
+            "tracepoint"
+        };
         ensure!(
             src == want,
             "{bdf}: default tracer: {op} from {src}, want {want} (dma_sources {})",
@@ -219,7 +223,9 @@ pub fn dma_sources_agree(series: &str, tp: &Value, hooks: &Value) -> Result<()> 
         );
     }
     ensure!(
-        a["dma_source"].as_str().is_some_and(|s| s.starts_with("tracepoints"))
+        a["dma_source"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("tracepoints"))
             && b["dma_source"] == "hooks",
         "sources are {} and {}",
         a["dma_source"],

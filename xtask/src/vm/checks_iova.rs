@@ -94,7 +94,12 @@ pub fn nvme_iova(series: &str, lines: &[String]) -> Result<()> {
                 d["dma_sources"]
             );
         }
-        per_hit(series, tag, &v, &["t_iova_", "t_need_unmap", "iommu_map", "iommu_unmap"]);
+        per_hit(
+            series,
+            tag,
+            &v,
+            &["t_iova_", "t_need_unmap", "iommu_map", "iommu_unmap"],
+        );
         eprintln!(
             "xtask: {series}: {tag}: {nvme} level dma, {maps} maps / {unmaps} unmaps through the \
              IOVA API, {from} bytes from the device, {} IOMMU maps attributed",
@@ -164,7 +169,12 @@ pub fn nvme_direct_unmap(series: &str, lines: &[String]) -> Result<()> {
                 d["unmaps"]
             );
         }
-        per_hit(series, tag, &v, &["dma_map", "t_need_unmap", "t_dma_map_phys"]);
+        per_hit(
+            series,
+            tag,
+            &v,
+            &["dma_map", "t_need_unmap", "t_dma_map_phys"],
+        );
         eprintln!(
             "xtask: {series}: {tag}: {nvme} {from} bytes from the device, {} maps, {} unmaps, \
              {skipped} unmaps skipped by the kernel (dma_need_unmap false {} times), nothing \

@@ -137,7 +137,9 @@ fn names_command(stack: &[String], cmd: &str) -> bool {
 /// the driver called (dma_*, __dma_*, debug_dma_*), its caller next.
 fn stack_shape(stack: &[String]) -> Result<()> {
     ensure!(
-        !stack.iter().any(|f| f.contains("[bpf]") || f.starts_with("bpf_")),
+        !stack
+            .iter()
+            .any(|f| f.contains("[bpf]") || f.starts_with("bpf_")),
         "a BPF frame in the stack: {stack:#?}"
     );
     let first = stack.first().map(String::as_str).unwrap_or("");
@@ -299,7 +301,10 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
         );
         eprintln!("xtask: {series}: {tag}: the host's report of the guest's file agrees");
     } else {
-        ensure!(tag != "MISUSE", "MISUSE: the scenario printed no recording for the host");
+        ensure!(
+            tag != "MISUSE",
+            "MISUSE: the scenario printed no recording for the host"
+        );
     }
     let unknown = &record["misuse"];
     eprintln!(

@@ -233,7 +233,10 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
                 "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({}), \
                  mapped most by {}",
                 d["level"].as_str().unwrap_or("?"),
-                top.map_or("nobody".to_owned(), |r| format!("{} (pid {})", r["comm"], r["pid"]))
+                top.map_or("nobody".to_owned(), |r| format!(
+                    "{} (pid {})",
+                    r["comm"], r["pid"]
+                ))
             );
             Ok(())
         }

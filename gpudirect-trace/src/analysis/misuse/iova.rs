@@ -157,10 +157,13 @@ impl Checker {
             }
             kind::DMA_MAP_ERR => self.iova_link_failed(device, c, api),
             kind::DMA_MAP => {
-                let alloc = self.iova_dev(device).alloc_of(c.addr).map(|(b, a)| (b, a.clone()));
-                let past = alloc.as_ref().is_some_and(|(b, a)| {
-                    c.addr.saturating_add(c.size) > b.saturating_add(a.size)
-                });
+                let alloc = self
+                    .iova_dev(device)
+                    .alloc_of(c.addr)
+                    .map(|(b, a)| (b, a.clone()));
+                let past = alloc
+                    .as_ref()
+                    .is_some_and(|(b, a)| c.addr.saturating_add(c.size) > b.saturating_add(a.size));
                 if outside || past {
                     let detail = self.iova_range_detail(&c, alloc.as_ref());
                     let map = alloc.map(|(_, a)| a.call);
@@ -191,7 +194,10 @@ impl Checker {
             .map_failures
             .entry(device.to_string())
             .or_default();
-        match rows.iter_mut().find(|r| r.api == api && r.stack_id == c.stack) {
+        match rows
+            .iter_mut()
+            .find(|r| r.api == api && r.stack_id == c.stack)
+        {
             Some(r) => r.count += 1,
             None => rows.push(MapFailures {
                 api,
@@ -270,11 +276,7 @@ impl Checker {
         let Some((base, a)) = d.alloc_of(c.addr).map(|(b, a)| (b, a.clone())) else {
             return;
         };
-        let left: Vec<DmaCall> = d
-            .links_in(base, a.size)
-            .into_iter()
-            .cloned()
-            .collect();
+        let left: Vec<DmaCall> = d.links_in(base, a.size).into_iter().cloned().collect();
         let Some(first) = left.first() else { return };
         let bytes: u64 = left.iter().map(|l| l.size).fold(0, u64::saturating_add);
         let detail = format!(

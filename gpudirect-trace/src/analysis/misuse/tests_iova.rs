@@ -116,8 +116,17 @@ fn each_rule_of_the_iova_api_is_its_own_finding() {
     // A free with a link left.
     t.free(BASE, 8192, 1);
     let found = t.c.confirm(0);
-    assert_eq!(found.iter().map(|m| m.check).collect::<Vec<_>>(), [Check::IovaFreeLinked]);
-    assert!(found[0].text().contains("frees IOVA space that is still linked"), "{}", found[0].text());
+    assert_eq!(
+        found.iter().map(|m| m.check).collect::<Vec<_>>(),
+        [Check::IovaFreeLinked]
+    );
+    assert!(
+        found[0]
+            .text()
+            .contains("frees IOVA space that is still linked"),
+        "{}",
+        found[0].text()
+    );
     assert_eq!(found[0].call.api, "dma_iova_free");
     // The same state freed again.
     t.free(BASE, 8192, 0);

@@ -161,7 +161,11 @@ pub const DMA_API_TIMING: &[TimingSpec] = &[
         dma_ops: hook_ops::SYNC,
         ..TimingSpec::BASE
     },
-    iova!("time:dma_iova_try_alloc", "iova_alloc", "dma_iova_try_alloc"),
+    iova!(
+        "time:dma_iova_try_alloc",
+        "iova_alloc",
+        "dma_iova_try_alloc"
+    ),
     iova!("time:dma_iova_link", "iova_link", "dma_iova_link"),
     iova!("time:dma_iova_sync", "iova_sync", "dma_iova_sync"),
     iova!("time:dma_iova_unlink", "iova_unlink", "dma_iova_unlink"),
@@ -182,8 +186,10 @@ pub const NEED_UNMAP_LEARN: TimingSpec = TimingSpec {
 
 /// `struct dma_iova_state`'s layout the IOVA hooks read (6.17 to 7.1:
 /// `{ dma_addr_t addr; u64 __size; }`), checked in BTF before they attach.
-pub const IOVA_STATE_LAYOUT: &[(&str, &str, u32)] =
-    &[("dma_iova_state", "addr", 0), ("dma_iova_state", "__size", 8)];
+pub const IOVA_STATE_LAYOUT: &[(&str, &str, u32)] = &[
+    ("dma_iova_state", "addr", 0),
+    ("dma_iova_state", "__size", 8),
+];
 
 /// A DMA-API operation and the tracepoints that report it: every group must
 /// have one attached tracepoint for the tracepoints to be its source.
@@ -285,7 +291,10 @@ mod tests {
             assert_eq!(spec.dma_ops & !hook_ops::ALL, 0, "{}", spec.name);
             assert!(spec.dma_ops != 0, "{}", spec.name);
         }
-        let names: Vec<_> = crate::families::tracepoints().iter().map(|p| p.name).collect();
+        let names: Vec<_> = crate::families::tracepoints()
+            .iter()
+            .map(|p| p.name)
+            .collect();
         for op in DMA_OPS {
             for group in op.tracepoints {
                 for tp in *group {

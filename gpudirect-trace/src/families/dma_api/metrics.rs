@@ -3,7 +3,7 @@
 use crate::metrics::{
     Metric,
     Type::{Counter, Gauge, Histogram},
-    Unit::{Bytes},
+    Unit::Bytes,
 };
 
 pub const DMA_MAP_BYTES_TOTAL: Metric = Metric {
@@ -127,7 +127,8 @@ pub const SG_TRUNCATED_TOTAL: Metric = Metric {
     labels: &["device", "op"],
     help: "Scatter-gather maps (op=map) and unmaps whose list was not walked to its end \
          (--sg-walk-max or a kernel limit): the device's byte counts are lower bounds.",
-    doc: "scatter-gather maps (`op=\"map\"`) and unmaps (`op=\"unmap\"`) whose list was not walked \
+    doc:
+        "scatter-gather maps (`op=\"map\"`) and unmaps (`op=\"unmap\"`) whose list was not walked \
          to its end (`--sg-walk-max`, or a bounded walk on kernels before 5.17): while \
          non-zero, the device's `gpudirect_dma_map_bytes_total` is a lower bound",
 };

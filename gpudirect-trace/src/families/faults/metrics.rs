@@ -1,9 +1,6 @@
 //! The fault family's metrics, declared once (docs/metrics.md's table is made from them).
 
-use crate::metrics::{
-    Metric,
-    Type::{Counter},
-};
+use crate::metrics::{Metric, Type::Counter};
 
 pub const IOMMU_FAULTS_TOTAL: Metric = Metric {
     name: "gpudirect_iommu_faults",
@@ -26,7 +23,4 @@ pub const PCIE_AER_ERRORS_TOTAL: Metric = Metric {
 };
 
 /// In the order docs/metrics.md lists them.
-pub const METRICS: &[&Metric] = &[
-    &IOMMU_FAULTS_TOTAL,
-    &PCIE_AER_ERRORS_TOTAL,
-];
+pub const METRICS: &[&Metric] = &[&IOMMU_FAULTS_TOTAL, &PCIE_AER_ERRORS_TOTAL];

@@ -3,7 +3,7 @@
 use crate::metrics::{
     Metric,
     Type::{Counter, Gauge, Histogram},
-    Unit::{Seconds},
+    Unit::Seconds,
 };
 
 pub const IOMMU_INVALIDATION_SECONDS: Metric = Metric {

@@ -1,10 +1,6 @@
 //! The IOMMU page-table family's metrics, declared once (docs/metrics.md's table is made from them).
 
-use crate::metrics::{
-    Metric,
-    Type::{Counter},
-    Unit::{Bytes},
-};
+use crate::metrics::{Metric, Type::Counter, Unit::Bytes};
 
 pub const IOMMU_MAP_BYTES_TOTAL: Metric = Metric {
     name: "gpudirect_iommu_map",
@@ -16,6 +12,4 @@ pub const IOMMU_MAP_BYTES_TOTAL: Metric = Metric {
 };
 
 /// In the order docs/metrics.md lists them.
-pub const METRICS: &[&Metric] = &[
-    &IOMMU_MAP_BYTES_TOTAL,
-];
+pub const METRICS: &[&Metric] = &[&IOMMU_MAP_BYTES_TOTAL];

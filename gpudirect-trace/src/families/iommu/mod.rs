@@ -10,7 +10,14 @@ use crate::catalog::{tp, ProbeSpec, TimingSpec};
 pub const TRACEPOINTS: &[ProbeSpec] = &[
     tp("iommu:map", "iommu_map", 3, "3.15+", "", true),
     tp("iommu:unmap", "iommu_unmap", 3, "3.15+", "", true),
-    tp("iommu:add_device_to_group", "iommu_add_device_to_group", 2, "3.15+", "", false),
+    tp(
+        "iommu:add_device_to_group",
+        "iommu_add_device_to_group",
+        2,
+        "3.15+",
+        "",
+        false,
+    ),
     tp(
         "iommu:remove_device_from_group",
         "iommu_remove_device_from_group",

@@ -3,7 +3,7 @@
 use crate::metrics::{
     Metric,
     Type::{Counter, Gauge},
-    Unit::{Bytes},
+    Unit::Bytes,
 };
 
 pub const NVIDIA_XID_TOTAL: Metric = Metric {

@@ -6,18 +6,16 @@ pub mod metrics;
 
 use crate::catalog::{ProbeKind, ProbeSpec, Provider, TimingSpec};
 
-pub const TRACEPOINTS: &[ProbeSpec] = &[
-    ProbeSpec {
-        name: "nvidia:nvidia_dev_xid",
-        kind: ProbeKind::RawTracepoint,
-        program: "nvidia_dev_xid",
-        provider: Provider::Module("nvidia"),
-        args_read: 3,
-        available: "NVIDIA driver (open and proprietary kernel modules) with nv-tracepoint.h",
-        fallback: "`NVRM: Xid` lines in the kernel log",
-        hot: false,
-    },
-];
+pub const TRACEPOINTS: &[ProbeSpec] = &[ProbeSpec {
+    name: "nvidia:nvidia_dev_xid",
+    kind: ProbeKind::RawTracepoint,
+    program: "nvidia_dev_xid",
+    provider: Provider::Module("nvidia"),
+    args_read: 3,
+    available: "NVIDIA driver (open and proprietary kernel modules) with nv-tracepoint.h",
+    fallback: "`NVRM: Xid` lines in the kernel log",
+    hot: false,
+}];
 
 /// The NVIDIA driver's DMA paths (kernel-open/nvidia/nv-dma.c) and the
 /// GPUDirect RDMA peer-to-peer API (nv-p2p.c). Level `DRIVER`: each calls

@@ -1,10 +1,6 @@
 //! The swiotlb family's metrics, declared once (docs/metrics.md's table is made from them).
 
-use crate::metrics::{
-    Metric,
-    Type::{Counter},
-    Unit::{Bytes},
-};
+use crate::metrics::{Metric, Type::Counter, Unit::Bytes};
 
 pub const SWIOTLB_BOUNCES_TOTAL: Metric = Metric {
     name: "gpudirect_swiotlb_bounces",
@@ -25,7 +21,4 @@ pub const SWIOTLB_BOUNCED_BYTES_TOTAL: Metric = Metric {
 };
 
 /// In the order docs/metrics.md lists them.
-pub const METRICS: &[&Metric] = &[
-    &SWIOTLB_BOUNCES_TOTAL,
-    &SWIOTLB_BOUNCED_BYTES_TOTAL,
-];
+pub const METRICS: &[&Metric] = &[&SWIOTLB_BOUNCES_TOTAL, &SWIOTLB_BOUNCED_BYTES_TOTAL];

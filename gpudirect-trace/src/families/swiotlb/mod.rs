@@ -14,19 +14,22 @@ use crate::{
     metrics::Sink,
 };
 
-pub const TRACEPOINTS: &[ProbeSpec] = &[
-    tp("swiotlb:swiotlb_bounced", "swiotlb_bounced", 3, "3.x+ (4 args before 5.18, 3 after)", "", true),
-];
+pub const TRACEPOINTS: &[ProbeSpec] = &[tp(
+    "swiotlb:swiotlb_bounced",
+    "swiotlb_bounced",
+    3,
+    "3.x+ (4 args before 5.18, 3 after)",
+    "",
+    true,
+)];
 
-pub const TIMING: &[TimingSpec] = &[
-    TimingSpec {
-        name: "time:swiotlb_map",
-        slot: "swiotlb",
-        candidates: &["swiotlb_tbl_map_single"],
-        available: "all",
-        ..TimingSpec::BASE
-    },
-];
+pub const TIMING: &[TimingSpec] = &[TimingSpec {
+    name: "time:swiotlb_map",
+    slot: "swiotlb",
+    candidates: &["swiotlb_tbl_map_single"],
+    available: "all",
+    ..TimingSpec::BASE
+}];
 
 pub const FAMILY: super::Family = super::Family {
     name: "swiotlb",
