@@ -161,6 +161,10 @@ pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
         );
     }
     for d in devices {
+        // What the families say of the device (PCIe AER counts, ...).
+        for line in d.families.notes(&d.device) {
+            let _ = writeln!(s, "note: {line}");
+        }
         if d.dma_sources.len() > 1 || d.dma_sources.contains_key("iova") {
             let per: Vec<String> = d
                 .dma_sources

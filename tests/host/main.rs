@@ -307,6 +307,11 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
         (2, 1),
         "IOMMU + AER faults, one Xid"
     );
+    // The PCIe health family counts the tracepoint's report by severity and
+    // status bit on the device it names.
+    let aer = dev.families.pcie.pcie_aer.as_ref().expect("AER counted");
+    assert_eq!((aer.corrected, aer.nonfatal, aer.fatal), (1, 0, 0));
+    assert_eq!(aer.errors.get("corrected:RxErr"), Some(&1), "{aer:?}");
 }
 
 #[test]

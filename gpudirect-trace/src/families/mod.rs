@@ -20,6 +20,7 @@ pub mod faults;
 pub mod inval;
 pub mod iommu;
 pub mod nvidia;
+pub mod pcie;
 pub mod swiotlb;
 pub mod tasks;
 
@@ -53,6 +54,7 @@ pub const FAMILIES: &[&Family] = &[
     &swiotlb::FAMILY,
     &inval::FAMILY,
     &nvidia::FAMILY,
+    &pcie::FAMILY,
     &tasks::FAMILY,
 ];
 
@@ -186,6 +188,7 @@ macro_rules! device_families {
 
 device_families! {
     swiotlb: swiotlb::Device,
+    pcie: pcie::Device,
 }
 
 #[cfg(test)]

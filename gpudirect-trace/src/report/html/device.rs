@@ -225,6 +225,10 @@ fn panel(ctx: &Ctx, d: &DeviceSnapshot) -> String {
         d.faults,
         d.xids
     );
+    // What the families say of the device (PCIe AER counts, ...).
+    for (what, value) in d.families.facts() {
+        let _ = write!(s, "<p class=\"facts\">{}: {}</p>", esc(what), esc(&value));
+    }
     let mine: Vec<_> = ctx
         .incidents
         .iter()
