@@ -72,7 +72,21 @@ pub const UNCORRECTABLE: [Option<&str>; 32] = [
     Some("TLPXlatBlocked"),
 ];
 
-/// Names of the set bits of an AER status register.
+/// enum aer_severity's AER_CORRECTABLE (include/linux/aer.h): the one
+/// severity whose status bits are the correctable register's.
+pub const CORRECTED: u64 = 2;
+
+/// ras:aer_event severity (enum aer_severity in include/linux/aer.h) as a
+/// metric label and JSON key; None for one this tool does not know.
+pub fn severity_label(v: u64) -> Option<&'static str> {
+    match v {
+        0 => Some("nonfatal"),
+        1 => Some("fatal"),
+        CORRECTED => Some("corrected"),
+        _ => None,
+    }
+}
+
 /// ras:aer_event severity (enum aer_severity in include/linux/aer.h).
 pub fn severity_name(v: u64) -> &'static str {
     match v {
@@ -83,6 +97,7 @@ pub fn severity_name(v: u64) -> &'static str {
     }
 }
 
+/// Names of the set bits of an AER status register.
 pub fn decode_status(status: u32, correctable: bool) -> Vec<String> {
     let table: &[Option<&str>] = if correctable {
         &CORRECTABLE

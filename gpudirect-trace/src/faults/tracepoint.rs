@@ -58,7 +58,7 @@ pub fn from_xid_event(device: &str, xid: u32, msg: &str) -> Fault {
 
 /// A fault from ras:aer_event, decoded with the kernel's AER bit names.
 pub fn from_aer_event(device: &str, status: u32, severity: u64) -> Fault {
-    let correctable = severity == 2;
+    let correctable = severity == super::aer::CORRECTED;
     let bits = super::aer::decode_status(status, correctable);
     let sev = super::aer::severity_name(severity);
     let reason = if bits.is_empty() {

@@ -29,25 +29,12 @@ pub const FAMILY: super::Family = super::Family {
     metrics: metrics::METRICS,
 };
 
-/// ras:aer_event's severity (enum aer_severity, include/linux/aer.h) as
-/// a label.
-fn severity_label(v: u64) -> &'static str {
-    match v {
-        0 => "nonfatal",
-        1 => "fatal",
-        2 => "corrected",
-        _ => "unknown",
-    }
-}
-
-/// One device's AER counts.
+/// One device's AER counts: its snapshot's, kept as they are shown.
+/// Bounded: 3 severities times 32 bits (a report of an unknown severity
+/// is counted, its bits are not named).
 #[derive(Default)]
 pub struct Device {
-    /// Reports by severity label.
-    by_severity: BTreeMap<&'static str, u64>,
-    /// Set status bits by (severity label, bit name). Bounded: 3 severities
-    /// times 32 bits (an unknown severity is counted, its bits are not).
-    by_bit: BTreeMap<(&'static str, String), u64>,
+    aer: AerCounts,
 }
 
 /// Its part of the device's JSON: absent for a device with no AER error.
@@ -76,6 +63,21 @@ fn is_zero(v: &u64) -> bool {
 }
 
 impl AerCounts {
+    /// The count of reports of severity `label` (`aer::severity_label`;
+    /// None: unknown).
+    fn reports(&mut self, label: Option<&str>) -> &mut u64 {
+        match label {
+            Some("corrected") => &mut self.corrected,
+            Some("nonfatal") => &mut self.nonfatal,
+            Some("fatal") => &mut self.fatal,
+            _ => &mut self.unknown,
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.corrected + self.nonfatal + self.fatal + self.unknown
+    }
+
     /// `3 corrected (RxErr 2, BadTLP 1), 1 fatal (CmpltTO 1)`.
     pub fn summary(&self) -> String {
         let mut parts = Vec::new();
@@ -112,42 +114,31 @@ impl DeviceFamily for Device {
         if ev.kind != kind::AER {
             return false;
         }
-        let sev = severity_label(ev.aux);
-        *self.by_severity.entry(sev).or_default() += 1;
-        if sev != "unknown" {
-            for bit in aer::decode_status(ev.addr as u32, sev == "corrected") {
-                *self.by_bit.entry((sev, bit)).or_default() += 1;
+        let sev = aer::severity_label(ev.aux);
+        *self.aer.reports(sev) += 1;
+        if let Some(sev) = sev {
+            for bit in aer::decode_status(ev.addr as u32, ev.aux == aer::CORRECTED) {
+                *self.aer.errors.entry(format!("{sev}:{bit}")).or_default() += 1;
             }
         }
         true
     }
 
     fn snapshot(&self) -> Snapshot {
-        if self.by_severity.is_empty() {
-            return Snapshot::default();
-        }
-        let n = |s| self.by_severity.get(s).copied().unwrap_or(0);
         Snapshot {
-            pcie_aer: Some(AerCounts {
-                corrected: n("corrected"),
-                nonfatal: n("nonfatal"),
-                fatal: n("fatal"),
-                unknown: n("unknown"),
-                errors: self
-                    .by_bit
-                    .iter()
-                    .map(|((s, b), v)| (format!("{s}:{b}"), *v))
-                    .collect(),
-            }),
+            pcie_aer: (self.aer.total() > 0).then(|| self.aer.clone()),
         }
     }
 
     fn metrics(&self, device: &str, sink: &mut dyn Sink) {
-        for ((sev, bit), v) in &self.by_bit {
+        for (key, v) in &self.aer.errors {
+            let Some((sev, bit)) = key.split_once(':') else {
+                continue;
+            };
             let labels = vec![
                 ("device", device.to_owned()),
-                ("severity", (*sev).to_owned()),
-                ("error", bit.clone()),
+                ("severity", sev.to_owned()),
+                ("error", bit.to_owned()),
             ];
             sink.add(&metrics::AER_STATUS_BITS_TOTAL, labels, *v);
         }
