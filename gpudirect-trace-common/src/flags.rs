@@ -41,3 +41,7 @@ pub const NONCONTIG: u16 = 1 << 12;
 /// The IOVA state bounced part of a link through swiotlb
 /// (DMA_IOVA_USE_SWIOTLB: an unaligned link on an untrusted device).
 pub const IOVA_SWIOTLB: u16 = 1 << 13;
+/// A record the loader made itself, not a program: a state read from sysfs
+/// or an event from a kernel uevent (`kind::PCIE_LINK`, `kind::PCI_HOTPLUG`).
+/// It goes where the programs' records go (live, files, replay).
+pub const FROM_USERSPACE: u16 = 1 << 14;

@@ -90,8 +90,25 @@ pub const UNMAP_NOT_NEEDED: u16 = 31;
 /// are gone from /proc before their pids are looked up; this keeps their
 /// names. Streaming mode only (aggregate-only names no processes).
 pub const PROC_EXIT: u16 = 32;
+/// A PCIe link's state, as the kernel updated it (pci:pcie_link_event,
+/// 7.x) or as sysfs showed it (`flags::FROM_USERSPACE`: polled where the
+/// kernel has no link event, and each link's state when the trace starts).
+/// `dev` names the downstream port above the link (the kernel's
+/// `bus->self`), `addr` = the current speed (`enum pci_bus_speed`: 0x14
+/// 2.5 GT/s .. 0x19 64 GT/s, 0xff unknown) | its maximum << 8 (0 unknown),
+/// `size` = the negotiated width in lanes (0: link down), `phys` = the
+/// maximum width (0 unknown), `aux` = the reason (`pcie::REASON_*`: enum
+/// pcie_link_change_reason, or the poll's own), `dir` = the link status
+/// bits the kernel gives (LNKSTA's LT, DLLLA, LBMS, LABS).
+pub const PCIE_LINK: u16 = 33;
+/// A hotplug slot's event (pci:pci_hp_event, 7.x: `aux` = enum
+/// pci_hotplug_event, `dev` = the port, tagged name key as for AER), or a
+/// PCI device added or removed (kernel uevent, `flags::FROM_USERSPACE`:
+/// `aux` = `pcie::HP_DEVICE_ADDED` / `HP_DEVICE_REMOVED`, `addr` = the
+/// upstream port's packed address (`pcie::pack_bdf`), 0 unknown).
+pub const PCI_HOTPLUG: u16 = 34;
 /// One past the largest kind: sizes per-kind counter arrays.
-pub const COUNT: u32 = 33;
+pub const COUNT: u32 = 35;
 
 /// What a kind is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +126,9 @@ pub enum Class {
     Timing,
     /// About tasks, not devices: what the tracer needs to name them.
     Task,
+    /// PCIe link and slot state: a few per change, kept whole (some are
+    /// incidents: a link down, a downtrain, a removal).
+    Pcie,
 }
 
 /// The layout of a kind's record in the ring buffer and in trace files.
@@ -261,6 +281,8 @@ pub const KINDS: [KindInfo; COUNT as usize] = [
         hit: false,
         ..k(PROC_EXIT, "process_exit", Class::Task)
     },
+    k(PCIE_LINK, "pcie_link", Class::Pcie),
+    k(PCI_HOTPLUG, "pci_hotplug", Class::Pcie),
 ];
 
 const fn check(i: usize) -> bool {

@@ -93,6 +93,7 @@ pub mod maps;
 
 /// Timed operations (fentry/fexit or kprobe/kretprobe pairs).
 pub mod op;
+pub mod pcie;
 
 /// Nesting levels of the timed operations: a DMA-API call may map through
 /// the IOMMU, which may flush the IOTLB; each level is timed separately and
@@ -317,7 +318,12 @@ pub struct KernelOffsets {
     /// Argument index of `cmds` in arm_smmu_cmdq_issue_cmdlist: 1 before
     /// 6.12 (smmu, cmds, n, sync), 2 after (smmu, cmdq, cmds, n, sync).
     pub smmu_cmds_arg: u32,
-    pub _reserved: u32,
+    /// offsetof(struct pci_bus, self / cur_bus_speed / max_bus_speed), for
+    /// pci:pcie_link_event (7.x); `u32::MAX` where BTF lacks them.
+    pub pci_bus_self: u32,
+    pub pci_bus_cur_speed: u32,
+    pub pci_bus_max_speed: u32,
+    pub _reserved: [u32; 2],
 }
 
 impl KernelOffsets {
@@ -341,7 +347,10 @@ impl KernelOffsets {
         cache_tag_iommu: u32::MAX,
         cache_tag_dev: u32::MAX,
         smmu_cmds_arg: 1,
-        _reserved: 0,
+        pci_bus_self: u32::MAX,
+        pci_bus_cur_speed: u32::MAX,
+        pci_bus_max_speed: u32::MAX,
+        _reserved: [0; 2],
     };
 }
 
@@ -515,8 +524,8 @@ const _: () = assert!(core::mem::size_of::<Event>() == 64);
 const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
-const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 80);
-const _: () = assert!(core::mem::size_of::<Config>() == 128);
+const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 96);
+const _: () = assert!(core::mem::size_of::<Config>() == 144);
 const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);

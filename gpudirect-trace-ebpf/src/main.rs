@@ -376,26 +376,6 @@ pub fn swiotlb_bounced(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-// ---- ras:aer_event (include/ras/ras_event.h, CONFIG_PCIEAER) ----
-
-/// ras:aer_event(const char *dev_name, const u32 status, const u8 severity,
-/// ...): the later arguments (TLP header) changed over time; only the first
-/// three are read.
-#[raw_tracepoint]
-pub fn ras_aer_event(ctx: RawTracePointContext) -> i32 {
-    let name = arg(&ctx, 0);
-    let key = name | 1;
-    let mut ev = base_event(kind::AER, 0, 0);
-    if device::remember_name(key, name) {
-        ev.dev = key;
-        ev.flags &= !flags::NO_DEVICE;
-    }
-    ev.addr = arg(&ctx, 1) as u32 as u64;
-    ev.aux = arg(&ctx, 2) as u8 as u64;
-    emit_rare(&mut ev);
-    0
-}
-
 // ---- nvidia:nvidia_dev_xid (NVIDIA kernel module, nv-tracepoint.h) ----
 
 /// nvidia:nvidia_dev_xid(struct pci_dev *dev, NvU32 error_number, const char *msg)

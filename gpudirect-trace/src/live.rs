@@ -140,6 +140,7 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
         all.iter().skip(skip),
         skip as u64 + s.analysis.ledger.evicted(),
     ));
+    text.push_str(&render::timelines_text(&s.analysis.timelines()));
     // Device names, Xid messages, process names and fault lines come from
     // the kernel and from whatever runs on the host: no control character
     // of theirs reaches the terminal (our own clear-screen is added after).

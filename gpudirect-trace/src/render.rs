@@ -137,6 +137,24 @@ pub fn incidents_text<'a>(incidents: impl Iterator<Item = &'a Incident>, more: u
     s
 }
 
+/// Each device's timeline after a grave PCIe incident (link down,
+/// downtrained, gone, Xid 79): its first cause, then what followed.
+pub fn timelines_text(list: &[crate::families::pcie::timeline::Timeline]) -> String {
+    let mut s = String::new();
+    if list.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "
+device timelines (first cause, then what followed):"
+    );
+    for t in list {
+        let _ = writeln!(s, "  {}", t.summary);
+    }
+    s
+}
+
 /// Where each device's DMA-API level came from, and which byte counts are
 /// lower bounds.
 pub fn device_notes(devices: &[DeviceSnapshot]) -> String {

@@ -134,7 +134,7 @@ pub fn replay_from(
     let mut analysis = Analysis::new(clock_of(&header));
     analysis.agg = crate::aggregate::Aggregator::with_max_devices(MAX_DEVICES);
     analysis.agg.gpus = header.gpus.clone();
-    analysis.agg.policies = crate::tracefile::policies(&header.devices);
+    analysis.set_devices(&header.devices);
     if let Some(setup) = &header.checks {
         analysis.enable_checks(
             setup,
@@ -381,6 +381,7 @@ pub fn json(
         "kernel_events": r.kernel_hits,
         "incidents": incidents,
         "incidents_evicted": r.analysis.ledger.evicted(),
+        "device_timelines": r.analysis.timelines(),
         "faults": faults,
         "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
             "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
@@ -481,6 +482,7 @@ pub fn text(
         incidents.iter().skip(skip).copied(),
         skip as u64 + r.analysis.ledger.evicted(),
     ));
+    s.push_str(&crate::render::timelines_text(&r.analysis.timelines()));
     if let Some(c) = r.counters {
         let _ = writeln!(
             s,

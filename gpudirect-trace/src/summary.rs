@@ -62,6 +62,9 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "incidents": incidents,
         "incidents_total": all.back().map_or(0, |i| i.id),
         "incidents_evicted": ledger.evicted(),
+        // Per device with a grave PCIe incident: its first cause, then what
+        // followed (families/pcie/timeline.rs).
+        "device_timelines": s.analysis.timelines(),
         "faults": faults,
         "fault_counts": fault_counts(s),
         "misuse": s.analysis.checker.as_ref().map(|c| &c.stats),

@@ -25,6 +25,7 @@ mod hostile_cli;
 mod inject;
 mod inval;
 mod misuse;
+mod pcie;
 mod record;
 mod serve;
 mod sg_walk;
@@ -260,9 +261,10 @@ fn faults_and_xids_are_streamed_with_device_and_message() {
     // kernel string as the message text.
     let pci_dev = dev - u64::from(inj.tracer.offsets.pci_dev_device);
     inj.run("nvidia_dev_xid", &[pci_dev, 79, inj.device.string_addr]);
-    // ras:aer_event(const char *dev_name, u32 status, u8 severity): the
-    // device is named by a string; status bit 0 = Receiver Error, corrected.
-    inj.run("ras_aer_event", &[inj.device.string_addr, 0x1, 2]);
+    // ras:aer_event(const char *dev_name, u32 status, u8 severity, u8
+    // tlp_header_valid, struct pcie_tlp_log *): the device is named by a
+    // string; status bit 0 = Receiver Error, corrected; no header.
+    inj.run("ras_aer_event", &[inj.device.string_addr, 0x1, 2, 0, 0]);
     assert_eq!(inj.drain_all(), 3);
     let incidents: Vec<_> = inj.analysis.ledger.incidents().iter().collect();
     assert_eq!(incidents.len(), 3, "{incidents:#?}");

@@ -155,6 +155,10 @@ pub struct Aggregator {
     pub folded: u64,
     /// IOMMU invalidations across devices, per unit and type.
     pub units: inval::Units,
+    /// The trace's latest moment (CLOCK_MONOTONIC): its newest record, or
+    /// later where the session says time went on (`advance`). States that
+    /// last (a link below its maximum) are counted up to it.
+    pub now_ns: u64,
 }
 
 /// The row of the devices beyond `Aggregator::max_devices`.
@@ -187,6 +191,16 @@ impl Aggregator {
         Arc::from(FOLDED_DEVICES)
     }
 
+    /// Time went on to `ts` (a session's tick with no record since).
+    pub fn advance(&mut self, ts: u64) {
+        self.now_ns = self.now_ns.max(ts);
+    }
+
+    /// The probe families' state of `device`, made if new.
+    pub fn families_mut(&mut self, device: &Arc<str>) -> &mut crate::families::Devices {
+        &mut self.device(device).families
+    }
+
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
         if !self.devices.contains_key(name) {
             let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);
@@ -208,6 +222,7 @@ impl Aggregator {
         }
         self.events += 1;
         let ev = *record.event();
+        self.now_ns = self.now_ns.max(ev.ts_ns);
         let d = self.device(device);
         d.events += 1;
         if d.first_ts == 0 {
@@ -521,7 +536,7 @@ impl Aggregator {
                 sg_unmap_truncated: d.dma_api.sg_unmap_truncated,
                 dma_syncs: d.dma_api.syncs,
                 dma_sync_bytes: d.dma_api.sync_bytes,
-                families: d.families.snapshot(),
+                families: d.families.snapshot(self.now_ns),
                 coherent_allocs: d.coherent.maps,
                 coherent_frees: d.coherent.unmaps,
                 coherent_bytes: d.coherent.bytes_mapped,

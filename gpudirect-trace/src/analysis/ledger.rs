@@ -226,6 +226,7 @@ impl Ledger {
             change: None,
             map_error: None,
             misuse: None,
+            link: None,
             context: None,
         };
         refresh(&mut inc);
@@ -264,6 +265,7 @@ impl Ledger {
             change: None,
             map_error: Some(e),
             misuse: None,
+            link: None,
             context: None,
         };
         self.push(inc)
@@ -284,6 +286,27 @@ impl Ledger {
             change: None,
             map_error: None,
             misuse: Some(m),
+            link: None,
+            context: None,
+        };
+        self.push(inc)
+    }
+
+    /// A change of a device's PCIe link or presence.
+    pub fn link(&mut self, device: &str, ts_ns: u64, c: crate::model::pci::LinkChange) -> u64 {
+        let inc = Incident {
+            id: 0,
+            at: self.clock.stamp(ts_ns),
+            category: Category::Link,
+            device: device.to_owned(),
+            process: None,
+            address: None,
+            text: c.to_string(),
+            fault: None,
+            change: None,
+            map_error: None,
+            misuse: None,
+            link: Some(c),
             context: None,
         };
         self.push(inc)
@@ -303,6 +326,7 @@ impl Ledger {
             change: Some(c),
             map_error: None,
             misuse: None,
+            link: None,
             context: None,
         };
         self.push(inc)

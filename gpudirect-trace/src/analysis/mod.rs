@@ -21,6 +21,7 @@ use crate::{
     gpu::Sample,
     model::{
         incident::{Context, IommuChange, MapError},
+        pci::Topology,
         task_of, Channel, Fault, MappingState, Process, Source, TraceClock,
     },
 };
@@ -36,6 +37,9 @@ pub struct Analysis {
     /// replay: from the file's NVML blocks, in the same order).
     pub nvml_first: Option<Sample>,
     pub nvml_latest: Option<Sample>,
+    /// Which port each PCI device hangs off: the kernel names a link by its
+    /// port, its records are the devices' below it.
+    pub topology: Topology,
 }
 
 /// Seconds of a process's DMA activity an Xid's context shows.
@@ -50,6 +54,18 @@ impl Analysis {
             stacks: Default::default(),
             nvml_first: None,
             nvml_latest: None,
+            topology: Topology::default(),
+        }
+    }
+
+    /// The host's PCI devices as the trace started (sysfs, or a file's
+    /// header): their IOMMU policies and the ports they hang off.
+    pub fn set_devices(&mut self, devices: &[crate::tracefile::PciDevice]) {
+        self.agg.policies = crate::tracefile::policies(devices);
+        for d in devices {
+            if let Some(port) = &d.upstream {
+                self.topology.insert(&d.bus_id, port);
+            }
         }
     }
 
@@ -155,8 +171,23 @@ impl Analysis {
         }
     }
 
-    /// An NVML reading (identities, BAR1, replays, ...).
+    /// An NVML reading (identities, BAR1, replays, ...). A GPU in P0 is
+    /// busy: its link speed below the maximum is then a downtrain, not its
+    /// power management.
     pub fn nvml(&mut self, s: Sample) {
+        let ts = self.agg.now_ns;
+        for g in &s.gpus {
+            let Some(&p) = g.performance_state.ok() else {
+                continue;
+            };
+            let device: Arc<str> = Arc::from(g.identity.bus_id.as_str());
+            if !self.agg.devices.contains_key(&device) {
+                continue;
+            }
+            if let Some(c) = self.agg.families_mut(&device).gpu_busy(p == 0, ts) {
+                self.ledger.link(&device, ts, c);
+            }
+        }
         if self.nvml_first.is_none() {
             self.nvml_first = Some(s.clone());
         }
@@ -198,11 +229,14 @@ impl Analysis {
         if record.event().kind == kind::PROC_EXIT {
             return None;
         }
+        let ev = record.event();
+        if kind::info(ev.kind).class == kind::Class::Pcie {
+            return self.pcie(record, device);
+        }
         self.agg.ingest(record, device);
         if let Some(c) = self.checker.as_mut() {
             c.record(record, device);
         }
-        let ev = record.event();
         let fault = match record {
             Record::Xid(x) => Some(tracepoint::from_xid_event(device, x.xid, &c_string(&x.msg))),
             _ => match ev.kind {
@@ -291,8 +325,55 @@ impl Analysis {
         Some(self.fault(f, Channel::Tracepoint))
     }
 
+    /// A PCIe link or presence record: the kernel names a link by the port
+    /// above it, so its records go to the devices below the port (the port
+    /// itself where none is known); the loader's own records name the
+    /// device. Returns the last incident a change made.
+    fn pcie(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
+        let ev = record.event();
+        if ev.kind == kind::PCI_HOTPLUG && ev.aux == gpudirect_trace_common::pcie::HP_DEVICE_ADDED {
+            if let Some(port) = crate::model::pci::unpack(ev.addr) {
+                self.topology.insert(device, &port);
+            }
+        }
+        let from_kernel = ev.flags & gpudirect_trace_common::flags::FROM_USERSPACE == 0;
+        let below: Vec<Arc<str>> = if from_kernel {
+            self.topology
+                .below(device)
+                .into_iter()
+                .map(Arc::from)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let targets = if below.is_empty() {
+            vec![device.clone()]
+        } else {
+            below
+        };
+        let mut out = None;
+        for d in &targets {
+            self.agg.ingest(record, d);
+            if let Some(c) = self.agg.families_mut(d).take_change() {
+                out = Some(Outcome::New(self.ledger.link(d, ev.ts_ns, c)));
+            }
+        }
+        out
+    }
+
+    /// One timeline per device that had a grave PCIe incident (its link
+    /// down, downtrained, the device gone, Xid 79), with its first cause.
+    pub fn timelines(&self) -> Vec<crate::families::pcie::timeline::Timeline> {
+        let all: Vec<&crate::model::Incident> = self.ledger.incidents().iter().collect();
+        crate::families::pcie::timeline::timelines(&all, &self.topology)
+    }
+
     /// A fault decoded from the kernel log.
     pub fn log_fault(&mut self, f: Fault) -> Outcome {
+        if let Some(d) = f.device.as_deref() {
+            let d: Arc<str> = Arc::from(d);
+            self.agg.families_mut(&d).log_fault(&f);
+        }
         self.fault(f, Channel::KernelLog)
     }
 

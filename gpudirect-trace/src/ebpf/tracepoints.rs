@@ -54,6 +54,11 @@ pub fn offsets_from_btf(btf: Option<&Btf>) -> KernelOffsets {
     off.cache_tag_type = m("cache_tag", "type");
     off.cache_tag_iommu = m("cache_tag", "iommu");
     off.cache_tag_dev = m("cache_tag", "dev");
+    // pci:pcie_link_event's bus (7.x): its port and its speeds. The speeds
+    // are `unsigned char` in every kernel that has the tracepoint.
+    off.pci_bus_self = m("pci_bus", "self");
+    off.pci_bus_cur_speed = m("pci_bus", "cur_bus_speed");
+    off.pci_bus_max_speed = m("pci_bus", "max_bus_speed");
     // 6.12 added the command queue: (smmu, cmdq, cmds, n, sync).
     if btf.function_args("arm_smmu_cmdq_issue_cmdlist") == Some(5) {
         off.smmu_cmds_arg = 2;

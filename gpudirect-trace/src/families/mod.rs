@@ -24,7 +24,7 @@ pub mod pcie;
 pub mod swiotlb;
 pub mod tasks;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use gpudirect_trace_common::{Counter, CounterKey};
 use serde::Serialize;
@@ -107,6 +107,37 @@ pub fn metric_sections() -> &'static [Section] {
     &ALL
 }
 
+/// A record a family made itself (a state read from sysfs, a uevent), of
+/// its own kinds with `flags::FROM_USERSPACE`: the session hands it on as
+/// it does the programs' records (analysis, sinks, trace files).
+pub struct Synth {
+    pub record: Record,
+    pub device: Arc<str>,
+}
+
+/// A family's own source of records besides its programs.
+pub trait Source: Send {
+    /// Records of the state when the session starts.
+    fn start(&mut self, _now_ns: u64, _out: &mut Vec<Synth>) {}
+    /// Called every `POLL_EVERY`.
+    fn poll(&mut self, _now_ns: u64, _out: &mut Vec<Synth>) {}
+    /// A PCI device arrived or left (the kernel's uevent).
+    fn presence(&mut self, _p: &crate::model::pci::Presence, _out: &mut Vec<Synth>) {}
+}
+
+/// How often the sources are polled.
+pub const POLL_EVERY: std::time::Duration = pcie::sysfs::POLL_INTERVAL;
+
+/// The families' sources for a session on this host; `attached` says
+/// whether a catalog tracepoint is attached (a source steps back where the
+/// kernel reports the same thing itself).
+pub fn sources(attached: &dyn Fn(&str) -> bool) -> Vec<Box<dyn Source>> {
+    vec![Box::new(pcie::sysfs::Links::new(
+        std::path::Path::new("/sys"),
+        !attached("pci:pcie_link_event"),
+    ))]
+}
+
 /// A family's per-device part: what it counts for a device and what it
 /// says about it.
 pub trait DeviceFamily: Default {
@@ -123,16 +154,36 @@ pub trait DeviceFamily: Default {
     /// what the stream counted).
     fn counter(&mut self, _key: &CounterKey, _c: &Counter) {}
 
-    fn snapshot(&self) -> Self::Snapshot;
+    /// Its part of the snapshot at `now_ns` (CLOCK_MONOTONIC: the trace's
+    /// latest moment; states that last, such as a link below its maximum,
+    /// are counted up to it).
+    fn snapshot(&self, now_ns: u64) -> Self::Snapshot;
 
-    /// Its series for the device (`device`: the device's bounded label).
-    fn metrics(&self, _device: &str, _sink: &mut dyn Sink) {}
+    /// Its series for the device (`device`: the device's bounded label) at
+    /// `now_ns`.
+    fn metrics(&self, _device: &str, _now_ns: u64, _sink: &mut dyn Sink) {}
 
     /// Lines under `live`'s table about the device.
     fn notes(_s: &Self::Snapshot, _device: &str, _out: &mut Vec<String>) {}
 
     /// Rows of the device's facts in the HTML report: (what, value).
     fn facts(_s: &Self::Snapshot, _out: &mut Vec<(&'static str, String)>) {}
+
+    /// A change of the device's state the last record made that is an
+    /// incident (a link down, a downtrain, a removal), once.
+    fn take_change(&mut self) -> Option<crate::model::pci::LinkChange> {
+        None
+    }
+
+    /// A fault about the device decoded from the kernel log (the families
+    /// that count a tracepoint's reports say how many the log showed).
+    fn log_fault(&mut self, _f: &crate::model::Fault) {}
+
+    /// NVML's reading of the device, a GPU, at `ts`: busy (P0) or not; a
+    /// change that is an incident.
+    fn gpu_busy(&mut self, _busy: bool, _ts: u64) -> Option<crate::model::pci::LinkChange> {
+        None
+    }
 }
 
 /// The per-device state of the families that keep one, and their
@@ -161,12 +212,28 @@ macro_rules! device_families {
                 $(self.$name.counter(key, c);)*
             }
 
-            pub fn snapshot(&self) -> Snapshots {
-                Snapshots { $($name: self.$name.snapshot(),)* }
+            /// The change the last record made, if it is an incident.
+            pub fn take_change(&mut self) -> Option<crate::model::pci::LinkChange> {
+                None $(.or_else(|| self.$name.take_change()))*
             }
 
-            pub fn metrics(&self, device: &str, sink: &mut dyn Sink) {
-                $(self.$name.metrics(device, sink);)*
+            pub fn log_fault(&mut self, f: &crate::model::Fault) {
+                $(self.$name.log_fault(f);)*
+            }
+
+            /// NVML says the GPU is busy or not.
+            pub fn gpu_busy(&mut self, busy: bool, ts: u64) -> Option<crate::model::pci::LinkChange> {
+                let mut out = None;
+                $(out = out.or(self.$name.gpu_busy(busy, ts));)*
+                out
+            }
+
+            pub fn snapshot(&self, now_ns: u64) -> Snapshots {
+                Snapshots { $($name: self.$name.snapshot(now_ns),)* }
+            }
+
+            pub fn metrics(&self, device: &str, now_ns: u64, sink: &mut dyn Sink) {
+                $(self.$name.metrics(device, now_ns, sink);)*
             }
         }
 

@@ -26,6 +26,9 @@ pub enum Trigger {
     MapError,
     /// A DMA-API misuse (`--check`), of these checks only when given.
     Misuse(Vec<crate::model::misuse::Check>),
+    /// A PCIe link change or presence: `link-down`, `downtrain` or
+    /// `removed` (the `LinkChange` names).
+    Link(&'static str),
     /// SIGUSR1.
     Signal,
     /// `-- CMD` exited with a non-zero status.
@@ -34,8 +37,9 @@ pub enum Trigger {
 
 /// The triggers `--trigger` takes, for help and errors.
 pub const KNOWN: &str = "fault, xid[=N,N...], aer[=corrected|nonfatal|fatal|uncorrected], \
-                         map-error, misuse[=CHECK,CHECK...] (with --check), signal (SIGUSR1), \
-                         exit (-- CMD exited non-zero)";
+                         map-error, misuse[=CHECK,CHECK...] (with --check), link-down, downtrain, \
+                         removed (a PCIe link down or below its maximum, a device gone), \
+                         signal (SIGUSR1), exit (-- CMD exited non-zero)";
 
 impl FromStr for Trigger {
     type Err = String;
@@ -54,6 +58,9 @@ impl FromStr for Trigger {
             "map-error" => no_arg(Trigger::MapError),
             "signal" => no_arg(Trigger::Signal),
             "exit" => no_arg(Trigger::Exit),
+            "link-down" => no_arg(Trigger::Link("link-down")),
+            "downtrain" => no_arg(Trigger::Link("downtrain")),
+            "removed" => no_arg(Trigger::Link("removed")),
             "misuse" => match arg {
                 None => Ok(Trigger::Misuse(Vec::new())),
                 Some(list) => list
@@ -124,6 +131,7 @@ impl Trigger {
             Trigger::Aer(_) => "aer",
             Trigger::MapError => "map-error",
             Trigger::Misuse(_) => "misuse",
+            Trigger::Link(name) => name,
             Trigger::Signal => "signal",
             Trigger::Exit => "exit",
         }
@@ -135,6 +143,11 @@ impl Trigger {
         match (self, inc.category) {
             (Trigger::Fault, Category::IommuFault) => Some("fault".into()),
             (Trigger::MapError, Category::MapError) => Some("map-error".into()),
+            (Trigger::Link(want), Category::Link) => inc
+                .link
+                .as_ref()
+                .filter(|c| c.name() == *want)
+                .map(|c| c.name().to_owned()),
             (Trigger::Misuse(list), Category::Misuse) => {
                 let c = inc.misuse.as_ref()?.check;
                 (list.is_empty() || list.contains(&c)).then(|| format!("misuse-{c}"))
@@ -189,6 +202,24 @@ mod tests {
         assert!("xid=seventy".parse::<Trigger>().is_err());
         assert!("fault=1".parse::<Trigger>().is_err());
         assert!("aer=bad".parse::<Trigger>().is_err());
+        assert_eq!("downtrain".parse(), Ok(Trigger::Link("downtrain")));
+        assert!("removed=1".parse::<Trigger>().is_err());
+    }
+
+    #[test]
+    fn link_triggers_fire_on_their_change_only() {
+        use crate::model::pci::LinkChange;
+        let mut led = crate::analysis::Ledger::new(crate::model::TraceClock::new(0, 0));
+        let down = led.link("0000:01:00.0", 5, LinkChange::Down { reason: "x".into() });
+        let gone = led.link("0000:01:00.0", 6, LinkChange::Removed { how: "x".into() });
+        let (down, gone) = (led.get(down).expect("in"), led.get(gone).expect("in"));
+        let t = Trigger::Link("link-down");
+        assert_eq!(t.fires(down).as_deref(), Some("link-down"));
+        assert_eq!(t.fires(gone), None);
+        assert_eq!(
+            Trigger::Link("removed").fires(gone).as_deref(),
+            Some("removed")
+        );
     }
 
     #[test]

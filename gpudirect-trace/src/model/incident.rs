@@ -19,6 +19,9 @@ pub enum Category {
     IommuChange,
     /// A DMA-API misuse the trace proves (`--check`).
     Misuse,
+    /// A device's PCIe link went down or up, trained below its maximum or
+    /// back, retrained; or the device left or joined the bus.
+    Link,
 }
 
 impl Category {
@@ -30,6 +33,7 @@ impl Category {
             Category::MapError => "map-error",
             Category::IommuChange => "iommu-change",
             Category::Misuse => "misuse",
+            Category::Link => "pcie-link",
         }
     }
 }
@@ -145,6 +149,8 @@ pub struct Incident {
     pub map_error: Option<MapError>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub misuse: Option<super::misuse::Misuse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<super::pci::LinkChange>,
     /// What surrounded it (Xids: the process's DMA and the GPU's state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Context>,

@@ -307,7 +307,7 @@ impl Model {
                     b,
                 );
             }
-            d.families.metrics(&dev, self);
+            d.families.metrics(&dev, agg.now_ns, self);
             let x = &d.dma_api;
             if x.syncs > 0 {
                 let (n, b) = (x.syncs, x.sync_bytes);

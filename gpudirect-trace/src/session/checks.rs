@@ -9,22 +9,22 @@ use crate::{
     analysis::misuse::kernel_image,
     model::{
         misuse::{CheckSetup, StackFrames},
-        pci::DriverChange,
+        pci::{DriverChange, PciUevent},
     },
     output,
     symbols::Symbolizer,
     tracefile::PciDevice,
 };
 
-/// Waits for driver binds and unbinds (never returns when not followed);
-/// an error stops following them, with a warning.
-pub async fn driver_changes(uevents: &mut Option<Uevents>) -> Vec<DriverChange> {
+/// Waits for PCI uevents (never returns when not followed); an error stops
+/// following them, with a warning.
+pub async fn pci_uevents(uevents: &mut Option<Uevents>) -> Vec<PciUevent> {
     match uevents.as_mut() {
         Some(u) => match u.next().await {
             Ok(v) => v,
             Err(e) => {
                 output::warn(&format!(
-                    "uevent socket: {e}: driver unbinds no longer followed"
+                    "uevent socket: {e}: driver unbinds and device removals no longer followed"
                 ));
                 *uevents = None;
                 Vec::new()
@@ -76,22 +76,17 @@ impl Session {
             pci.iter().map(|d| (d.bus_id.as_str(), d.driver.as_deref())),
         );
         self.check = Some(setup);
-        match Uevents::open() {
-            Ok(u) => self.uevents = Some(u),
-            Err(e) => output::warn(&format!(
-                "cannot follow driver unbinds (uevent socket: {e}): leaks at unbind go unchecked"
-            )),
-        }
         Ok(())
     }
 
-    /// Whether driver binds and unbinds are followed.
-    pub fn follows_drivers(&self) -> bool {
+    /// Whether PCI uevents (driver binds and unbinds, devices added and
+    /// removed) are followed.
+    pub fn follows_uevents(&self) -> bool {
         self.uevents.is_some()
     }
 
-    /// Driver changes waiting at the end of the session.
-    pub fn last_driver_changes(
+    /// PCI uevents waiting at the end of the session.
+    pub fn last_uevents(
         &mut self,
         f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
@@ -100,8 +95,23 @@ impl Session {
             .as_ref()
             .map(|u| u.pending())
             .unwrap_or_default();
-        for c in &changes {
-            self.driver_change(c, f)?;
+        self.uevents_seen(&changes, f)
+    }
+
+    /// PCI uevents, after everything the ring holds before them: driver
+    /// changes for the misuse checks (with `--check`), arrivals and
+    /// departures for the families.
+    pub fn uevents_seen(
+        &mut self,
+        changes: &[PciUevent],
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for c in changes {
+            match c {
+                PciUevent::Driver(c) if self.check.is_some() => self.driver_change(c, f)?,
+                PciUevent::Driver(_) => {}
+                PciUevent::Presence(p) => self.presence(p, f)?,
+            }
         }
         Ok(())
     }

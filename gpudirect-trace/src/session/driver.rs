@@ -99,7 +99,8 @@ pub struct RunOptions {
 /// futures borrow the session and done once they are gone.
 enum Action<S> {
     Drain { kmsg: bool },
-    Drivers(Vec<crate::model::pci::DriverChange>),
+    Uevents(Vec<crate::model::pci::PciUevent>),
+    Poll,
     Nvml,
     UserSignal,
     Tick,
@@ -152,6 +153,11 @@ impl Session {
             let nvml_on = self.gpus.nvml_available();
             // The first reading (taken at start) goes to the sink first.
             self.sample_nvml(&mut |o| sink.observe(o))?;
+            // The families' states as the session starts (each link's).
+            self.poll_sources(true, &mut |o| sink.observe(o))?;
+            let mut poll = tokio::time::interval(crate::families::POLL_EVERY);
+            poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            poll.tick().await;
             let mut drain = tokio::time::interval(DRAIN_EVERY);
             drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let tick_every = sink.tick_every();
@@ -187,14 +193,15 @@ impl Session {
                         None => std::future::pending().await,
                     }
                 };
-                let drivers_on = self.follows_drivers();
+                let uevents_on = self.follows_uevents();
                 let Ring::Async(ring) = &self.ring else {
                     anyhow::bail!("the ring buffer is not in the driver's hands");
                 };
                 let action: Action<S> = tokio::select! {
-                    changes = super::checks::driver_changes(&mut self.uevents), if drivers_on => {
-                        Action::Drivers(changes)
+                    changes = super::checks::pci_uevents(&mut self.uevents), if uevents_on => {
+                        Action::Uevents(changes)
                     }
+                    _ = poll.tick() => Action::Poll,
                     guard = ring.readable() => {
                         // Cleared before draining: what arrives after the
                         // drain signals readiness again.
@@ -222,13 +229,15 @@ impl Session {
                 };
                 match action {
                     Action::Drain { kmsg } => feed(&mut self, &mut sink, kmsg)?,
-                    Action::Drivers(changes) => {
+                    Action::Uevents(changes) => {
                         // What the driver's remove() unmapped is in the
                         // ring already: take it first.
                         feed(&mut self, &mut sink, false)?;
-                        for c in &changes {
-                            self.driver_change(c, &mut |o| sink.observe(o))?;
-                        }
+                        self.uevents_seen(&changes, &mut |o| sink.observe(o))?;
+                    }
+                    Action::Poll => {
+                        feed(&mut self, &mut sink, false)?;
+                        self.poll_sources(false, &mut |o| sink.observe(o))?;
                     }
                     Action::Nvml => {
                         feed(&mut self, &mut sink, true)?;
@@ -256,7 +265,7 @@ impl Session {
                 command_status = end_command(c).await;
             }
             feed(&mut self, &mut sink, true)?;
-            self.last_driver_changes(&mut |o| sink.observe(o))?;
+            self.last_uevents(&mut |o| sink.observe(o))?;
             self.flush_kmsg(&mut |o| sink.observe(o))?;
             self.resolve_names(&mut |o| sink.observe(o))?;
             let end = Ending {

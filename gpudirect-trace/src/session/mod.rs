@@ -158,6 +158,8 @@ pub struct Session {
     unnamed_once: std::collections::HashSet<u32>,
     /// cgroup ids to paths, for exited processes' containers.
     cgroups: crate::gpu::cgroup_index::CgroupIndex,
+    /// The families' own sources of records (sysfs link states, ...).
+    sources: Vec<Box<dyn crate::families::Source>>,
 }
 
 impl Session {
@@ -207,10 +209,29 @@ impl Session {
         let (gpus, first) = GpuState::discover();
         session.analysis.agg.gpus = gpus.identities.clone();
         let pci = crate::tracefile::pci_inventory(std::path::Path::new("/sys"));
-        session.analysis.agg.policies = crate::tracefile::policies(&pci);
+        session.analysis.set_devices(&pci);
         if opts.check {
             session.start_checks(opts, &pci)?;
         }
+        // Devices added and removed (the PCIe family), driver binds and
+        // unbinds (the misuse checks): one socket.
+        match uevent::Uevents::open() {
+            Ok(u) => session.uevents = Some(u),
+            Err(e) => output::warn(&format!(
+                "cannot follow PCI uevents ({e}): device removals{} go unseen",
+                if opts.check {
+                    " and driver unbinds (the leak check at unbind)"
+                } else {
+                    ""
+                }
+            )),
+        }
+        let probes = &session.tracer.probes;
+        session.sources = crate::families::sources(&|name| {
+            probes
+                .iter()
+                .any(|p| p.name == name && p.status == Status::Attached)
+        });
         if let NvmlStatus::Unavailable { why } = &gpus.status {
             if !gpus.identities.is_empty() {
                 output::note(&format!(
@@ -265,7 +286,58 @@ impl Session {
             symbols: None,
             unnamed_once: Default::default(),
             cgroups: crate::gpu::cgroup_index::CgroupIndex::host(),
+            sources: Vec::new(),
         }
+    }
+
+    /// Hands the families' sources' records on as the programs' are: into
+    /// the analysis, then to `f`. `start`: the state as the session starts;
+    /// else what changed since the last poll.
+    pub fn poll_sources(
+        &mut self,
+        start: bool,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let now = crate::kernel::monotonic_ns();
+        self.analysis.agg.advance(now);
+        let mut out = Vec::new();
+        for s in &mut self.sources {
+            if start {
+                s.start(now, &mut out);
+            } else {
+                s.poll(now, &mut out);
+            }
+        }
+        self.synthesized(out, f)
+    }
+
+    /// A PCI device arrived or left: the sources' records for it.
+    pub fn presence(
+        &mut self,
+        p: &crate::model::pci::Presence,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        for s in &mut self.sources {
+            s.presence(p, &mut out);
+        }
+        self.synthesized(out, f)
+    }
+
+    fn synthesized(
+        &mut self,
+        records: Vec<crate::families::Synth>,
+        f: &mut dyn FnMut(Observed<'_>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        for s in records {
+            let outcome = self.analysis.record(&s.record, &s.device);
+            f(Observed::Record {
+                record: &s.record,
+                device: &s.device,
+            })?;
+            self.incident(outcome, f)?;
+        }
+        Ok(())
     }
 
     /// Reads NVML (where it loaded) into the analysis, handing the reading

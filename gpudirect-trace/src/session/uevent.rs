@@ -1,8 +1,10 @@
-//! Driver bind and unbind of PCI devices, from the kernel's uevents
-//! (NETLINK_KOBJECT_UEVENT): the misuse checks' leak check runs when a
-//! driver lets its device go. The kernel sends `unbind` after the driver's
-//! remove() returned (drivers/base/dd.c, __device_release_driver), so every
-//! unmap remove() made is already in the ring when the uevent arrives.
+//! PCI devices' uevents (NETLINK_KOBJECT_UEVENT): driver bind and unbind
+//! (the misuse checks' leak check runs when a driver lets its device go;
+//! the kernel sends `unbind` after the driver's remove() returned,
+//! drivers/base/dd.c __device_release_driver, so every unmap remove() made
+//! is already in the ring when the uevent arrives), and devices added to
+//! and removed from the bus (the PCIe health family's presence, on every
+//! kernel).
 
 use std::{
     io,
@@ -11,7 +13,7 @@ use std::{
 
 use tokio::io::unix::AsyncFd;
 
-use crate::model::pci::DriverChange;
+use crate::model::pci::{DriverChange, PciUevent, Presence};
 
 /// The kernel's multicast group of uevents (lib/kobject_uevent.c).
 const KERNEL_GROUP: u32 = 1;
@@ -74,9 +76,9 @@ impl Uevents {
         }
     }
 
-    /// The PCI binds and unbinds waiting now, without waiting (the end of
-    /// a session: an unbind just before the stop still counts).
-    pub fn pending(&self) -> Vec<DriverChange> {
+    /// The PCI uevents waiting now, without waiting (the end of a session:
+    /// an unbind just before the stop still counts).
+    pub fn pending(&self) -> Vec<PciUevent> {
         let fd = match self {
             Uevents::Opened(Some(fd)) => fd.as_raw_fd(),
             Uevents::Opened(None) => return Vec::new(),
@@ -99,9 +101,9 @@ impl Uevents {
         }
     }
 
-    /// Waits for uevents; returns the PCI binds and unbinds among them,
-    /// stamped with CLOCK_MONOTONIC at arrival.
-    pub async fn next(&mut self) -> io::Result<Vec<DriverChange>> {
+    /// Waits for uevents; returns the PCI ones among them, stamped with
+    /// CLOCK_MONOTONIC at arrival.
+    pub async fn next(&mut self) -> io::Result<Vec<PciUevent>> {
         let fd = self.registered()?;
         loop {
             let mut guard = fd.readable().await?;
@@ -142,13 +144,13 @@ impl Uevents {
 }
 
 /// One kernel uevent (`ACTION@DEVPATH\0KEY=VALUE\0...`), if it is a PCI
-/// device's driver binding or unbinding.
-pub fn parse(msg: &[u8], ts_ns: u64) -> Option<DriverChange> {
+/// device's driver binding or unbinding, or its arrival or departure.
+pub fn parse(msg: &[u8], ts_ns: u64) -> Option<PciUevent> {
     let mut fields = msg.split(|&b| b == 0).filter(|f| !f.is_empty());
     let head = std::str::from_utf8(fields.next()?).ok()?;
     // udev's re-broadcasts start with "libudev"; only the kernel's count.
     let (action, _) = head.split_once('@')?;
-    if action != "bind" && action != "unbind" {
+    if !matches!(action, "bind" | "unbind" | "add" | "remove") {
         return None;
     }
     let (mut subsystem, mut driver, mut slot) = (None, None, None);
@@ -170,11 +172,19 @@ pub fn parse(msg: &[u8], ts_ns: u64) -> Option<DriverChange> {
     }
     let device = slot.or_else(|| devpath?.rsplit('/').next())?;
     let device = crate::model::pci::normalize_bdf(device)?;
-    Some(DriverChange {
+    if matches!(action, "add" | "remove") {
+        return Some(PciUevent::Presence(Presence {
+            ts_ns,
+            device,
+            upstream: devpath.and_then(crate::model::pci::parent_from_devpath),
+            added: action == "add",
+        }));
+    }
+    Some(PciUevent::Driver(DriverChange {
         ts_ns,
         device,
         driver: (action == "bind").then(|| driver.unwrap_or("").to_owned()),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -187,7 +197,9 @@ mod tests {
         let unbind = b"unbind@/devices/pci0000:00/0000:00:03.0\0ACTION=unbind\0\
             DEVPATH=/devices/pci0000:00/0000:00:03.0\0SUBSYSTEM=pci\0\
             PCI_CLASS=FF0000\0PCI_ID=1234:11E8\0PCI_SLOT_NAME=0000:00:03.0\0SEQNUM=2471\0";
-        let c = parse(unbind, 7).expect("an unbind");
+        let Some(PciUevent::Driver(c)) = parse(unbind, 7) else {
+            panic!("an unbind")
+        };
         assert_eq!(
             (c.device.as_str(), c.driver.as_deref(), c.ts_ns),
             ("0000:00:03.0", None, 7)
@@ -195,15 +207,43 @@ mod tests {
         let bind = b"bind@/devices/pci0000:00/0000:00:03.0\0ACTION=bind\0\
             DEVPATH=/devices/pci0000:00/0000:00:03.0\0SUBSYSTEM=pci\0DRIVER=gdt-misuse\0\
             PCI_SLOT_NAME=0000:00:03.0\0SEQNUM=2475\0";
-        assert_eq!(
-            parse(bind, 8).and_then(|c| c.driver).as_deref(),
-            Some("gdt-misuse")
-        );
+        let Some(PciUevent::Driver(c)) = parse(bind, 8) else {
+            panic!("a bind")
+        };
+        assert_eq!(c.driver.as_deref(), Some("gdt-misuse"));
         // Other subsystems and actions, udev's copies, garbage: nothing.
         assert!(parse(b"unbind@/devices/virtual/net/x\0SUBSYSTEM=net\0", 0).is_none());
-        assert!(parse(b"add@/devices/pci0000:00/0000:00:03.0\0SUBSYSTEM=pci\0", 0).is_none());
+        assert!(parse(
+            b"change@/devices/pci0000:00/0000:00:03.0\0SUBSYSTEM=pci\0",
+            0
+        )
+        .is_none());
         assert!(parse(b"libudev\0\xfe\xed\xca\xfe", 0).is_none());
         assert!(parse(b"", 0).is_none());
         assert!(parse(&[0xff; 64], 0).is_none());
+    }
+
+    #[test]
+    fn pci_devices_added_and_removed() {
+        // As 7.2 sends it when qemu's device_del takes the NIC behind a
+        // root port away.
+        let remove = b"remove@/devices/pci0000:00/0000:00:02.0/0000:01:00.0\0ACTION=remove\0\
+            DEVPATH=/devices/pci0000:00/0000:00:02.0/0000:01:00.0\0SUBSYSTEM=pci\0\
+            PCI_CLASS=20000\0PCI_ID=8086:10D3\0PCI_SLOT_NAME=0000:01:00.0\0SEQNUM=1811\0";
+        assert_eq!(
+            parse(remove, 9),
+            Some(PciUevent::Presence(Presence {
+                ts_ns: 9,
+                device: "0000:01:00.0".into(),
+                upstream: Some("0000:00:02.0".into()),
+                added: false,
+            }))
+        );
+        let add = b"add@/devices/pci0000:00/0000:00:04.0\0ACTION=add\0\
+            DEVPATH=/devices/pci0000:00/0000:00:04.0\0SUBSYSTEM=pci\0PCI_SLOT_NAME=0000:00:04.0\0";
+        let Some(PciUevent::Presence(p)) = parse(add, 1) else {
+            panic!("an add")
+        };
+        assert!(p.added && p.upstream.is_none());
     }
 }

@@ -198,6 +198,9 @@ pub struct PciDevice {
     /// The IOMMU group's default domain type (identity, DMA, DMA-FQ, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iommu_type: Option<String>,
+    /// The PCI bridge (port) it hangs off, where it is not on a root bus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// Events the kernel side dropped (ring buffer full) between two points.

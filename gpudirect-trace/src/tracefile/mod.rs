@@ -65,6 +65,9 @@ pub fn pci_inventory(sysfs: &Path) -> Vec<PciDevice> {
                 iommu_group: link_name(&p.join("iommu_group")).and_then(|g| g.parse().ok()),
                 iommu_type: read_trim(p.join("iommu_group/type")),
                 numa_node: read_trim(p.join("numa_node")).and_then(|n| n.parse().ok()),
+                upstream: fs::read_link(&p)
+                    .ok()
+                    .and_then(|l| crate::model::pci::parent_from_devpath(&l.to_string_lossy())),
             }
         })
         .collect();

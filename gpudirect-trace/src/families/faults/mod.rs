@@ -1,31 +1,21 @@
 //! The fault family: IOMMU page faults reported through
-//! report_iommu_fault (iommu:io_page_fault: AMD-Vi, ARM SMMU, ...), PCIe
-//! AER errors (ras:aer_event), and the IOMMU driver's fault interrupt
-//! handler timed (VT-d faults reach only the kernel log: faults/ decodes
-//! its lines).
+//! report_iommu_fault (iommu:io_page_fault: AMD-Vi, ARM SMMU, ...), and the
+//! IOMMU driver's fault interrupt handler timed (VT-d faults reach only the
+//! kernel log: faults/ decodes its lines). PCIe AER errors are the pcie
+//! family's.
 
 pub mod metrics;
 
 use crate::catalog::{tp, ProbeSpec, TimingSpec};
 
-pub const TRACEPOINTS: &[ProbeSpec] = &[
-    tp(
-        "iommu:io_page_fault",
-        "iommu_io_page_fault",
-        3,
-        "3.15+; fired by AMD-Vi, ARM SMMU and others through report_iommu_fault (not by Intel VT-d)",
-        "kernel log (/dev/kmsg) for VT-d faults",
-        false,
-    ),
-    tp(
-        "ras:aer_event",
-        "ras_aer_event",
-        3,
-        "3.17+ with CONFIG_PCIEAER",
-        "`AER:` lines in the kernel log",
-        false,
-    ),
-];
+pub const TRACEPOINTS: &[ProbeSpec] = &[tp(
+    "iommu:io_page_fault",
+    "iommu_io_page_fault",
+    3,
+    "3.15+; fired by AMD-Vi, ARM SMMU and others through report_iommu_fault (not by Intel VT-d)",
+    "kernel log (/dev/kmsg) for VT-d faults",
+    false,
+)];
 
 /// The IOMMU driver's fault interrupt handler: how often it runs and how
 /// long it takes (VT-d faults never reach iommu:io_page_fault).

@@ -72,14 +72,14 @@ impl DeviceFamily for Device {
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self, _now_ns: u64) -> Snapshot {
         Snapshot {
             swiotlb_bounces: self.bounces,
             swiotlb_bounced_bytes: self.bytes,
         }
     }
 
-    fn metrics(&self, device: &str, sink: &mut dyn Sink) {
+    fn metrics(&self, device: &str, _now_ns: u64, sink: &mut dyn Sink) {
         if self.bounces > 0 {
             let l = || vec![("device", device.to_owned())];
             sink.add(&metrics::SWIOTLB_BOUNCES_TOTAL, l(), self.bounces);

@@ -73,6 +73,40 @@ pub fn section(ctx: &Ctx) -> String {
         s.push_str("<h3>Timeline</h3>");
         s.push_str(&svg::mark_strip(&ctx.axis, "timeline", &m, &rows));
     }
+    // A device's story after a grave PCIe incident, first cause first.
+    let timelines = ctx.r.analysis.timelines();
+    if !timelines.is_empty() {
+        s.push_str("<h3>Device timelines</h3><ul class=\"timelines\">");
+        for t in &timelines {
+            let _ = write!(
+                s,
+                "<li>{}: <b>{}</b>, first cause: {}",
+                ctx.device_link(&t.device),
+                esc(&t.outcome),
+                esc(&t.first_cause.text)
+            );
+            s.push_str("<ol>");
+            for step in std::iter::once(&t.first_cause).chain(&t.then) {
+                let _ = write!(
+                    s,
+                    "<li>{:.3} s: {}{}{}</li>",
+                    step.t_s,
+                    esc(&step.text),
+                    if step.count > 1 {
+                        format!(" (x{})", step.count)
+                    } else {
+                        String::new()
+                    },
+                    step.via
+                        .as_deref()
+                        .map(|p| format!(" (on its port {})", esc(p)))
+                        .unwrap_or_default()
+                );
+            }
+            s.push_str("</ol></li>");
+        }
+        s.push_str("</ul>");
+    }
     if ctx.incidents.is_empty() {
         s.push_str("</section>");
         return s;

@@ -36,6 +36,7 @@ pub fn category_short(c: Category) -> &'static str {
         "map-error" => "map errors",
         "iommu-change" => "IOMMU chg.",
         "misuse" => "DMA misuse",
+        "pcie-link" => "PCIe link",
         other => other,
     }
 }

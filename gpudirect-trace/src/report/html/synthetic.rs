@@ -33,6 +33,7 @@ fn pci(bus: &str, vendor: &str, class: &str, driver: &str) -> PciDevice {
         iommu_group: Some(7),
         numa_node: Some(0),
         iommu_type: Some("DMA".into()),
+        upstream: None,
     }
 }
 
