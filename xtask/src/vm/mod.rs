@@ -5,6 +5,7 @@ pub mod checks;
 pub mod checks_dmaapi;
 pub mod checks_iommu;
 pub mod checks_iova;
+pub mod checks_pcie;
 pub mod checks_task;
 pub mod cpio;
 pub mod debian;
@@ -16,6 +17,7 @@ pub mod kernel;
 pub mod kmod;
 pub mod misuse_checks;
 pub mod moddep;
+pub mod monitor;
 pub mod probe_matrix;
 pub mod qemu;
 pub mod scenario;
@@ -156,6 +158,8 @@ pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
         )?;
     }
     let dir = host::target_dir().join("release");
+    // gdt-dma-inject's package also builds gdt-aer-inject.
+    pkgs.insert(1, "gdt-aer-inject");
     pkgs.iter()
         .map(|p| {
             let path = dir.join(p);
@@ -222,6 +226,9 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
     for d in &spec.devices {
         env.push((d.env_name().to_string(), d.bdf().to_string()));
     }
+    if spec.devices.contains(&Device::BlkPort) {
+        env.push(("GDT_PORT_BDF".to_string(), qemu::BLK_PORT_BDF.to_string()));
+    }
     let kmods = spec
         .kmods
         .iter()
@@ -261,6 +268,19 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
         kernel_log: opts.kernel_log,
         prefix: spec.prefix.clone(),
         append: opts.kernel_params(),
+        // The guest drives qemu's monitor where a device needs the host's
+        // hand (AER injection, removal).
+        monitor: spec
+            .devices
+            .contains(&Device::BlkPort)
+            // A socket path must fit sun_path (108 bytes): not under the
+            // checkout, whose path may be long.
+            .then(|| {
+                let n = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                std::env::temp_dir().join(format!("gdt-mon-{}-{n}", std::process::id()))
+            }),
         extra_qemu: if opts.host_root {
             [
                 "-virtfs",

@@ -65,7 +65,20 @@ pub enum Device {
     Edu,
     /// Intel e1000e NIC at 0000:00:05.0 (no network peer).
     E1000e,
+    /// A virtio-blk disk (qemu id `vblk1`, the NVMe's image) at
+    /// 0000:01:00.0 behind a PCIe root port at 0000:00:06.0 (id `rp1`) with
+    /// a native hotplug slot (pciehp: ACPI hotplug of bridges off), and
+    /// qemu's monitor for the guest (`gdt-monitor:` lines, monitor.rs): AER
+    /// injection and removal. virtio-pci with `aer=on` has an AER capability
+    /// and lets the OS enable error reporting (qemu's e1000e keeps its
+    /// Device Control read-only: its injected errors are never reported,
+    /// seen on 7.2); `iommu_platform=on` puts its DMA through the DMA API
+    /// and the IOMMU.
+    BlkPort,
 }
+
+/// The root port above `Device::BlkPort`.
+pub const BLK_PORT_BDF: &str = "0000:00:06.0";
 
 impl Device {
     pub fn bdf(self) -> &'static str {
@@ -73,6 +86,7 @@ impl Device {
             Device::Edu => "0000:00:03.0",
             Device::Nvme => "0000:00:04.0",
             Device::E1000e => "0000:00:05.0",
+            Device::BlkPort => "0000:01:00.0",
         }
     }
 
@@ -81,6 +95,7 @@ impl Device {
             Device::Edu => "GDT_EDU_BDF",
             Device::Nvme => "GDT_NVME_BDF",
             Device::E1000e => "GDT_E1000E_BDF",
+            Device::BlkPort => "GDT_BLKPORT_BDF",
         }
     }
 
@@ -90,6 +105,7 @@ impl Device {
             Device::Nvme => &["nvme"],
             Device::Edu => &[],
             Device::E1000e => &["e1000e"],
+            Device::BlkPort => &["virtio_pci", "virtio_blk"],
         }
     }
 }
@@ -112,6 +128,9 @@ pub struct Config {
     pub append: Vec<String>,
     /// Extra qemu arguments (e.g. a 9p share), before the PCI devices.
     pub extra_qemu: Vec<String>,
+    /// qemu's monitor on this socket, for the guest's `gdt-monitor:` lines
+    /// (None: no monitor).
+    pub monitor: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -140,11 +159,14 @@ pub fn command_line(cfg: &Config) -> Vec<String> {
         "none",
         "-serial",
         "stdio",
-        "-monitor",
-        "none",
         "-no-reboot",
     ] {
         push(s);
+    }
+    push("-monitor");
+    match &cfg.monitor {
+        Some(path) => push(&super::monitor::Monitor::at(path).qemu_arg()),
+        None => push("none"),
     }
     push("-m");
     push(&cfg.memory_mib.to_string());
@@ -191,6 +213,24 @@ pub fn command_line(cfg: &Config) -> Vec<String> {
             Device::E1000e => {
                 push("-device");
                 push("e1000e,addr=05.0,romfile=");
+            }
+            Device::BlkPort => {
+                // Native PCIe hotplug (pciehp, pci:pci_hp_event) needs the
+                // firmware to leave the root ports to the OS.
+                push("-global");
+                push("ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off");
+                push("-device");
+                push("pcie-root-port,id=rp1,bus=pcie.0,chassis=1,slot=1,addr=06.0");
+                push("-drive");
+                push(&format!(
+                    "file={},if=none,id=vd0,format=raw,snapshot=on",
+                    cfg.disk.display()
+                ));
+                push("-device");
+                push(
+                    "virtio-blk-pci,id=vblk1,bus=rp1,drive=vd0,aer=on,\
+                     iommu_platform=on,disable-legacy=on",
+                );
             }
         }
     }
@@ -279,9 +319,15 @@ fn kill(child: &mut Child) {
 pub fn run(cfg: &Config) -> Result<Outcome> {
     let args = command_line(cfg);
     let start = Instant::now();
+    // Made before qemu listens there, removed when the run ends.
+    let mut monitor = cfg.monitor.as_deref().map(super::monitor::Monitor::at);
     let mut child = Command::new("qemu-system-x86_64")
         .args(&args)
-        .stdin(Stdio::null())
+        .stdin(if monitor.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -335,6 +381,20 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                     out.sentinel_secs = Some(secs);
                 } else if line.contains("Kernel panic") && out.problem.is_none() {
                     out.problem = Some(format!("guest kernel panic: {line}"));
+                } else if let (Some(m), Some(req)) =
+                    (monitor.as_mut(), super::monitor::request(&line))
+                {
+                    // The guest waits on its console for the answer.
+                    let answer = match req.and_then(|r| m.run(&r).map(|said| (r.times, said))) {
+                        Ok((n, said)) if said.is_empty() => format!("gdt-monitor-done {n} ok"),
+                        Ok((n, said)) => format!("gdt-monitor-done {n} said: {said}"),
+                        Err(e) => format!("gdt-monitor-done 0 error: {e:#}"),
+                    };
+                    if let Some(stdin) = child.stdin.as_mut() {
+                        let _ = writeln!(stdin, "{}", answer.replace('\n', " "));
+                        let _ = stdin.flush();
+                    }
+                    last_output = Instant::now();
                 }
                 out.lines.push(line);
             }
@@ -411,6 +471,7 @@ mod tests {
             prefix: String::new(),
             append: Vec::new(),
             extra_qemu: Vec::new(),
+            monitor: None,
         };
         let a = command_line(&cfg);
         let pos = |s: &str| a.iter().position(|x| x.starts_with(s)).expect(s);
@@ -437,6 +498,7 @@ mod tests {
             prefix: String::new(),
             append: append.iter().map(|s| s.to_string()).collect(),
             extra_qemu: Vec::new(),
+            monitor: None,
         }
     }
 
