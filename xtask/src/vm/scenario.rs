@@ -299,6 +299,15 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
             }
         }
         "irq-context" => super::checks_task::irq_context(series, lines, tagged(lines, "IRQCTX")?),
+        "pcie-aer-storm" => super::checks_pcie::pcie_aer_storm(series, lines),
+        "pcie-aer" | "pcie-remove" => {
+            let v = last_live_object(lines).context("no report --json object in the output")?;
+            if name == "pcie-aer" {
+                super::checks_pcie::pcie_aer(series, &v, lines)
+            } else {
+                super::checks_pcie::pcie_remove(series, &v)
+            }
+        }
         other => bail!("unknown host check {other}"),
     }
 }
