@@ -30,8 +30,9 @@ use gpudirect_trace_common::{flags, hook_ops, kind, op, runtime, stat, DMA_ARGS,
 
 use crate::{
     dmarec,
-    emit::{config, kprobe_ran, stat_inc},
+    emit::config,
     sg,
+    stats::{kprobe_ran, stat_inc},
     timing::{enter_dma, exit_dma, exit_dma_timing},
 };
 

@@ -9,7 +9,7 @@
 //! kernel (5.10 to 6.18) has at that position. docs/probes.md lists them.
 #![no_std]
 #![no_main]
-// Atomic adds on map memory (see emit::atomic_add).
+// Atomic adds on map memory (see stats::atomic_add).
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
@@ -22,6 +22,7 @@ mod inval;
 mod lifetime;
 mod sg;
 mod stacks;
+mod stats;
 mod timing;
 mod timing_slots;
 

@@ -7,7 +7,7 @@ use core::ffi::c_void;
 use aya_ebpf::{macros::map, maps::StackTrace, EbpfContext};
 use gpudirect_trace_common::{maps, stat, AUX_STACK_SHIFT};
 
-use crate::emit::{cfg_stacks, stat_inc};
+use crate::{emit::cfg_stacks, stats::stat_inc};
 
 /// The loader sizes it: `maps::STACKS_CAP` with `--stacks`, else 1.
 #[map]
