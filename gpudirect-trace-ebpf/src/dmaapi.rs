@@ -6,8 +6,8 @@
 //! and kprobe/kretprobe programs (elsewhere); the loader attaches one pair.
 //! Records come from the same builders as the tracepoints' (dmarec.rs,
 //! sg.rs), so they are the same records; which operations the hooks report
-//! is the `RUNTIME[HOOK_OPS]` bit set, written by the loader after it knows which
-//! tracepoints attached.
+//! is the `RUNTIME[HOOK_OPS]` bit set (runtime.rs), written by the loader after
+//! it knows which tracepoints attached.
 //!
 //! Unmaps, frees and syncs are reported at entry, before the call (as the
 //! tracepoints do, and while the arguments are at hand); maps at exit, when
@@ -21,39 +21,20 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::Array,
+    macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
     EbpfContext,
 };
-use gpudirect_trace_common::{flags, hook_ops, kind, op, runtime, stat, DMA_ARGS, SG_WALK_DEFAULT};
+use gpudirect_trace_common::{flags, hook_ops, kind, op, stat, DMA_ARGS};
 
 use crate::{
     dmarec,
     emit::config,
+    runtime::reports,
     sg,
     stats::{kprobe_ran, stat_inc},
     timing::{enter_dma, exit_dma, exit_dma_timing},
 };
-
-/// Settings written by the loader after load (`gpudirect_trace_common::runtime`).
-#[map]
-static RUNTIME: Array<u32> = Array::with_max_entries(runtime::COUNT, 0);
-
-/// Whether the hooks report this `hook_ops` operation.
-#[inline(always)]
-pub fn reports(bit: u32) -> bool {
-    RUNTIME.get(runtime::HOOK_OPS).is_some_and(|v| v & bit != 0)
-}
-
-/// `--sg-walk-max` (0 until the loader set it: then the default).
-#[inline(always)]
-pub fn sg_walk_max() -> u32 {
-    match RUNTIME.get(runtime::SG_WALK_MAX) {
-        Some(&v) if v != 0 => v,
-        _ => SG_WALK_DEFAULT,
-    }
-}
 
 /// The first `N` arguments of an fentry/fexit program (its ctx is `u64
 /// args[]`, `N` the function's argument count, fixed per program). Read

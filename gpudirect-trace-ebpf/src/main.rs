@@ -20,6 +20,7 @@ mod emit;
 mod families;
 mod inval;
 mod lifetime;
+mod runtime;
 mod sg;
 mod stacks;
 mod stats;
@@ -224,7 +225,7 @@ pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
 pub fn dma_map_sg_err(ctx: RawTracePointContext) -> i32 {
     // It fires only for unexpected error codes; where the hooks see every
     // failure's return value, they report this one too.
-    if dmaapi::reports(gpudirect_trace_common::hook_ops::MAP_SG_ERR) {
+    if runtime::reports(gpudirect_trace_common::hook_ops::MAP_SG_ERR) {
         return 0;
     }
     dmarec::map_sg_err(

@@ -26,10 +26,10 @@ use gpudirect_trace_common::{
 };
 
 use crate::{
-    dmaapi::sg_walk_max,
     dmarec,
     emit::{add_counter, add_counter_atomic, base_event, cfg_stream, config, output_hot, stamp},
     lifetime,
+    runtime::sg_walk_max,
     timing::enter_dma,
 };
 
