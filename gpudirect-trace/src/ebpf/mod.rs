@@ -3,6 +3,7 @@
 
 mod dma_source;
 pub mod explain;
+pub mod hook_support;
 mod kprobe_events;
 pub mod maps;
 pub mod module_fentry;
@@ -209,7 +210,7 @@ impl Tracer {
             None => KernelInfo::discover(),
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
-        let hooks = timing::HookSupport::discover(&kernel);
+        let hooks = hook_support::HookSupport::discover(&kernel);
         let task_context = task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref());
         // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
         let ring_bytes = opts
