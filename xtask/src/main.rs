@@ -2,6 +2,7 @@
 //! Keep this file a small dispatcher: each subcommand lives in its own module.
 
 mod bench;
+mod bench_doc;
 mod bench_tables;
 mod bench_vm;
 mod bootstrap;
