@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Bootstrap => done(bootstrap::run()),
-        Cmd::Build => done(bootstrap::run().and_then(|()| test::build_release())),
+        Cmd::Build => done(bootstrap::run().and_then(|()| dist::build_release())),
         Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),
