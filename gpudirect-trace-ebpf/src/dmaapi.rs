@@ -28,6 +28,7 @@ use aya_ebpf::{
 use gpudirect_trace_common::{flags, hook_ops, kind, op, stat, DMA_ARGS};
 
 use crate::{
+    debug_log::odd,
     dmarec,
     emit::config,
     runtime::reports,
@@ -80,18 +81,32 @@ fn rest(a: &[u64; 6]) -> [u64; DMA_ARGS] {
     [a[1], a[2], a[3], a[4], a[5]]
 }
 
-/// The arguments a kretprobe's entry kept, as an argument array.
+/// The arguments a kretprobe's entry kept, as an argument array; `ctx` is
+/// the kretprobe's.
 #[inline(always)]
-fn kept(o: u32, bit: u32) -> Option<[u64; 6]> {
+fn kept(o: u32, bit: u32, ctx: *mut c_void) -> Option<[u64; 6]> {
     match exit_dma(o) {
         Some((dev, r)) => Some([dev, r[0], r[1], r[2], r[3], r[4]]),
         None => {
             if reports(bit) {
-                stat_inc(stat::HOOK_ARGS_MISSING);
+                args_missing(ctx, o);
             }
             None
         }
     }
+}
+
+/// A kretprobe that should report its call found no arguments kept by its
+/// entry: counted, and told when the loader asked.
+#[inline(always)]
+fn args_missing(ctx: *mut c_void, o: u32) {
+    stat_inc(stat::HOOK_ARGS_MISSING);
+    odd!(
+        ctx,
+        "kretprobe of DMA-API operation {} (gpudirect_trace_common::op): its kprobe entry kept no arguments (both \
+         nesting slots busy, or the entry missed); not reported, counted in hook_args_missing",
+        o
+    );
 }
 
 #[inline(always)]
@@ -182,7 +197,7 @@ macro_rules! dma_hooks {
         pub fn $kout(ctx: RetProbeContext) -> i32 {
             kprobe_ran();
             let ret: u64 = ctx.ret().unwrap_or(0);
-            let a = kept($op, $bit);
+            let a = kept($op, $bit, ctx.as_ptr());
             $exit(a.as_ref(), ret, Src::regs(ctx.as_ptr()));
             0
         }

@@ -66,6 +66,12 @@ pub fn cfg_stacks() -> bool {
 }
 
 #[inline(always)]
+pub fn cfg_debug_log() -> bool {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.debug_log)) != 0 }
+}
+
+#[inline(always)]
 fn cfg_wakeup_bytes() -> u64 {
     // SAFETY: as in `config`.
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.wakeup_bytes)) }

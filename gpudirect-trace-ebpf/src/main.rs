@@ -13,6 +13,8 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod ctx;
+mod debug_log;
 mod device;
 mod dmaapi;
 mod dmarec;

@@ -25,6 +25,7 @@ mod hostile_cli;
 mod inject;
 mod inval;
 mod misuse;
+mod program_log;
 mod record;
 mod serve;
 mod sg_walk;
