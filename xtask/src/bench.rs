@@ -75,39 +75,24 @@ pub fn run() -> Result<()> {
         "--test-threads=1",
         "bench_",
     ])?;
-    let file = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "tracefile::tests::bench",
-    ])?;
-    let flight = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "flight::bench",
-    ])?;
-    let misuse = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "analysis::misuse::bench",
-    ])?;
+    // The library's benchmarks: the trace file, the flight recorder, the
+    // misuse checks.
+    let lib = |filter: &str| {
+        run_capture(&[
+            "test",
+            "--release",
+            "-p",
+            "gpudirect-trace",
+            "--lib",
+            "--",
+            "--ignored",
+            "--nocapture",
+            filter,
+        ])
+    };
+    let file = lib("tracefile::tests::bench")?;
+    let flight = lib("flight::bench")?;
+    let misuse = lib("analysis::misuse::bench")?;
     // With --nocapture the harness's "test NAME ... " may precede a line.
     let lines: Vec<&str> = host
         .lines()
