@@ -384,6 +384,12 @@ pub struct Config {
     /// data symbols in kallsyms, or not x86_64); the flag is never set.
     pub per_cpu_offset_ptr: u64,
     pub preempt_count_ptr: u64,
+    /// 1: the programs tell what they find odd (a scatterlist walk cut
+    /// short, a kretprobe whose entry kept no arguments, a full map) through
+    /// aya-log at debug level. 0: the verifier, which knows this read-only
+    /// value, drops the log calls from the programs.
+    pub debug_log: u32,
+    pub _pad: u32,
 }
 
 impl Config {
@@ -397,6 +403,8 @@ impl Config {
         page_shift: 12,
         per_cpu_offset_ptr: 0,
         preempt_count_ptr: 0,
+        debug_log: 0,
+        _pad: 0,
     };
 }
 
@@ -525,7 +533,7 @@ const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 96);
-const _: () = assert!(core::mem::size_of::<Config>() == 144);
+const _: () = assert!(core::mem::size_of::<Config>() == 152);
 const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);

@@ -17,7 +17,7 @@ use aya_ebpf::{
 };
 use gpudirect_trace_common::{maps, stat, DeviceName, KernelOffsets, DEV_NAME_LEN};
 
-use crate::emit::stat_inc;
+use crate::stats::stat_inc;
 
 #[map]
 static DEVICES: HashMap<u64, DeviceName> = HashMap::with_max_entries(maps::DEVICES_CAP, 0);

@@ -6,8 +6,8 @@
 //! and kprobe/kretprobe programs (elsewhere); the loader attaches one pair.
 //! Records come from the same builders as the tracepoints' (dmarec.rs,
 //! sg.rs), so they are the same records; which operations the hooks report
-//! is the `RUNTIME[HOOK_OPS]` bit set, written by the loader after it knows which
-//! tracepoints attached.
+//! is the `RUNTIME[HOOK_OPS]` bit set (runtime.rs), written by the loader after
+//! it knows which tracepoints attached.
 //!
 //! Unmaps, frees and syncs are reported at entry, before the call (as the
 //! tracepoints do, and while the arguments are at hand); maps at exit, when
@@ -21,38 +21,21 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
-    macros::{fentry, fexit, kprobe, kretprobe, map},
-    maps::Array,
+    macros::{fentry, fexit, kprobe, kretprobe},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
     EbpfContext,
 };
-use gpudirect_trace_common::{flags, hook_ops, kind, op, runtime, stat, DMA_ARGS, SG_WALK_DEFAULT};
+use gpudirect_trace_common::{flags, hook_ops, kind, op, stat, DMA_ARGS};
 
 use crate::{
+    debug_log::odd,
     dmarec,
-    emit::{config, kprobe_ran, stat_inc},
+    emit::config,
+    runtime::reports,
     sg,
+    stats::{kprobe_ran, stat_inc},
     timing::{enter_dma, exit_dma, exit_dma_timing},
 };
-
-/// Settings written by the loader after load (`gpudirect_trace_common::runtime`).
-#[map]
-static RUNTIME: Array<u32> = Array::with_max_entries(runtime::COUNT, 0);
-
-/// Whether the hooks report this `hook_ops` operation.
-#[inline(always)]
-pub fn reports(bit: u32) -> bool {
-    RUNTIME.get(runtime::HOOK_OPS).is_some_and(|v| v & bit != 0)
-}
-
-/// `--sg-walk-max` (0 until the loader set it: then the default).
-#[inline(always)]
-pub fn sg_walk_max() -> u32 {
-    match RUNTIME.get(runtime::SG_WALK_MAX) {
-        Some(&v) if v != 0 => v,
-        _ => SG_WALK_DEFAULT,
-    }
-}
 
 /// The first `N` arguments of an fentry/fexit program (its ctx is `u64
 /// args[]`, `N` the function's argument count, fixed per program). Read
@@ -98,18 +81,32 @@ fn rest(a: &[u64; 6]) -> [u64; DMA_ARGS] {
     [a[1], a[2], a[3], a[4], a[5]]
 }
 
-/// The arguments a kretprobe's entry kept, as an argument array.
+/// The arguments a kretprobe's entry kept, as an argument array; `ctx` is
+/// the kretprobe's.
 #[inline(always)]
-fn kept(o: u32, bit: u32) -> Option<[u64; 6]> {
+fn kept(o: u32, bit: u32, ctx: *mut c_void) -> Option<[u64; 6]> {
     match exit_dma(o) {
         Some((dev, r)) => Some([dev, r[0], r[1], r[2], r[3], r[4]]),
         None => {
             if reports(bit) {
-                stat_inc(stat::HOOK_ARGS_MISSING);
+                args_missing(ctx, o);
             }
             None
         }
     }
+}
+
+/// A kretprobe that should report its call found no arguments kept by its
+/// entry: counted, and told when the loader asked.
+#[inline(always)]
+fn args_missing(ctx: *mut c_void, o: u32) {
+    stat_inc(stat::HOOK_ARGS_MISSING);
+    odd!(
+        ctx,
+        "kretprobe of DMA-API operation {} (gpudirect_trace_common::op): its kprobe entry kept no arguments (both \
+         nesting slots busy, or the entry missed); not reported, counted in hook_args_missing",
+        o
+    );
 }
 
 #[inline(always)]
@@ -200,7 +197,7 @@ macro_rules! dma_hooks {
         pub fn $kout(ctx: RetProbeContext) -> i32 {
             kprobe_ran();
             let ret: u64 = ctx.ret().unwrap_or(0);
-            let a = kept($op, $bit);
+            let a = kept($op, $bit, ctx.as_ptr());
             $exit(a.as_ref(), ret, Src::regs(ctx.as_ptr()));
             0
         }

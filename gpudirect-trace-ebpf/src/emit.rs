@@ -1,8 +1,6 @@
 //! Building events and handing them to userspace: the ring buffer for the
 //! event stream, per-CPU maps for counters that need no streaming.
 
-use core::intrinsics::{atomic_xadd, AtomicOrdering};
-
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
@@ -16,7 +14,10 @@ use gpudirect_trace_common::{
     COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_IRQ_MASK,
 };
 
-use crate::device::remember_device;
+use crate::{
+    device::remember_device,
+    stats::{atomic_add, stat_inc},
+};
 
 /// Settings patched in by the loader (`EbpfLoader::set_global`).
 #[no_mangle]
@@ -25,10 +26,6 @@ static CONFIG: Config = Config::DEFAULT;
 /// The event stream. Its size is set by the loader (`--ring-size`).
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(maps::EVENTS_DEFAULT_BYTES, 0);
-
-/// Self-metrics, indexed by `gpudirect_trace_common::stat`.
-#[map]
-static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 
 /// Hits per event kind, whether streamed or not.
 #[map]
@@ -69,46 +66,15 @@ pub fn cfg_stacks() -> bool {
 }
 
 #[inline(always)]
+pub fn cfg_debug_log() -> bool {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.debug_log)) != 0 }
+}
+
+#[inline(always)]
 fn cfg_wakeup_bytes() -> u64 {
     // SAFETY: as in `config`.
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.wakeup_bytes)) }
-}
-
-/// Adds `v` to a counter in map memory with a BPF atomic add. Per-CPU is not
-/// enough: a program interrupted by an IRQ whose tracepoint runs a program
-/// touching the same slot would lose an increment in a read-modify-write
-/// (seen on 6.12: 62 of 64 dma_map_sg counted, no recursion miss reported).
-#[inline(always)]
-pub fn atomic_add(slot: *mut u64, v: u64) {
-    // Adding 0 is a no-op, and LLVM rewrites `atomicrmw add p, 0` into an
-    // atomic OR, an instruction kernels before 5.12 reject ("BPF_STX uses
-    // reserved fields"): skip it.
-    if v == 0 {
-        return;
-    }
-    // SAFETY: `slot` points into a map value, 8-byte aligned, valid for the
-    // program run. (core's AtomicU64 has no fetch_add on the BPF target; the
-    // intrinsic lowers to the BPF atomic add instruction.)
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, v) };
-}
-
-#[inline(always)]
-fn bump(map: &PerCpuArray<u64>, index: u32) {
-    if let Some(slot) = map.get_ptr_mut(index) {
-        atomic_add(slot, 1);
-    }
-}
-
-#[inline(always)]
-pub fn stat_inc(index: u32) {
-    bump(&STATS, index);
-}
-
-/// First thing in every attached kprobe/kretprobe program: the runs the
-/// loader compares with the kernel's hit count (`stat::KPROBE_RUNS`).
-#[inline(always)]
-pub fn kprobe_ran() {
-    stat_inc(stat::KPROBE_RUNS);
 }
 
 #[inline(always)]
@@ -118,7 +84,7 @@ pub fn lost() {
 
 #[inline(always)]
 pub fn count(k: u16) {
-    bump(&HITS, k as u32);
+    count_n(k, 1);
 }
 
 /// `n` hits of kind `k` that no counter could take.

@@ -33,7 +33,8 @@ use aya_ebpf::{
 use gpudirect_trace_common::{flags, inval, kind, maps, stat, InvalKey, LatHist};
 
 use crate::{
-    emit::{add_counter, base_event, cfg_stream, config, emit_hot_any, kprobe_ran, stat_inc},
+    emit::{add_counter, base_event, cfg_stream, config, emit_hot_any},
+    stats::{kprobe_ran, stat_inc},
     timing,
 };
 

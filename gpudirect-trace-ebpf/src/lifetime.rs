@@ -23,7 +23,8 @@ use aya_ebpf::{
 use gpudirect_trace_common::{maps, op, stat, Event, MapKey, MapValue};
 
 use crate::{
-    emit::{cfg_track_lifetimes, stat_inc},
+    emit::cfg_track_lifetimes,
+    stats::stat_inc,
     timing::record_latency,
 };
 

@@ -9,10 +9,12 @@
 //! kernel (5.10 to 6.18) has at that position. docs/probes.md lists them.
 #![no_std]
 #![no_main]
-// Atomic adds on map memory (see emit::atomic_add).
+// Atomic adds on map memory (see stats::atomic_add).
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod ctx;
+mod debug_log;
 mod device;
 mod dmaapi;
 mod dmarec;
@@ -20,8 +22,10 @@ mod emit;
 mod families;
 mod inval;
 mod lifetime;
+mod runtime;
 mod sg;
 mod stacks;
+mod stats;
 mod timing;
 mod timing_slots;
 
@@ -223,7 +227,7 @@ pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
 pub fn dma_map_sg_err(ctx: RawTracePointContext) -> i32 {
     // It fires only for unexpected error codes; where the hooks see every
     // failure's return value, they report this one too.
-    if dmaapi::reports(gpudirect_trace_common::hook_ops::MAP_SG_ERR) {
+    if runtime::reports(gpudirect_trace_common::hook_ops::MAP_SG_ERR) {
         return 0;
     }
     dmarec::map_sg_err(

@@ -19,17 +19,18 @@ use aya_ebpf::{
     helpers::{bpf_loop, bpf_probe_read_kernel},
     macros::map,
     maps::{PerCpuArray, ProgramArray},
-    EbpfContext,
 };
 use gpudirect_trace_common::{
     flags, kind, op, Event, SgEvent, BPF_MAX_LOOPS, SG_BOUNDED_REST, SG_LENS, SG_PREFIX,
 };
 
 use crate::{
-    dmaapi::sg_walk_max,
+    ctx::AnyCtx,
+    debug_log::odd,
     dmarec,
     emit::{add_counter, add_counter_atomic, base_event, cfg_stream, config, output_hot, stamp},
     lifetime,
+    runtime::sg_walk_max,
     timing::enter_dma,
 };
 
@@ -82,15 +83,6 @@ pub enum Tail {
     Kprobe,
     /// The host tests' raw tracepoint build of the bounded walk.
     RawTp,
-}
-
-/// A program's context, for bpf_tail_call().
-struct Ctx(*mut c_void);
-
-impl EbpfContext for Ctx {
-    fn as_ptr(&self) -> *mut c_void {
-        self.0
-    }
 }
 
 /// What to do once the walk is over, kept in the scratch slot across tail
@@ -383,7 +375,7 @@ fn walk_bounded(c: &mut Cursor) -> bool {
 /// none (not loaded, or the kernel's tail-call limit reached).
 #[inline(always)]
 fn tail_call(ctx: *mut c_void, tail: Tail, slot: u32) {
-    let c = Ctx(ctx);
+    let c = AnyCtx(ctx);
     // SAFETY: the context is the running program's own.
     let _ = unsafe {
         match tail {
@@ -408,15 +400,24 @@ pub fn cont(ctx: *mut c_void, tail: Tail, slot: u32) {
     if walk_bounded(&mut sc.cur) {
         tail_call(ctx, tail, slot);
     }
-    finish(sc);
+    finish(ctx, sc);
 }
 
 #[inline(always)]
-fn finish(sc: &mut Scratch) {
+fn finish(ctx: *mut c_void, sc: &mut Scratch) {
     let hook = sc.ev.event.flags & flags::FROM_HOOK != 0;
     if sc.fin.what == FINISH_SG {
-        sg_record(&mut sc.ev, &sc.cur, hook);
+        sg_record(ctx, &mut sc.ev, &sc.cur, hook);
     } else {
+        if sc.cur.ended == 0 {
+            odd!(
+                ctx,
+                "dma_sync_sg: scatterlist walk cut short: {} entries, {} bytes walked \
+                 (--sg-walk-max, or the tail-call limit without bpf_loop)",
+                sc.fin.nents,
+                sc.cur.total
+            );
+        }
         dmarec::sync(
             sc.fin.what == FINISH_SYNC_DEV,
             sc.fin.dev,
@@ -482,17 +483,24 @@ pub fn sg_event<const LOOP: bool>(
         // No continuation: the walk stops here, counted as truncated.
         sc.fin.then_enter = 0;
     }
-    sg_record(&mut sc.ev, &sc.cur, hook);
+    sg_record(ctx, &mut sc.ev, &sc.cur, hook);
 }
 
 /// The record of a finished walk: its total, truncation, counters,
 /// lifetime, stream.
 #[inline(always)]
-fn sg_record(ev: &mut SgEvent, cur: &Cursor, hook: bool) {
+fn sg_record(ctx: *mut c_void, ev: &mut SgEvent, cur: &Cursor, hook: bool) {
     let k = ev.event.kind;
     let truncated = cur.ended == 0;
     if truncated {
         ev.event.flags |= flags::SG_TRUNCATED;
+        odd!(
+            ctx,
+            "dma_map_sg/dma_unmap_sg: scatterlist walk cut short: {} entries, {} bytes walked \
+             (--sg-walk-max, or the tail-call limit without bpf_loop); counted as truncated",
+            ev.nents,
+            cur.total
+        );
     }
     ev.event.size = cur.total;
     count(&ev.event, hook);
@@ -564,7 +572,7 @@ pub fn sync_sg<const LOOP: bool>(
         tail_call(ctx, tail, slot);
         sc.fin.then_enter = 0;
     }
-    finish(sc);
+    finish(ctx, sc);
 }
 
 #[inline(always)]

@@ -4,23 +4,14 @@
 
 use core::ffi::c_void;
 
-use aya_ebpf::{macros::map, maps::StackTrace, EbpfContext};
+use aya_ebpf::{macros::map, maps::StackTrace};
 use gpudirect_trace_common::{maps, stat, AUX_STACK_SHIFT};
 
-use crate::emit::{cfg_stacks, stat_inc};
+use crate::{ctx::AnyCtx, debug_log::odd, emit::cfg_stacks, stats::stat_inc};
 
 /// The loader sizes it: `maps::STACKS_CAP` with `--stacks`, else 1.
 #[map]
 static STACKS: StackTrace = StackTrace::with_max_entries(maps::STACKS_CAP, 0);
-
-/// Any program's context, for the helper (which only passes it on).
-struct Raw(*mut c_void);
-
-impl EbpfContext for Raw {
-    fn as_ptr(&self) -> *mut c_void {
-        self.0
-    }
-}
 
 /// The current kernel stack's id, shifted into place for a record's `aux`
 /// (`AUX_STACK_SHIFT`); 0 without `--stacks` or when it could not be kept
@@ -42,13 +33,18 @@ pub fn take(ctx: *mut c_void) -> u64 {
     // Flags: kernel stack, `skip` innermost frames (BPF_F_SKIP_FIELD_MASK).
     for skip in 0..3u64 {
         // SAFETY: ctx is the running program's context.
-        match unsafe { STACKS.get_stackid(&Raw(ctx), skip) } {
+        match unsafe { STACKS.get_stackid(&AnyCtx(ctx), skip) } {
             Ok(id) if id >= 0 => return ((id as u64) + 1) << AUX_STACK_SHIFT,
             Err(e) if e == -(EEXIST as i64) => continue,
             _ => break,
         }
     }
     stat_inc(stat::STACK_LOST);
+    odd!(
+        ctx,
+        "--stacks: a kernel stack was not kept (STACKS full, or its buckets taken by \
+         other stacks); counted in stacks_lost"
+    );
     0
 }
 

@@ -24,7 +24,10 @@ use gpudirect_trace_common::{
     flags, kind, level, maps, op, stat, LatHist, LatKey, TaskState, DMA_ARGS, LAT_BUCKETS,
 };
 
-use crate::emit::{atomic_add, base_event, emit_hot_any, stat_inc};
+use crate::{
+    emit::{base_event, emit_hot_any},
+    stats::{atomic_add, stat_inc},
+};
 
 #[map]
 static TASKS: LruHashMap<u32, TaskState> = LruHashMap::with_max_entries(maps::TASKS_CAP, 0);

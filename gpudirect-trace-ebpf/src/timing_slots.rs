@@ -12,7 +12,8 @@ use aya_ebpf::{
 use gpudirect_trace_common::{level, op};
 
 use crate::{
-    emit::{config, kprobe_ran},
+    emit::config,
+    stats::kprobe_ran,
     timing::{enter, exit, learn_domain},
 };
 

@@ -516,3 +516,31 @@ pub fn misuse_text(stats: Option<&crate::analysis::misuse::CheckStats>) -> Strin
     );
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use gpudirect_trace_common::{kind, Counter, CounterKey};
+
+    use crate::aggregate::Aggregator;
+
+    #[test]
+    fn a_device_whose_unmaps_the_kernel_skips_gets_a_note_saying_so() {
+        let mut agg = Aggregator::new();
+        let nvme: Arc<str> = Arc::from("0000:00:04.0");
+        // dma_need_unmap() said false 30 times (a counter-only kind).
+        let key = CounterKey::new(0x1000, kind::UNMAP_NOT_NEEDED, 0, 0);
+        let said_false = Counter {
+            count: 30,
+            bytes: 0,
+        };
+        agg.apply_kernel_counters(&[(nvme, key, said_false)]);
+        let notes = super::device_notes(&agg.snapshot(1.0, &[]));
+        assert!(
+            notes.contains("0000:00:04.0: the kernel skips this device's unmaps"),
+            "{notes}"
+        );
+        assert!(notes.contains("said false 30"), "{notes}");
+    }
+}

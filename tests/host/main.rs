@@ -26,6 +26,7 @@ mod inject;
 mod inval;
 mod misuse;
 mod pcie;
+mod program_log;
 mod record;
 mod serve;
 mod sg_walk;

@@ -3,9 +3,11 @@
 //! benchmark in release mode, prints what they measured, and writes it into
 //! docs/benchmarks.md between markers, with machine, kernel, date and commit.
 
-use std::{fs, process::Command};
+use std::process::Command;
 
 use anyhow::{ensure, Context as _, Result};
+
+use crate::bench_doc;
 
 const START: &str = "<!-- xtask-bench:start -->";
 const END: &str = "<!-- xtask-bench:end -->";
@@ -54,43 +56,6 @@ pub fn main(args: BenchArgs) -> Result<()> {
     run()
 }
 
-/// "N CPUs (model)".
-pub fn machine() -> String {
-    let cpu = fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_default();
-    format!(
-        "{} CPUs ({cpu}), host kernel {}",
-        sh("nproc", &[]),
-        sh("uname", &["-r"])
-    )
-}
-
-/// Replaces the text between `start` and `end` in `path` (or appends it).
-pub fn write_section(path: &str, start: &str, end: &str, section: &str) -> Result<()> {
-    let doc = fs::read_to_string(path).unwrap_or_else(|_| "# Benchmarks\n".into());
-    let new = match (doc.find(start), doc.find(end)) {
-        (Some(a), Some(b)) if b > a => format!("{}{section}{}", &doc[..a], &doc[b + end.len()..]),
-        _ => format!("{}\n\n{section}\n", doc.trim_end()),
-    };
-    fs::write(path, new).with_context(|| format!("writing {path}"))?;
-    eprintln!("xtask: wrote {path}");
-    Ok(())
-}
-
-pub fn sh(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
 pub fn run() -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     ensure!(
@@ -110,39 +75,24 @@ pub fn run() -> Result<()> {
         "--test-threads=1",
         "bench_",
     ])?;
-    let file = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "tracefile::tests::bench",
-    ])?;
-    let flight = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "flight::bench",
-    ])?;
-    let misuse = run_capture(&[
-        "test",
-        "--release",
-        "-p",
-        "gpudirect-trace",
-        "--lib",
-        "--",
-        "--ignored",
-        "--nocapture",
-        "analysis::misuse::bench",
-    ])?;
+    // The library's benchmarks: the trace file, the flight recorder, the
+    // misuse checks.
+    let lib = |filter: &str| {
+        run_capture(&[
+            "test",
+            "--release",
+            "-p",
+            "gpudirect-trace",
+            "--lib",
+            "--",
+            "--ignored",
+            "--nocapture",
+            filter,
+        ])
+    };
+    let file = lib("tracefile::tests::bench")?;
+    let flight = lib("flight::bench")?;
+    let misuse = lib("analysis::misuse::bench")?;
     // With --nocapture the harness's "test NAME ... " may precede a line.
     let lines: Vec<&str> = host
         .lines()
@@ -157,33 +107,23 @@ pub fn run() -> Result<()> {
     for l in &lines {
         println!("{l}");
     }
-    let cpu = fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_default();
     let section = format!(
         "{START}\n## Host kernel (`cargo xtask bench`, generated)\n\n\
-         Machine: {} CPUs ({cpu}); kernel {}; {}; commit {}; load average at the \
+         Machine: {} CPUs ({}); kernel {}; {}; commit {}; load average at the \
          end {}.\n\
          Events are driven through the real programs with BPF_PROG_TEST_RUN;\n\
          per-hit cost is the kernel's accounting (kernel.bpf_stats_enabled).\n\
          Timing goals (issue 17) are measurements, never pass/fail tests; where \
          the machine is shared, numbers move by 10-30% between runs.\n\n{}\
          All measured lines:\n\n```\n{}\n```\n{END}",
-        sh("nproc", &[]),
-        sh("uname", &["-r"]),
-        sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
-        sh("git", &["rev-parse", "--short", "HEAD"]),
-        fs::read_to_string("/proc/loadavg")
-            .ok()
-            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-            .unwrap_or_default(),
+        bench_doc::cpus(),
+        bench_doc::cpu_model(),
+        bench_doc::kernel(),
+        bench_doc::date(),
+        bench_doc::commit(),
+        bench_doc::load_average(),
         crate::bench_tables::render(&lines),
         lines.join("\n")
     );
-    write_section("docs/benchmarks.md", START, END, &section)
+    bench_doc::write_section(START, END, &section)
 }

@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use serde_json::Value;
 
 use crate::{
-    host,
+    bench_doc, host,
     vm::{self, qemu::Device, qemu::Iommu, BootOpts, RunSpec},
 };
 
@@ -344,15 +344,14 @@ pub fn run(kernels: &[String]) -> Result<()> {
     for (r, rel) in runs.iter_mut().zip(&releases) {
         r.kernel = format!("{} ({rel})", r.kernel);
     }
-    let machine = super::bench::machine();
     let section = render(
         &runs,
-        &machine,
-        &super::bench::sh("git", &["rev-parse", "--short", "HEAD"]),
-        &super::bench::sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        &bench_doc::machine(),
+        &bench_doc::commit(),
+        &bench_doc::date(),
     );
     println!("{section}");
-    super::bench::write_section("docs/benchmarks.md", START, END, &section)
+    bench_doc::write_section(START, END, &section)
 }
 
 #[cfg(test)]

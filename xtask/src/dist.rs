@@ -97,10 +97,16 @@ pub fn main(args: DistArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The release binary, target/release/gpudirect-trace (`cargo xtask build`,
+/// and the first step of `build`).
+pub fn build_release() -> Result<()> {
+    crate::bootstrap::status(Command::new("cargo").args(["build", "--release", "-p", PACKAGE]))
+}
+
 pub fn build(no_build: bool) -> Result<Artifacts> {
     let root = host::repo_root();
     if !no_build {
-        crate::test::build_release()?;
+        build_release()?;
     }
     let built = host::target_dir().join("release").join(PACKAGE);
     if !built.exists() {

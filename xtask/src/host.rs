@@ -1,7 +1,9 @@
-//! Host helpers shared by xtask subcommands: paths, running tools, installing
-//! missing Debian packages.
+//! Host helpers shared by xtask subcommands: paths, the cache's file locks,
+//! running tools, installing missing Debian packages.
 
 use std::{
+    fs,
+    os::fd::AsRawFd,
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -27,6 +29,30 @@ pub fn vm_cache() -> Result<PathBuf> {
     let dir = repo_root().join(".cache").join("vm");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
+}
+
+/// An exclusive advisory lock on a file, held until dropped: two worktrees
+/// share one `.cache` and may build the same thing at once.
+pub struct Lock(#[allow(dead_code)] fs::File);
+
+impl Lock {
+    pub fn take(path: &Path) -> Result<Self> {
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; it blocks until free.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            bail!(
+                "flock {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(Self(f))
+    }
 }
 
 /// Runs a command to completion, failing on a non-zero status.

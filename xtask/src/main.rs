@@ -2,6 +2,7 @@
 //! Keep this file a small dispatcher: each subcommand lives in its own module.
 
 mod bench;
+mod bench_doc;
 mod bench_tables;
 mod bench_vm;
 mod bootstrap;
@@ -62,7 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Bootstrap => done(bootstrap::run()),
-        Cmd::Build => done(bootstrap::run().and_then(|()| test::build_release())),
+        Cmd::Build => done(bootstrap::run().and_then(|()| dist::build_release())),
         Cmd::Test(a) => bootstrap::run().and_then(|()| test::run(a)),
         Cmd::Vm(a) => vm::main(a),
         Cmd::VmTest(a) => vm::scenario::main(a),

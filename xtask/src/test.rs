@@ -56,10 +56,6 @@ fn fuzz(seconds: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn build_release() -> anyhow::Result<()> {
-    status(Command::new("cargo").args(["build", "--release", "-p", "gpudirect-trace"]))
-}
-
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

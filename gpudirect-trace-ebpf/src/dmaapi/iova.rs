@@ -131,6 +131,11 @@ fn alloc_exit(dev: u64, state: u64, phys: u64, ret: u64, s: Src) {
     };
     if IOVA_STATES.insert(&state, &st, 0).is_err() {
         stat_inc(stat::IOVA_STATES_FULL);
+        odd!(
+            s.ctx,
+            "dma_iova_try_alloc: IOVA_STATES full, a state is not tracked: its destroy \
+             will count no unmaps for its links"
+        );
     }
     let mut ev = base_event(kind::IOVA_ALLOC, dev, flags::IOVA | flags::FROM_HOOK);
     ev.addr = addr;
@@ -169,7 +174,7 @@ pub fn k_iova_alloc_in(ctx: ProbeContext) -> i32 {
 pub fn k_iova_alloc_out(ctx: RetProbeContext) -> i32 {
     kprobe_ran();
     let ret: u64 = ctx.ret().unwrap_or(0);
-    if let Some(a) = kept(op::DMA_IOVA_ALLOC, hook_ops::IOVA) {
+    if let Some(a) = kept(op::DMA_IOVA_ALLOC, hook_ops::IOVA, ctx.as_ptr()) {
         alloc_exit(a[0], a[1], a[2], ret, Src::regs(ctx.as_ptr()));
     }
     0
@@ -277,7 +282,7 @@ pub fn k_iova_link_out(ctx: RetProbeContext) -> i32 {
     if let Some((dev, k)) = exit_dma(op::DMA_IOVA_LINK) {
         link_exit(dev, &k, ret, Src::regs(ctx.as_ptr()));
     } else if reports(hook_ops::IOVA) {
-        stat_inc(stat::HOOK_ARGS_MISSING);
+        args_missing(ctx.as_ptr(), op::DMA_IOVA_LINK);
     }
     0
 }

@@ -151,6 +151,7 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    start_logging(cli.command.verbose());
     match cli.command {
         Command::Probes(a) => probes::exec(&a),
         Command::Live(a) => live::exec(&a),
@@ -162,4 +163,31 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Export(a) => export::exec(&a),
         Command::Selftest(a) => selftest::exec(&a),
     }
+}
+
+impl Command {
+    /// `-v`, on the commands that load the eBPF programs.
+    fn verbose(&self) -> bool {
+        match self {
+            Self::Probes(a) => a.verbose,
+            Self::Live(a) => a.trace.verbose,
+            Self::Serve(a) => a.trace.verbose,
+            Self::Record(a) => a.trace.verbose,
+            _ => false,
+        }
+    }
+}
+
+/// The `log` crate's logger, on stderr: what RUST_LOG asks for (errors
+/// only without it, as env_logger does), and with `-v` debug messages too.
+/// The eBPF programs' debug messages are asked for only when shown
+/// (`ebpf::ProgramLog::wanted`), so this comes before any loading.
+fn start_logging(verbose: bool) {
+    let mut b = env_logger::Builder::new();
+    b.parse_env(env_logger::Env::default());
+    if verbose {
+        b.filter_level(log::LevelFilter::Debug);
+    }
+    // Err only if a logger is set already (a second run in one process).
+    let _ = b.try_init();
 }

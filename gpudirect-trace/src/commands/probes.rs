@@ -24,6 +24,12 @@ pub struct ProbesArgs {
     /// As for `live`: which programs would report the DMA-API operations.
     #[arg(long, value_enum, default_value_t = super::trace::DmaSourceArg::Auto, value_name = "SOURCE")]
     pub dma_source: super::trace::DmaSourceArg,
+    /// Debug messages on stderr, among them what the eBPF programs find odd
+    /// (a scatterlist walk cut short, a hook that lost its arguments, a
+    /// full map). RUST_LOG=debug does the same; RUST_LOG=ebpf=debug shows
+    /// the programs' alone.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {

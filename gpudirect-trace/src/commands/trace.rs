@@ -77,6 +77,12 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = gpudirect_trace_common::SG_WALK_DEFAULT, value_name = "ENTRIES",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub sg_walk_max: u32,
+    /// Debug messages on stderr, among them what the eBPF programs find odd
+    /// (a scatterlist walk cut short, a hook that lost its arguments, a
+    /// full map). RUST_LOG=debug does the same; RUST_LOG=ebpf=debug shows
+    /// the programs' alone.
+    #[arg(short, long)]
+    pub verbose: bool,
 }
 
 /// `--dma-source`.

@@ -238,6 +238,16 @@ pub fn verifier_summary(log: &str) -> Option<String> {
 
 /// One line saying why `target` failed at `stage`, with the kernel's own
 /// words and the likely cause on this machine.
+/// What the kernel's refusal of a program means, from aya's error.
+pub fn program_error(
+    e: &aya::programs::ProgramError,
+    stage: Stage,
+    target: Target<'_>,
+    env: &Env,
+) -> String {
+    explain(&Failure::from_program_error(e), stage, target, env)
+}
+
 pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, env: &Env) -> String {
     let policy = &env.policy;
     let release = &env.release;

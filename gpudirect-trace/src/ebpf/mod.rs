@@ -3,6 +3,7 @@
 
 mod dma_source;
 pub mod explain;
+pub mod hook_support;
 mod kprobe_events;
 pub mod maps;
 pub mod module_fentry;
@@ -11,6 +12,7 @@ mod perf_sys;
 mod readback;
 pub use readback::ProgramStat;
 pub mod plan;
+pub mod program_log;
 mod sg_cont;
 pub mod sys;
 pub mod task_context;
@@ -39,6 +41,7 @@ use serde::Serialize;
 use self::{dma_source::dma_plan, tracepoints::load_program};
 pub use self::{
     dma_source::{DmaOpSource, DmaSource},
+    program_log::ProgramLog,
     tracepoints::offsets_from_btf,
 };
 use crate::kernel::{self, KernelInfo};
@@ -125,6 +128,9 @@ pub struct TracerOptions {
     pub sg_walk_max: u32,
     /// Take the kernel stack of each DMA-API call (`--stacks`).
     pub stacks: bool,
+    /// The programs' debug messages (aya-log): by default, asked for where
+    /// the logger shows debug messages (`-v`, `RUST_LOG=debug`).
+    pub program_log: ProgramLog,
 }
 
 impl Default for TracerOptions {
@@ -139,6 +145,7 @@ impl Default for TracerOptions {
             dma_source: DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
             stacks: false,
+            program_log: ProgramLog::wanted(),
         }
     }
 }
@@ -198,10 +205,23 @@ pub struct Tracer {
     /// Stand-in names of devices whose name could not be read (yet).
     unnamed: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
     unattributed: Arc<str>,
+    /// The reader of the programs' debug messages, while they are read.
+    program_log: Option<program_log::Reader>,
 }
 
 impl Tracer {
+    /// Loads the programs and attaches them as the plan says, with their
+    /// debug messages where `opts.program_log` asks and the kernel takes them.
     pub fn load(opts: &TracerOptions) -> anyhow::Result<Self> {
+        program_log::load(opts, Self::load_with)
+    }
+
+    /// Whether the programs' debug messages are being read.
+    pub fn program_log_on(&self) -> bool {
+        self.program_log.is_some()
+    }
+
+    fn load_with(opts: &TracerOptions, debug_log: bool) -> anyhow::Result<Self> {
         kernel::check_privileges()?;
         kernel::raise_memlock();
         let kernel = match &opts.module_standin {
@@ -209,7 +229,7 @@ impl Tracer {
             None => KernelInfo::discover(),
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
-        let hooks = timing::HookSupport::discover(&kernel);
+        let hooks = hook_support::HookSupport::discover(&kernel);
         let task_context = task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref());
         // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
         let ring_bytes = opts
@@ -232,6 +252,8 @@ impl Tracer {
             page_shift: 12,
             per_cpu_offset_ptr: task_context.as_ref().map_or(0, |f| f.per_cpu_offset),
             preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
+            debug_log: u32::from(debug_log),
+            _pad: 0,
         };
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.
@@ -312,6 +334,7 @@ impl Tracer {
             names: HashMap::default(),
             unnamed: HashMap::default(),
             unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
+            program_log: None,
         })
     }
 

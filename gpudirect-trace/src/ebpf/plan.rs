@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     explain::{self, Env, Failure, Stage, Target},
-    timing::HookSupport,
+    hook_support::HookSupport,
     DmaSource, ProbeStatus, Status,
 };
 use crate::{

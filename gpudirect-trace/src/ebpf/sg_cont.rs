@@ -56,7 +56,7 @@ pub fn load(
             Some(_) => Target::Fentry { name: func },
             None => Target::Kprobe { name: func },
         };
-        super::timing::why(e, Stage::Load, target, env)
+        super::explain::program_error(e, Stage::Load, target, env)
     };
     let (t, k) = slots(slot).ok_or_else(|| format!("no continuation for slot {slot}"))?;
     let (name, array, index) = match btf {

@@ -4,9 +4,8 @@
 //! CONFIG_FUNCTION_TRACER and CONFIG_KPROBES, like the CI host's).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     os::fd::{AsFd as _, OwnedFd},
-    path::Path,
 };
 
 use aya::{
@@ -15,153 +14,13 @@ use aya::{
 };
 
 use super::{
-    explain::{self, Env, Failure, Stage, Target},
+    explain::{self, Env, Stage, Target},
+    hook_support::HookSupport,
     module_fentry::{self, ModuleHook, RelocatedObject},
     plan::{self, Facts},
     ProbeStatus, Status,
 };
-use crate::{catalog::TimingSpec, families::iommu::ATTACH_LEARN, kernel::KernelInfo};
-
-/// Environment variable that makes the timing and DMA-API hooks use
-/// kprobe/kretprobe even where fentry/fexit would work (for tests).
-pub const NO_FENTRY_ENV: &str = "GPUDIRECT_TRACE_NO_FENTRY";
-
-/// What the kernel offers for function hooks.
-pub struct HookSupport {
-    /// vmlinux BTF for fentry/fexit; None where fentry cannot work.
-    pub(super) btf: Option<AyaBtf>,
-    pub(super) fentry_reason: String,
-    /// Why the function tracer looks unusable, added to fentry failures: a
-    /// kernel may forbid tracefs's view of ftrace (EPERM) and still run BPF
-    /// trampolines, so this is a hint, not a verdict.
-    pub(super) ftrace_hint: Option<String>,
-    pub(super) kprobes: bool,
-    /// tracefs, when its kprobe_events is writable: kprobes are made there,
-    /// so that their misses are counted (`kprobe_events`); the reason
-    /// otherwise (kprobes then come from the kprobe PMU, misses uncounted
-    /// before Linux 6.7).
-    pub(super) kprobe_events: Result<std::path::PathBuf, String>,
-    pub(super) kallsyms: HashSet<String>,
-    /// Address of the kernel variable `vmemmap_base` (x86_64), for
-    /// page_to_phys() in the dma_map_page_attrs hooks.
-    pub vmemmap_base: Option<u64>,
-    /// The data symbols `task_context` reads, by name (0: hidden).
-    pub task_context_syms: std::collections::HashMap<&'static str, u64>,
-    /// The IOMMU units (/sys/class/iommu: dmar0, ivhd0, smmu3.0x...), for
-    /// the vendor-specific hooks (`TimingSpec::units`).
-    pub iommu_units: Vec<String>,
-}
-
-impl HookSupport {
-    pub fn discover(kernel: &KernelInfo) -> Self {
-        // fentry needs the function tracer (its patchable entry nops). When
-        // tracefs shows no function tracer at all, fentry cannot work; when
-        // it shows one but refuses to open it (EPERM: lockdown, an LSM or
-        // tracefs permissions), loading is still worth trying.
-        let mut ftrace_hint = None;
-        let ftrace: Result<(), String> = match kernel.tracefs.as_ref() {
-            None => Ok(()),
-            Some(t) => {
-                let path = t.join("available_filter_functions");
-                match std::fs::File::open(&path) {
-                    Ok(_) => Ok(()),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Err("no function tracer (CONFIG_FUNCTION_TRACER)".into())
-                    }
-                    Err(e) => {
-                        ftrace_hint = Some(format!(
-                            "the function tracer is not usable from tracefs ({}: {e})",
-                            path.display()
-                        ));
-                        Ok(())
-                    }
-                }
-            }
-        };
-        // Test aid: exercise the kprobe/kretprobe programs on a kernel that
-        // has fentry too (the VM scenarios compare the two).
-        let no_fentry = std::env::var_os(NO_FENTRY_ENV).is_some_and(|v| v == "1");
-        let (btf, fentry_reason) = match (&kernel.btf, ftrace) {
-            _ if no_fentry => (None, format!("not tried: {NO_FENTRY_ENV}=1")),
-            (None, _) => (None, super::explain::no_kernel_btf().to_owned()),
-            (_, Err(why)) => (None, why),
-            (Some(_), Ok(())) => match AyaBtf::from_sys_fs() {
-                Ok(b) => (Some(b), String::new()),
-                Err(e) => (None, format!("BTF unreadable for fentry: {e}")),
-            },
-        };
-        let mut kallsyms = HashSet::new();
-        let mut vmemmap_base = None;
-        let mut task_context_syms = std::collections::HashMap::new();
-        if let Ok(text) = std::fs::read_to_string("/proc/kallsyms") {
-            for l in text.lines() {
-                let mut it = l.split_whitespace();
-                let (Some(addr), Some(ty), Some(name)) = (it.next(), it.next(), it.next()) else {
-                    continue;
-                };
-                match ty {
-                    "t" | "T" => {
-                        kallsyms.insert(name.to_owned());
-                    }
-                    // Addresses read as 0 under kptr_restrict: unknown.
-                    "d" | "D" | "b" | "B" if name == "vmemmap_base" => {
-                        vmemmap_base = u64::from_str_radix(addr, 16).ok().filter(|&a| a != 0);
-                    }
-                    // Zero-based per-CPU symbols (x86_64 before 6.15) may
-                    // show as absolute ("A").
-                    "d" | "D" | "b" | "B" | "A" => {
-                        if let Some(&n) = super::task_context::SYMBOLS.iter().find(|&&n| n == name)
-                        {
-                            let a = u64::from_str_radix(addr, 16).unwrap_or(0);
-                            task_context_syms.insert(n, a);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let kprobe_events = match kernel.tracefs.as_ref() {
-            Some(t) => super::kprobe_events::usable(t).map(|_| t.clone()),
-            None => Err(kernel
-                .tracefs_error
-                .clone()
-                .unwrap_or_else(|| "no tracefs".into())),
-        };
-        if let Ok(t) = &kprobe_events {
-            super::kprobe_events::remove_stale(t);
-        }
-        Self {
-            btf,
-            fentry_reason,
-            ftrace_hint,
-            kprobes: Path::new("/sys/bus/event_source/devices/kprobe").exists()
-                || kprobe_events.is_ok(),
-            kprobe_events,
-            kallsyms,
-            vmemmap_base,
-            task_context_syms,
-            iommu_units: iommu_units(Path::new("/sys/class/iommu")),
-        }
-    }
-}
-
-/// The unit names under `dir` (/sys/class/iommu), sorted; none if absent.
-pub fn iommu_units(dir: &Path) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
-}
-
-/// What the kernel's refusal of a hook program means (`super::explain`).
-pub(super) fn why(e: &ProgramError, stage: Stage, target: Target<'_>, env: &Env) -> String {
-    explain::explain(&Failure::from_program_error(e), stage, target, env)
-}
+use crate::{catalog::TimingSpec, families::iommu::ATTACH_LEARN};
 
 /// What `attach_all` did.
 pub struct Attached {
@@ -432,9 +291,9 @@ fn load_kprobes(
     env: &Env,
 ) -> Result<(), String> {
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
-        program::<KProbe>(ebpf, name)?
-            .load()
-            .map_err(|e| why(&e, Stage::Load, Target::Kprobe { name: func }, env))?;
+        program::<KProbe>(ebpf, name)?.load().map_err(|e| {
+            explain::program_error(&e, Stage::Load, Target::Kprobe { name: func }, env)
+        })?;
     }
     Ok(())
 }
@@ -461,7 +320,9 @@ fn attach_kprobes(
                 continue;
             }
             let prog = program::<KProbe>(ebpf, name)?;
-            let fd = prog.fd().map_err(|e| why(&e, Stage::Attach, target, env))?;
+            let fd = prog
+                .fd()
+                .map_err(|e| explain::program_error(&e, Stage::Attach, target, env))?;
             match super::kprobe_events::attach(&tracefs, fd.as_fd(), func, ret) {
                 Ok(p) => made.push(p),
                 Err(e) => {
@@ -485,7 +346,7 @@ fn attach_kprobes(
     for name in [kin, kout].into_iter().filter(|n| !n.is_empty()) {
         program::<KProbe>(ebpf, name)?
             .attach(func, 0)
-            .map_err(|e| why(&e, Stage::Attach, target, env))?;
+            .map_err(|e| explain::program_error(&e, Stage::Attach, target, env))?;
         kprobes.through_pmu += 1;
     }
     Ok(())
@@ -503,9 +364,9 @@ fn attach_fentry(
     {
         let p = program::<FEntry>(ebpf, fin)?;
         p.load(func, btf)
-            .map_err(|e| why(&e, Stage::Load, target, env))?;
+            .map_err(|e| explain::program_error(&e, Stage::Load, target, env))?;
         p.attach()
-            .map_err(|e| why(&e, Stage::Attach, target, env))?;
+            .map_err(|e| explain::program_error(&e, Stage::Attach, target, env))?;
     }
     if fout.is_empty() {
         return Ok(());
@@ -513,9 +374,9 @@ fn attach_fentry(
     let result = (|| {
         let p = program::<FExit>(ebpf, fout)?;
         p.load(func, btf)
-            .map_err(|e| why(&e, Stage::Load, target, env))?;
+            .map_err(|e| explain::program_error(&e, Stage::Load, target, env))?;
         p.attach()
-            .map_err(|e| why(&e, Stage::Attach, target, env))
+            .map_err(|e| explain::program_error(&e, Stage::Attach, target, env))
             .map(|_| ())
     })();
     if result.is_err() {

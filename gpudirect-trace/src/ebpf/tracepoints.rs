@@ -72,14 +72,8 @@ pub(super) fn load_program(ebpf: &mut Ebpf, name: &str, env: &Env) -> Result<(),
         .ok_or_else(|| format!("program {name} missing from the object"))?
         .try_into()
         .map_err(|e: ProgramError| e.to_string())?;
-    prog.load().map_err(|e| {
-        explain::explain(
-            &Failure::from_program_error(&e),
-            Stage::Load,
-            Target::Tracepoint { name },
-            env,
-        )
-    })
+    prog.load()
+        .map_err(|e| explain::program_error(&e, Stage::Load, Target::Tracepoint { name }, env))
 }
 
 /// Attaches `spec`'s program to its tracepoint (`plan::tracepoint` decided

@@ -53,7 +53,7 @@ pub fn fetch(k: &Kernel) -> Result<Headers> {
     // One canonical path, whichever worktree asks: it is written into the tree.
     let base = base.canonicalize()?;
     let dir = base.join(&k.release);
-    let _lock = super::kmod::Lock::take(&base.join(format!("{}.lock", k.release)))?;
+    let _lock = host::Lock::take(&base.join(format!("{}.lock", k.release)))?;
     let ready = dir.join(".ready");
     let stamp = format!("layout={LAYOUT} dir={}\n", dir.display());
     if fs::read_to_string(&ready).ok().as_deref() != Some(stamp.as_str()) {

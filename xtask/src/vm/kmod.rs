@@ -11,7 +11,6 @@
 
 use std::{
     fs,
-    os::fd::AsRawFd,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -20,30 +19,6 @@ use anyhow::{bail, Context, Result};
 
 use super::{headers, kernel::Kernel};
 use crate::host;
-
-/// An exclusive advisory lock on a file, held until dropped: two worktrees
-/// share one `.cache` and may build the same thing at once.
-pub struct Lock(#[allow(dead_code)] fs::File);
-
-impl Lock {
-    pub fn take(path: &Path) -> Result<Self> {
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a descriptor this function owns; it blocks until free.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            bail!(
-                "flock {}: {}",
-                path.display(),
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(Self(f))
-    }
-}
 
 /// FNV-1a, 64 bits: stable across Rust versions (std's hasher is not promised
 /// to be), enough to key a cache.
@@ -98,7 +73,7 @@ pub fn build(k: &Kernel, name: &str) -> Result<PathBuf> {
     if out.exists() {
         return Ok(out);
     }
-    let _lock = Lock::take(&cache.join(".lock"))?;
+    let _lock = host::Lock::take(&cache.join(".lock"))?;
     if out.exists() {
         return Ok(out);
     }
