@@ -2,7 +2,7 @@
 //! the layout `--root` understands (see [`super::tree`]), to attach to a bug
 //! report. Files are stored with mode 0600 and the archive itself is 0600.
 
-use std::{fs, io::Write, path::Path, process::Command};
+use std::{io::Write, path::Path, process::Command};
 
 use anyhow::Context as _;
 
@@ -148,7 +148,7 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         let data = if tree.is_live() {
             run_tool(cmd, args).map(String::into_bytes)
         } else {
-            fs::read(tree.root().join(name)).ok()
+            tree.read_capture_bytes(name).ok()
         };
         if let Some(d) = data {
             files.push((name.to_string(), d));
@@ -158,6 +158,18 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     // the same NVML findings as the live run.
     let nvml = super::gpu_facts::gather(tree).to_json();
     files.push((crate::gpu::facts::NVML_FILE.into(), nvml.into_bytes()));
+    // Links out of a captured root, FIFOs, files over the limits: skipped
+    // and said (copying them would carry what is outside into the archive).
+    let (refused, more) = tree.refused();
+    for line in refused {
+        if !errors.contains(&line) {
+            errors.push_str(&line);
+            errors.push('\n');
+        }
+    }
+    if more > 0 {
+        errors.push_str(&format!("... and {more} more paths not read\n"));
+    }
     if !errors.is_empty() {
         files.push(("capture-errors.txt".into(), errors.into_bytes()));
     }
