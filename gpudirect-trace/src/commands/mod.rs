@@ -151,7 +151,7 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
+    let result = match cli.command {
         Command::Probes(a) => probes::exec(&a),
         Command::Live(a) => live::exec(&a),
         Command::Doctor(a) => doctor::exec(&a),
@@ -161,5 +161,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(a) => report::exec(&a),
         Command::Export(a) => export::exec(&a),
         Command::Selftest(a) => selftest::exec(&a),
-    }
+    };
+    // Out of file descriptors, wherever it struck, is said first (it read
+    // as the kernel refusing a map, or a map of the wrong type).
+    result.map_err(|e| match crate::ebpf::explain::out_of_descriptors(&e) {
+        Some(why) if !format!("{e:#}").contains("ulimit -n") => e.context(why),
+        _ => e,
+    })
 }
