@@ -16,8 +16,10 @@ use crate::{
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Trace file to write (created with mode 0600); with --ring, the
-    /// directory snapshots go to (created 0700 if missing).
+    /// Trace file to write (created with mode 0600; `-`: standard output,
+    /// never a terminal); with --ring, the directory snapshots go to
+    /// (created 0700 if missing; it must be this user's and writable by no
+    /// one else).
     #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
     pub output: PathBuf,
     /// Stop after this long (default: until Ctrl-C, SIGTERM, SIGHUP or
@@ -51,13 +53,23 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let flight = args
         .flight
         .options(args.output.clone(), !args.command.is_empty(), None);
+    let to_stdout = crate::outfile::is_stdout(&args.output);
+    if to_stdout && flight.is_some() {
+        anyhow::bail!("with --ring, -o names the directory snapshots go to: - cannot hold them");
+    }
+    if to_stdout && args.json {
+        anyhow::bail!("-o - and --json both want standard output: give -o a file name");
+    }
     if let Some(opts) = flight {
         crate::flight::snapshot::prepare_dir(&opts.dir)?;
         let session = Session::start(&args.trace.session_options())?;
         let recorder = Recorder::new(&session, opts, &args.command)?;
         return session.run(FlightSink::new(recorder, args.json), run);
     }
-    let output = create_output(&args.output, args.out.into())?;
+    let output = create_output(
+        &args.output,
+        crate::outfile::Options::from(args.out).binary(),
+    )?;
     // A failed start drops `output`: the old file (with --force), a device
     // node or a link's target stay untouched; only our new file goes. The
     // output is committed once the traced command has started and the

@@ -176,6 +176,39 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     Ok(files)
 }
 
+/// Refuses an output that would replace a file of the capture being read
+/// (`--root R --capture R/dmesg.txt --force`): an existing `out` in `root`
+/// or below it, by device and inode (links and `..` as the kernel sees them).
+pub fn refuse_inside(root: &Path, out: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    if crate::outfile::is_stdout(out) || std::fs::symlink_metadata(out).is_err() {
+        return Ok(());
+    }
+    let Ok(r) = std::fs::metadata(root) else {
+        return Ok(());
+    };
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(mut dir) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    loop {
+        if std::fs::metadata(&dir).is_ok_and(|m| (m.dev(), m.ino()) == (r.dev(), r.ino())) {
+            anyhow::bail!(
+                "{} is a file of the capture being read ({}): refusing to write over it (give \
+                 an output outside it)",
+                out.display(),
+                root.display()
+            );
+        }
+        if !dir.pop() {
+            return Ok(());
+        }
+    }
+}
+
 /// Write the snapshot of `tree` to `out` (gzip-compressed tar, mode 0600,
 /// created by crate::outfile: an existing file is replaced only with
 /// `--force` and only once the archive is complete).

@@ -154,10 +154,13 @@ pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
         None => Tree::live(),
     };
     if let Some(out) = &args.capture {
+        if let Some(root) = &args.root {
+            capture::refuse_inside(root, out)?;
+        }
         let n = capture::write(&tree, out, args.out)?;
         crate::output::eprintln(&format!(
             "gpudirect-trace doctor: wrote {n} files to {}",
-            out.display()
+            crate::outfile::display(out)
         ));
         let (refused, more) = tree.refused();
         if let Some(first) = refused.first() {
