@@ -130,10 +130,18 @@ impl Session {
             .enable_all()
             .build()?;
         rt.block_on(async move {
+            // Listening before anything starts; a stop signal that came
+            // before (record catches them from its first moment) ends the
+            // session at once, the command never started.
+            let mut sigint = signal(SignalKind::interrupt())?;
+            let mut sigterm = signal(SignalKind::terminate())?;
+            let mut sighup = signal(SignalKind::hangup())?;
+            let mut sigusr1 = signal(SignalKind::user_defined1())?;
+            let mut early = super::stop_signals::pending().map(|(name, _)| name);
             self.ring_to_async()?;
             sink.start(&mut self, &jobs_tx)?;
             drop(jobs_tx);
-            let mut child = match opts.command.split_first() {
+            let mut child = match opts.command.split_first().filter(|_| early.is_none()) {
                 Some((cmd, rest)) => Some(
                     tokio::process::Command::new(cmd)
                         .args(rest)
@@ -143,10 +151,6 @@ impl Session {
                 None => None,
             };
             sink.command_started()?;
-            let mut sigint = signal(SignalKind::interrupt())?;
-            let mut sigterm = signal(SignalKind::terminate())?;
-            let mut sighup = signal(SignalKind::hangup())?;
-            let mut sigusr1 = signal(SignalKind::user_defined1())?;
             let mut nvml = tokio::time::interval(super::NVML_EVERY);
             nvml.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let nvml_on = self.gpus.nvml_available();
@@ -163,6 +167,9 @@ impl Session {
             let mut jobs_open = true;
             let mut command_status = None;
             let reason = loop {
+                if let Some(name) = early.take() {
+                    break StopReason::Signal(name);
+                }
                 let until_deadline = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,
