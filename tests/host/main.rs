@@ -21,6 +21,7 @@ mod flight;
 mod gpu_metrics;
 mod hostile;
 mod hostile_bounds;
+mod hostile_capture;
 mod hostile_cli;
 mod inject;
 mod inval;
