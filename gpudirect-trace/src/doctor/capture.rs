@@ -213,8 +213,10 @@ pub fn refuse_inside(root: &Path, out: &Path) -> anyhow::Result<()> {
 /// created by crate::outfile: an existing file is replaced only with
 /// `--force` and only once the archive is complete).
 pub fn write(tree: &Tree, out: &Path, opts: crate::outfile::Options) -> anyhow::Result<usize> {
-    let files = collect(tree)?;
+    // The output first: a refused one (a terminal, an existing name) is
+    // said before the host is read; a failed read drops it, unwritten.
     let mut file = crate::outfile::create(out, opts)?;
+    let files = collect(tree)?;
     let gz = flate2::write::GzEncoder::new(&mut file, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let mtime = std::time::SystemTime::now()
