@@ -23,6 +23,7 @@ mod hostile;
 mod hostile_bounds;
 mod hostile_capture;
 mod hostile_cli;
+mod hostile_outputs;
 mod inject;
 mod inval;
 mod misuse;
