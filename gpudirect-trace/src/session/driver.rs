@@ -138,6 +138,8 @@ impl Session {
             let mut sighup = signal(SignalKind::hangup())?;
             let mut sigusr1 = signal(SignalKind::user_defined1())?;
             let mut early = super::stop_signals::pending().map(|(name, _)| name);
+            // Taken now: a SIGUSR1 from here on reaches the stream above.
+            let early_user_signal = super::stop_signals::take_user_signal();
             self.ring_to_async()?;
             sink.start(&mut self, &jobs_tx)?;
             drop(jobs_tx);
@@ -156,6 +158,9 @@ impl Session {
             let nvml_on = self.gpus.nvml_available();
             // The first reading (taken at start) goes to the sink first.
             self.sample_nvml(&mut |o| sink.observe(o))?;
+            if early_user_signal {
+                sink.user_signal(&mut self)?;
+            }
             let mut drain = tokio::time::interval(DRAIN_EVERY);
             drain.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let tick_every = sink.tick_every();

@@ -1,4 +1,5 @@
-//! SIGINT, SIGTERM and SIGHUP caught from the first moment of `record`.
+//! SIGINT, SIGTERM and SIGHUP (and SIGUSR1, the flight recorder's trigger)
+//! caught from the first moment of `record`.
 //!
 //! The session driver listens for them only once the session runs, ~0.3 s
 //! (more on a loaded host) after the output was created: a signal in
@@ -13,6 +14,9 @@ use std::sync::{
 };
 
 static PENDING: AtomicI32 = AtomicI32::new(0);
+/// SIGUSR1 (the flight recorder's `signal` trigger) that came before the
+/// driver listened: its default action ended the process.
+static USER: AtomicI32 = AtomicI32::new(0);
 static INSTALL: Once = Once::new();
 
 /// The signals that end a recording.
@@ -41,8 +45,22 @@ pub fn install() -> std::io::Result<()> {
                 return;
             }
         }
+        // SAFETY: as above, a store into an atomic.
+        let r = unsafe {
+            signal_hook_registry::register(libc::SIGUSR1, || {
+                USER.store(1, Ordering::SeqCst);
+            })
+        };
+        if let Err(e) = r {
+            result = Err(e);
+        }
     });
     result
+}
+
+/// Whether a SIGUSR1 came since [`install`] that nobody took yet.
+pub fn take_user_signal() -> bool {
+    USER.swap(0, Ordering::SeqCst) != 0
 }
 
 /// The first stop signal caught since [`install`], by name and number.
