@@ -155,7 +155,7 @@ fn report_on_a_fifo_with_a_300_mib_damaged_tail_stays_bounded() {
 }
 
 /// One GET with 3 s timeouts; (status, body), None on any failure.
-fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let t = Duration::from_secs(3);
     let mut s = TcpStream::connect_timeout(&addr, t).ok()?;
     s.set_read_timeout(Some(t)).ok()?;

@@ -189,7 +189,7 @@ fn the_input_is_never_written_over_whatever_name_reaches_it() {
 }
 
 /// `record ARGS` with its stderr lines sent to the receiver as they come.
-fn spawn_record(args: &[&std::ffi::OsStr]) -> (Child, mpsc::Receiver<String>) {
+pub(crate) fn spawn_record(args: &[&std::ffi::OsStr]) -> (Child, mpsc::Receiver<String>) {
     let mut child = bin()
         .arg("record")
         .args(args)
@@ -211,7 +211,7 @@ fn spawn_record(args: &[&std::ffi::OsStr]) -> (Child, mpsc::Receiver<String>) {
 }
 
 /// Waits for a line containing `pat`; all lines seen so far.
-fn wait_for(rx: &mpsc::Receiver<String>, pat: &str, seen: &mut Vec<String>) {
+pub(crate) fn wait_for(rx: &mpsc::Receiver<String>, pat: &str, seen: &mut Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !seen.iter().any(|l| l.contains(pat)) {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -24,6 +24,7 @@ mod hostile_bounds;
 mod hostile_capture;
 mod hostile_cli;
 mod hostile_outputs;
+mod hostile_snapdir;
 mod inject;
 mod inval;
 mod misuse;
