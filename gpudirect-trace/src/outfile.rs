@@ -19,7 +19,16 @@
 //! - `/dev/stdout`, `/dev/stderr`, `/dev/fd/N`, `/proc/self/fd/N` with
 //!   `allow_special`: a duplicate of that descriptor of this process (the
 //!   pipe, terminal or file the shell opened, with its offset and
-//!   O_APPEND), never a reopened or replaced path.
+//!   O_APPEND), never a reopened or replaced path;
+//! - `-` is standard output, as Unix tools have it (issue 30: it wrote a
+//!   file named `-`); a binary output is never written to a terminal;
+//! - the file the command reads is never its output (`report f.gdt --html
+//!   f.gdt --force` replaced its own input): compared by device and inode,
+//!   through links, not by name;
+//! - every file created here is locked (flock, exclusive) while it is
+//!   written, and `--force` never replaces a file another writer holds
+//!   locked (a second `record --force` on the same name unlinked the first
+//!   recorder's file under it, and its data went nowhere).
 
 use std::{
     ffi::OsString,
@@ -43,6 +52,41 @@ pub struct Options {
     pub force: bool,
     /// Write into an existing device node, FIFO or socket as it is.
     pub allow_special: bool,
+    /// The output is binary (a trace, an archive): never to a terminal.
+    pub binary: bool,
+    /// (st_dev, st_ino) of the file the command reads: never the output.
+    pub input: Option<(u64, u64)>,
+}
+
+impl Options {
+    /// A binary output: `-` is refused when standard output is a terminal.
+    pub fn binary(mut self) -> Self {
+        self.binary = true;
+        self
+    }
+
+    /// The command reads `input`: the output may not be that file (by
+    /// device and inode, links followed as the reader follows them).
+    pub fn reading(mut self, input: &Path) -> Self {
+        if let Ok(m) = fs::metadata(input) {
+            self.input = Some((m.dev(), m.ino()));
+        }
+        self
+    }
+}
+
+/// Whether `path` means standard output (`-`).
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// How messages name an output: `-` is "standard output".
+pub fn display(path: &Path) -> String {
+    if is_stdout(path) {
+        "standard output".to_owned()
+    } else {
+        path.display().to_string()
+    }
 }
 
 #[derive(Debug)]
@@ -88,14 +132,99 @@ fn file_id(f: &File) -> io::Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
-/// A fresh file at `path`: never an existing name, never through a link.
+/// A fresh file at `path`: never an existing name, never through a link;
+/// locked for as long as any descriptor of it is open.
 fn create_new(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
+    let f = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+        .open(path)?;
+    // Nobody else can hold a lock on a file this new; a file system
+    // without flock (some network ones) only loses the second-writer check.
+    let _ = rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive);
+    Ok(f)
+}
+
+/// The regular file at `dest`, locked, if it is there: another writer
+/// holding its lock (a recorder still writing it) makes this an error.
+/// A link, a special file or a file system without locks gives None.
+fn lock_existing(dest: &Path) -> anyhow::Result<Option<File>> {
+    // Retried when the name changed hands between the open and the lock.
+    for _ in 0..8 {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(dest)
+        else {
+            return Ok(None);
+        };
+        let Ok(id) = file_id(&f) else {
+            return Ok(None);
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Ok(None);
+        }
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => bail!(
+                "{} is being written by another process (it holds the file's lock, as a \
+                 running `record` does): not replacing it",
+                dest.display()
+            ),
+            Err(_) => return Ok(None),
+        }
+        match fs::symlink_metadata(dest) {
+            Ok(m) if (m.dev(), m.ino()) == id => return Ok(Some(f)),
+            _ => continue,
+        }
+    }
+    bail!(
+        "{} keeps being replaced by another process: not replacing it",
+        dest.display()
+    )
+}
+
+/// Refuses the input as output (`report f.gdt --html f.gdt --force`).
+fn refuse_input(path: &Path, opts: Options) -> anyhow::Result<()> {
+    let Some(input) = opts.input else {
+        return Ok(());
+    };
+    for m in [fs::symlink_metadata(path), fs::metadata(path)]
+        .into_iter()
+        .flatten()
+    {
+        if (m.dev(), m.ino()) == input {
+            bail!(
+                "{} is the file being read: refusing to write over it (give another output)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Standard output (`-o -`), as it is: never a terminal for binary data.
+fn stdout_output(opts: Options) -> anyhow::Result<Output> {
+    use std::io::IsTerminal as _;
+    if opts.binary && io::stdout().is_terminal() {
+        bail!(
+            "refusing to write binary data to a terminal: redirect standard output (> FILE, | \
+             CMD) or give a file name"
+        );
+    }
+    let file = dup_fd(1).map_err(|e| anyhow!("cannot write to standard output: {e}"))?;
+    if let (Some(input), Ok(m)) = (opts.input, file.metadata()) {
+        if (m.dev(), m.ino()) == input {
+            bail!("standard output is the file being read: refusing to write over it");
+        }
+    }
+    Ok(Output {
+        file: Some(file),
+        kind: Kind::Special,
+        id: (0, 0),
+    })
 }
 
 /// Opens an existing special file for writing as it is: no O_CREAT, no
@@ -185,6 +314,10 @@ fn create_temp(dest: &Path) -> anyhow::Result<(File, PathBuf)> {
 /// Creates the output `path` under `opts` (see the module comment). The
 /// errors are one line each and say what to do.
 pub fn create(path: &Path, opts: Options) -> anyhow::Result<Output> {
+    if is_stdout(path) {
+        return stdout_output(opts);
+    }
+    refuse_input(path, opts)?;
     let p = path.display();
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => Some(m),
@@ -271,6 +404,8 @@ pub fn create(path: &Path, opts: Options) -> anyhow::Result<Output> {
     } else if !opts.force {
         bail!("{p} exists; pass --force to replace it");
     }
+    // Said now rather than after a whole recording; checked again at commit.
+    drop(lock_existing(path)?);
     let (file, tmp) = create_temp(path)?;
     Ok(Output {
         id: file_id(&file)?,
@@ -299,6 +434,11 @@ impl Output {
             .expect("the file is present until commit")
     }
 
+    /// Whether committing replaces a file that exists (`--force`).
+    pub fn replaces_existing(&self) -> bool {
+        matches!(self.kind, Kind::Replace { .. })
+    }
+
     /// Whether the output is a special file opened as it is.
     pub fn is_special(&self) -> bool {
         matches!(self.kind, Kind::Special)
@@ -310,6 +450,9 @@ impl Output {
     pub fn commit(mut self) -> anyhow::Result<File> {
         let file = self.file.take().expect("commit is called once");
         if let Kind::Replace { tmp, dest } = &self.kind {
+            // Held across the rename: a writer that took the name after
+            // our check holds its own file's lock, and is not replaced.
+            let _old = lock_existing(dest)?;
             fs::rename(tmp, dest).map_err(|e| {
                 anyhow!(
                     "cannot replace {} with {}: {e}",

@@ -10,14 +10,20 @@ use super::{create, Options};
 const PLAIN: Options = Options {
     force: false,
     allow_special: false,
+    binary: false,
+    input: None,
 };
 const FORCE: Options = Options {
     force: true,
     allow_special: false,
+    binary: false,
+    input: None,
 };
 const SPECIAL: Options = Options {
     force: false,
     allow_special: true,
+    binary: false,
+    input: None,
 };
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -228,4 +234,52 @@ fn dev_stdout_is_this_process_descriptor_when_allowed_and_never_replaced() {
     assert!(o.is_special());
     let o = create(Path::new("/proc/self/fd/987654"), SPECIAL);
     assert!(o.is_err(), "a descriptor that is not open");
+}
+
+#[test]
+fn the_input_is_never_the_output_whatever_its_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let input = dir.path().join("in.gdt");
+    fs::write(&input, b"recording").expect("seed");
+    let link = dir.path().join("link.gdt");
+    std::os::unix::fs::symlink(&input, &link).expect("symlink");
+    let hard = dir.path().join("hard.gdt");
+    fs::hard_link(&input, &hard).expect("hard link");
+    let other = dir.path().join("other.gdt");
+    fs::write(&other, b"other").expect("seed");
+    let same = dir.path().join(".").join("in.gdt");
+    for reading in [&input, &link] {
+        let opts = FORCE.reading(reading);
+        for out in [&input, &link, &hard, &same] {
+            let e = create(out, opts).expect_err("the input").to_string();
+            assert!(e.contains("is the file being read"), "{out:?}: {e}");
+        }
+        create(&other, opts)
+            .expect("another file")
+            .commit()
+            .expect("commit");
+    }
+    assert_eq!(fs::read(&input).expect("input"), b"recording");
+}
+
+#[test]
+fn a_file_being_written_is_not_replaced_by_a_second_writer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("rec.gdt");
+    let mut first = create(&p, PLAIN).expect("first").commit().expect("commit");
+    first.write_all(b"first recorder").expect("write");
+    let e = create(&p, FORCE).expect_err("locked").to_string();
+    assert!(e.contains("being written by another process"), "{e}");
+    // Locked between the second writer's start and its commit: refused
+    // then, the first file kept.
+    drop(first);
+    let second = create(&p, FORCE).expect("no writer now");
+    let third = create(&p, PLAIN);
+    assert!(third.is_err());
+    let holder = fs::File::open(&p).expect("open");
+    rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockExclusive).expect("lock");
+    let e = second.commit().expect_err("locked at commit").to_string();
+    assert!(e.contains("being written by another process"), "{e}");
+    assert_eq!(fs::read(&p).expect("kept"), b"first recorder");
+    assert_eq!(entries(dir.path()), ["rec.gdt"], "no temporary left");
 }

@@ -3,7 +3,7 @@
 //! the command given after `--`.
 
 use std::{
-    fs::{self, File},
+    fs::File,
     io::{BufWriter, IsTerminal as _, Write},
     path::{Path, PathBuf},
     process::ExitCode,
@@ -44,7 +44,7 @@ pub struct RecordOptions {
 
 /// The recorder: every observation into the trace file, in arrival order.
 pub struct RecordSink {
-    writer: TraceWriter<BufWriter<File>>,
+    writer: TraceWriter<Counted<BufWriter<File>>>,
     path: String,
     opts: RecordOptions,
     lost_seen: u64,
@@ -86,9 +86,12 @@ impl RecordSink {
         header.checks = session.check.clone();
         header.start_ts_ns = clock.start_mono_ns;
         header.start_unix_ns = clock.start_unix_ns;
-        let path = opts.output.display().to_string();
-        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header)
-            .with_context(|| format!("writing {path}"))?;
+        let path = outfile::display(&opts.output);
+        let out = Counted {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            bytes: 0,
+        };
+        let writer = TraceWriter::new(out, &header).with_context(|| format!("writing {path}"))?;
         Ok(Self {
             writer,
             path,
@@ -162,12 +165,13 @@ impl Sink for RecordSink {
             lost_total: self.lost_seen,
             exit_status: end.command_status,
         };
-        self.writer
+        // What went out, not the size of the path: a device, a FIFO or
+        // standard output has none ("wrote 0 events (0B)" after 2.2 KiB).
+        let size = self
+            .writer
             .finish(&block)
-            .with_context(|| format!("writing {}", self.path))?;
-        let size = fs::metadata(&self.opts.output)
-            .map(|m| m.len())
-            .unwrap_or(0);
+            .with_context(|| format!("writing {}", self.path))?
+            .bytes;
         if self.tty {
             output::note("");
         }
@@ -205,6 +209,24 @@ impl Sink for RecordSink {
             Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
             None => ExitCode::SUCCESS,
         })
+    }
+}
+
+/// A writer that counts the bytes it passes on.
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 

@@ -136,7 +136,7 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
                 &path,
                 gpudirect_trace::outfile::Options {
                     force: true,
-                    allow_special: false,
+                    ..Default::default()
                 },
             )
             .expect("create");

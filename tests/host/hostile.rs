@@ -365,7 +365,7 @@ type OutputCommand<'a> = dyn Fn(&Path) -> Command + 'a;
 
 /// A minimal captured tree for `doctor --root` whose kernel command line
 /// carries `extra`.
-fn doctor_root(parent: &Path, extra: &str) -> PathBuf {
+pub(crate) fn doctor_root(parent: &Path, extra: &str) -> PathBuf {
     let root = parent.join("root");
     for (p, c) in [
         (

@@ -23,11 +23,11 @@ use crate::{
 };
 
 /// The bound every reader must stay under (issue 19).
-const RSS_BOUND_KIB: u64 = 256 << 10;
+pub(crate) const RSS_BOUND_KIB: u64 = 256 << 10;
 
 /// Runs `cmd` for at most `limit`, sampling its peak RSS (VmHWM); kills it
 /// then. Returns the peak in KiB and whether it was still running.
-fn peak_rss(mut child: Child, limit: Duration) -> (u64, bool) {
+pub(crate) fn peak_rss(mut child: Child, limit: Duration) -> (u64, bool) {
     let status = format!("/proc/{}/status", child.id());
     let start = Instant::now();
     let mut peak = 0;
@@ -155,7 +155,7 @@ fn report_on_a_fifo_with_a_300_mib_damaged_tail_stays_bounded() {
 }
 
 /// One GET with 3 s timeouts; (status, body), None on any failure.
-fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+pub(crate) fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let t = Duration::from_secs(3);
     let mut s = TcpStream::connect_timeout(&addr, t).ok()?;
     s.set_read_timeout(Some(t)).ok()?;

@@ -1,10 +1,13 @@
 //! Hostile input, round 2 (issue 30): the command line and what reaches the
 //! terminal. Usage errors for settings that would be ignored, binary input
-//! to `explain`, control bytes in file names.
+//! to `explain`, control bytes in file names, a descriptor limit too low.
 
-use std::fs;
+use std::{fs, os::unix::process::CommandExt as _};
 
-use crate::hostile::{bin, has_raw_controls, run, shared_dir, stderr};
+use crate::{
+    hostile::{bin, has_raw_controls, run, shared_dir, stderr},
+    require_root,
+};
 
 /// Issue 30: the flight recorder's settings without --ring were ignored in
 /// silence; clap now refuses them (usage error, exit 2), defaults aside.
@@ -62,4 +65,38 @@ fn file_names_with_control_bytes_are_escaped_on_stderr() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!has_raw_controls(&out.stderr), "{:?}", stderr(&out));
     assert!(stderr(&out).contains("\\x1b[2J"), "{}", stderr(&out));
+}
+
+/// Issue 30: with `ulimit -n 12` the error blamed the kernel ("failed to
+/// create map ... with code -1"), at 30 a map "of an unexpected type".
+#[test]
+fn too_few_file_descriptors_is_said_as_such() {
+    require_root();
+    for limit in [12u64, 20, 30, 48] {
+        let mut cmd = bin();
+        cmd.arg("probes");
+        // SAFETY: setrlimit is async-signal-safe and touches only the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let out = run(&mut cmd);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "ulimit -n {limit}: {err}");
+        assert!(
+            err.contains("too many open files (EMFILE)")
+                && err.contains(&format!("may open {limit} here"))
+                && !err.contains("error: loading the eBPF object failed: the kernel refused"),
+            "ulimit -n {limit}: {err}"
+        );
+    }
 }

@@ -17,8 +17,9 @@ pub struct DoctorArgs {
     /// Also print evidence and advice for `ok` findings.
     #[arg(long, short)]
     pub verbose: bool,
-    /// Write a snapshot of everything the doctor reads to OUT.tar.gz (mode 0600)
-    /// for a bug report, instead of checking.
+    /// Write a snapshot of everything the doctor reads to OUT.tar.gz (mode 0600;
+    /// `-`: standard output, never a terminal) for a bug report, instead of
+    /// checking.
     #[arg(long, value_name = "OUT.tar.gz")]
     pub capture: Option<PathBuf>,
     /// An earlier capture (OUT.tar.gz, its unpacked directory, or its
@@ -36,6 +37,6 @@ pub fn exec(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         verbose: args.verbose,
         capture: args.capture.clone(),
         baseline: args.baseline.clone(),
-        out: args.out.into(),
+        out: crate::outfile::Options::from(args.out).binary(),
     })
 }

@@ -35,7 +35,7 @@ pub struct ExportArgs {
     pub file: PathBuf,
     #[arg(long, value_enum)]
     pub format: FormatArg,
-    /// Output file (default: stdout).
+    /// Output file (default, or `-`: standard output). Never the input.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Replace physical (and coherent-buffer kernel virtual) addresses with
@@ -53,6 +53,6 @@ pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         format: args.format.into(),
         output: args.output.clone(),
         redact: args.redact,
-        out: args.out.into(),
+        out: crate::outfile::Options::from(args.out).reading(&args.file),
     })
 }

@@ -152,7 +152,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     start_logging(cli.command.verbose());
-    match cli.command {
+    let result = match cli.command {
         Command::Probes(a) => probes::exec(&a),
         Command::Live(a) => live::exec(&a),
         Command::Doctor(a) => doctor::exec(&a),
@@ -162,7 +162,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report(a) => report::exec(&a),
         Command::Export(a) => export::exec(&a),
         Command::Selftest(a) => selftest::exec(&a),
-    }
+    };
+    // Out of file descriptors, wherever it struck, is said first (it read
+    // as the kernel refusing a map, or a map of the wrong type).
+    result.map_err(|e| match crate::ebpf::explain::out_of_descriptors(&e) {
+        Some(why) if !format!("{e:#}").contains("ulimit -n") => e.context(why),
+        _ => e,
+    })
 }
 
 impl Command {

@@ -16,8 +16,10 @@ use crate::{
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
-    /// Trace file to write (created with mode 0600); with --ring, the
-    /// directory snapshots go to (created 0700 if missing).
+    /// Trace file to write (created with mode 0600; `-`: standard output,
+    /// never a terminal); with --ring, the directory snapshots go to
+    /// (created 0700 if missing; it must be this user's and writable by no
+    /// one else).
     #[arg(short = 'o', long = "output", value_name = "FILE|DIR")]
     pub output: PathBuf,
     /// Stop after this long (default: until Ctrl-C, SIGTERM, SIGHUP or
@@ -43,6 +45,9 @@ pub struct RecordArgs {
 }
 
 pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
+    // Before anything is created: a SIGTERM in the first second left a
+    // 0-byte trace or a temporary file behind (issue 30).
+    crate::session::stop_signals::install()?;
     let run = RunOptions {
         deadline: args.duration,
         command: args.command.clone(),
@@ -51,19 +56,36 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let flight = args
         .flight
         .options(args.output.clone(), !args.command.is_empty(), None);
+    let to_stdout = crate::outfile::is_stdout(&args.output);
+    if to_stdout && flight.is_some() {
+        anyhow::bail!("with --ring, -o names the directory snapshots go to: - cannot hold them");
+    }
+    if to_stdout && args.json {
+        anyhow::bail!("-o - and --json both want standard output: give -o a file name");
+    }
     if let Some(opts) = flight {
         crate::flight::snapshot::prepare_dir(&opts.dir)?;
         let session = Session::start(&args.trace.session_options())?;
+        if let Some(code) = stopped_before_start(None) {
+            return Ok(code);
+        }
         let recorder = Recorder::new(&session, opts, &args.command)?;
         return session.run(FlightSink::new(recorder, args.json), run);
     }
-    let output = create_output(&args.output, args.out.into())?;
+    let output = create_output(
+        &args.output,
+        crate::outfile::Options::from(args.out).binary(),
+    )?;
     // A failed start drops `output`: the old file (with --force), a device
     // node or a link's target stay untouched; only our new file goes. The
     // output is committed once the traced command has started and the
     // header is on disk (`record --force -o old.gdt -- /nonexistent`
     // replaced old.gdt with a header-only trace before).
     let session = Session::start(&args.trace.session_options())?;
+    let output = match crate::session::stop_signals::pending() {
+        Some(_) => return Ok(stopped_before_start(Some(output)).unwrap_or(ExitCode::FAILURE)),
+        None => output,
+    };
     let opts = RecordOptions {
         output: args.output.clone(),
         json: args.json,
@@ -71,4 +93,20 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let sink = RecordSink::create_pending(&session, opts, output)?;
     session.run(sink, run)
+}
+
+/// A stop signal that came while the session was starting: nothing was
+/// recorded and nothing is left; the exit status says which signal.
+fn stopped_before_start(output: Option<crate::outfile::Output>) -> Option<ExitCode> {
+    let (name, sig) = crate::session::stop_signals::pending()?;
+    let kept = match &output {
+        Some(o) if o.replaces_existing() => "; the old file is as it was",
+        _ => "",
+    };
+    // Dropped uncommitted: our new file (or --force's temporary) goes.
+    drop(output);
+    crate::output::note(&format!(
+        "{name} before the recording started: nothing recorded{kept}"
+    ));
+    Some(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
 }

@@ -28,7 +28,8 @@ pub struct ReportArgs {
     /// End of the window, as time since the recording started (e.g. 5s).
     #[arg(long, value_parser = parse_offset, value_name = "T")]
     pub to: Option<Duration>,
-    /// Also write a self-contained HTML page with plots (no network needed).
+    /// Also write a self-contained HTML page with plots (no network needed);
+    /// `-`: the page on standard output instead of the text report.
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
     #[command(flatten)]
@@ -36,6 +37,10 @@ pub struct ReportArgs {
 }
 
 pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
+    let page_to_stdout = args.html.as_deref().is_some_and(crate::outfile::is_stdout);
+    if page_to_stdout && args.json {
+        anyhow::bail!("--html - and --json both want standard output: give --html a file name");
+    }
     // Opened once: the file may be a FIFO.
     let reader = crate::tracefile::open(&args.file)?;
     let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus)?;
@@ -75,10 +80,20 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let devices = r.analysis.agg.snapshot(window_s, &devices);
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices);
-        let mut f = crate::outfile::create(out, args.out.into())?;
-        std::io::Write::write_all(f.file(), page.as_bytes())
-            .with_context(|| format!("writing {}", out.display()))?;
+        // Never the recording being read (`--html f.gdt --force` replaced it).
+        let opts = crate::outfile::Options::from(args.out).reading(&args.file);
+        let mut f = crate::outfile::create(out, opts)?;
+        let written = std::io::Write::write_all(f.file(), page.as_bytes());
+        match written {
+            Err(e) if page_to_stdout && e.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Ok(ExitCode::SUCCESS)
+            }
+            other => other.with_context(|| format!("writing {}", crate::outfile::display(out)))?,
+        }
         f.commit()?;
+        if page_to_stdout {
+            return Ok(ExitCode::SUCCESS);
+        }
         output::note(&format!("wrote {}", out.display()));
     }
     let result = if args.json {

@@ -28,11 +28,13 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub trace: TraceArgs,
     /// Run the flight recorder too: keep the last minutes in memory (--ring)
-    /// and write a snapshot into DIR (created 0700) when a trigger fires.
+    /// and write a snapshot into DIR (created 0700; it must be this user's,
+    /// writable by no one else, not a symlink) when a trigger fires.
     #[arg(long, value_name = "DIR", requires = "ring")]
     pub snapshot_dir: Option<PathBuf>,
-    /// The snapshots in --snapshot-dir may take this much disk (e.g. 10GiB);
-    /// the oldest are deleted first.
+    /// The snapshots in --snapshot-dir may take this much disk (e.g. 10GiB,
+    /// blocks used); the oldest are deleted first. Only snapshots this tool
+    /// wrote there (DIR/.gdt-snapshots) are counted or deleted.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "snapshot_dir")]
     pub snapshot_max_bytes: Option<u64>,
     #[command(flatten)]
@@ -63,6 +65,11 @@ pub fn exec(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.flight
             .options(dir.clone(), false, args.snapshot_max_bytes)
     });
+    // A directory that cannot be used (another user's, writable by
+    // others, a link) is said before the programs are loaded.
+    if let Some(f) = &flight {
+        crate::flight::snapshot::prepare_dir(&f.dir)?;
+    }
     let session_opts = args.trace.session_options();
     serve::run(args.listen, || Session::start(&session_opts), &opts, flight)
 }

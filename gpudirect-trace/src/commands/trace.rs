@@ -25,6 +25,7 @@ impl From<OutputFlags> for outfile::Options {
         Self {
             force: f.force,
             allow_special: f.output_special,
+            ..Self::default()
         }
     }
 }

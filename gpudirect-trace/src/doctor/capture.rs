@@ -2,7 +2,7 @@
 //! the layout `--root` understands (see [`super::tree`]), to attach to a bug
 //! report. Files are stored with mode 0600 and the archive itself is 0600.
 
-use std::{fs, io::Write, path::Path, process::Command};
+use std::{io::Write, path::Path, process::Command};
 
 use anyhow::Context as _;
 
@@ -148,7 +148,7 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
         let data = if tree.is_live() {
             run_tool(cmd, args).map(String::into_bytes)
         } else {
-            fs::read(tree.root().join(name)).ok()
+            tree.read_capture_bytes(name).ok()
         };
         if let Some(d) = data {
             files.push((name.to_string(), d));
@@ -158,18 +158,65 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     // the same NVML findings as the live run.
     let nvml = super::gpu_facts::gather(tree).to_json();
     files.push((crate::gpu::facts::NVML_FILE.into(), nvml.into_bytes()));
+    // Links out of a captured root, FIFOs, files over the limits: skipped
+    // and said (copying them would carry what is outside into the archive).
+    let (refused, more) = tree.refused();
+    for line in refused {
+        if !errors.contains(&line) {
+            errors.push_str(&line);
+            errors.push('\n');
+        }
+    }
+    if more > 0 {
+        errors.push_str(&format!("... and {more} more paths not read\n"));
+    }
     if !errors.is_empty() {
         files.push(("capture-errors.txt".into(), errors.into_bytes()));
     }
     Ok(files)
 }
 
+/// Refuses an output that would replace a file of the capture being read
+/// (`--root R --capture R/dmesg.txt --force`): an existing `out` in `root`
+/// or below it, by device and inode (links and `..` as the kernel sees them).
+pub fn refuse_inside(root: &Path, out: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    if crate::outfile::is_stdout(out) || std::fs::symlink_metadata(out).is_err() {
+        return Ok(());
+    }
+    let Ok(r) = std::fs::metadata(root) else {
+        return Ok(());
+    };
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(mut dir) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    loop {
+        if std::fs::metadata(&dir).is_ok_and(|m| (m.dev(), m.ino()) == (r.dev(), r.ino())) {
+            anyhow::bail!(
+                "{} is a file of the capture being read ({}): refusing to write over it (give \
+                 an output outside it)",
+                out.display(),
+                root.display()
+            );
+        }
+        if !dir.pop() {
+            return Ok(());
+        }
+    }
+}
+
 /// Write the snapshot of `tree` to `out` (gzip-compressed tar, mode 0600,
 /// created by crate::outfile: an existing file is replaced only with
 /// `--force` and only once the archive is complete).
 pub fn write(tree: &Tree, out: &Path, opts: crate::outfile::Options) -> anyhow::Result<usize> {
-    let files = collect(tree)?;
+    // The output first: a refused one (a terminal, an existing name) is
+    // said before the host is read; a failed read drops it, unwritten.
     let mut file = crate::outfile::create(out, opts)?;
+    let files = collect(tree)?;
     let gz = flate2::write::GzEncoder::new(&mut file, flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
     let mtime = std::time::SystemTime::now()

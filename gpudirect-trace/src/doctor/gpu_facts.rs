@@ -7,9 +7,7 @@
 //! recorded (`nvml.json`), so `--root` gives the same findings as the live run
 //! did. `--baseline` compares the counters against an earlier capture.
 
-use std::{fs, io::Read as _, path::Path, time::Duration};
-
-use anyhow::Context as _;
+use std::time::Duration;
 
 use super::{
     findings::{Findings, Severity},
@@ -47,46 +45,22 @@ pub fn gather(tree: &Tree) -> NvmlRecord {
     if tree.is_live() {
         return facts::record(&mut NvmlSource::open(), 2, SAMPLE_GAP);
     }
-    let path = tree.root().join(NVML_FILE);
-    let why = match NvmlRecord::read(&path) {
-        Ok(r) => return r,
-        Err(_) if !path.exists() => format!(
+    let why = match tree.read_capture_file(NVML_FILE) {
+        Ok(text) => match NvmlRecord::from_json(&text) {
+            Ok(r) => return r,
+            Err(e) => format!("{}: {e:#}", tree.host(NVML_FILE).display()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!(
             "this capture has no {NVML_FILE} (taken where NVML was missing, or by an older \
              gpudirect-trace)"
         ),
-        Err(e) => format!("{}: {e:#}", path.display()),
+        Err(e) => format!("{}: {e}", tree.host(NVML_FILE).display()),
     };
     NvmlRecord {
         format: facts::FORMAT,
         status: NvmlStatus::Unavailable { why },
         samples: Vec::new(),
     }
-}
-
-/// `--baseline`: the NVML answers of an earlier capture: an unpacked capture
-/// directory, its `nvml.json`, or the `.tar.gz` itself.
-pub fn read_baseline(path: &Path) -> anyhow::Result<NvmlRecord> {
-    if path.is_dir() {
-        return NvmlRecord::read(&path.join(NVML_FILE));
-    }
-    let name = path.to_string_lossy();
-    if !(name.ends_with(".tar.gz") || name.ends_with(".tgz")) {
-        return NvmlRecord::read(path);
-    }
-    let file = fs::File::open(path).with_context(|| format!("opening {name}"))?;
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(file));
-    for e in ar.entries().with_context(|| format!("reading {name}"))? {
-        let mut e = e.with_context(|| format!("reading {name}"))?;
-        if e.path().ok().is_some_and(|p| p == Path::new(NVML_FILE)) {
-            let mut text = String::new();
-            e.read_to_string(&mut text)
-                .with_context(|| format!("{name}: {NVML_FILE}"))?;
-            return NvmlRecord::from_json(&text).with_context(|| format!("{name}: {NVML_FILE}"));
-        }
-    }
-    anyhow::bail!(
-        "{name} has no {NVML_FILE} (a capture taken without NVML, or by an older version)"
-    )
 }
 
 fn mib(b: u64) -> String {

@@ -60,7 +60,7 @@ pub fn scan(text: &str) -> LogScan {
 }
 
 pub fn check(tree: &Tree, iommu: Option<bool>, f: &mut Findings) {
-    let (text, src) = match std::fs::read_to_string(tree.root().join("dmesg.txt")) {
+    let (text, src) = match tree.read_capture_file("dmesg.txt") {
         Ok(t) => (Some(t), "dmesg.txt"),
         Err(_) if tree.is_live() => (run_tool("dmesg", &[]), "dmesg"),
         Err(_) => (None, "dmesg.txt"),

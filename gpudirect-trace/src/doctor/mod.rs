@@ -10,6 +10,7 @@
 //! present) produce [`findings`]; [`report`] renders them; [`capture`] writes a
 //! snapshot for bug reports.
 
+pub mod baseline;
 pub mod capture;
 pub mod checks;
 pub mod devices;
@@ -105,6 +106,7 @@ pub fn diagnose_with(
             "",
         );
     }
+    refused(tree, &mut f);
     f.list.sort_by_key(|f| std::cmp::Reverse(f.severity));
     Ok(Report {
         root: tree.root().display().to_string(),
@@ -115,24 +117,64 @@ pub fn diagnose_with(
     })
 }
 
+/// The paths the tree would not read, as one finding: a captured tree is
+/// untrusted input, and a link out of it or a FIFO in it is skipped, never
+/// silently.
+fn refused(tree: &Tree, f: &mut Findings) {
+    let (mut evidence, more) = tree.refused();
+    if evidence.is_empty() {
+        return;
+    }
+    let n = evidence.len() as u64 + more;
+    if more > 0 {
+        evidence.push(format!("... and {more} more"));
+    }
+    f.add(
+        "tree.refused",
+        Severity::Warn,
+        "host",
+        format!(
+            "{n} path(s) not read: links leading out of {}, special files or files over the \
+             read limits (the checks that needed them say unknown)",
+            if tree.is_live() {
+                "the host tree"
+            } else {
+                "the capture"
+            }
+        ),
+        evidence,
+        "a capture written by `gpudirect-trace doctor --capture` holds only regular files: \
+         this one was changed after it was taken; nothing outside it was read",
+    );
+}
+
 pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
     let tree = match &args.root {
         Some(r) => Tree::captured(r)?,
         None => Tree::live(),
     };
     if let Some(out) = &args.capture {
+        if let Some(root) = &args.root {
+            capture::refuse_inside(root, out)?;
+        }
         let n = capture::write(&tree, out, args.out)?;
         crate::output::eprintln(&format!(
             "gpudirect-trace doctor: wrote {n} files to {}",
-            out.display()
+            crate::outfile::display(out)
         ));
+        let (refused, more) = tree.refused();
+        if let Some(first) = refused.first() {
+            crate::output::warn(&format!(
+                "{} path(s) were not read (capture-errors.txt in the archive lists them), first: \
+                 {first}",
+                refused.len() as u64 + more
+            ));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     // Read before gathering NVML, so a bad path fails at once.
     let baseline = match &args.baseline {
-        Some(p) => Some(
-            gpu_facts::read_baseline(p).with_context(|| format!("--baseline {}", p.display()))?,
-        ),
+        Some(p) => Some(baseline::read(p).with_context(|| format!("--baseline {}", p.display()))?),
         None => None,
     };
     let report = diagnose_with(&tree, &gpu_facts::gather(&tree), baseline.as_ref())?;

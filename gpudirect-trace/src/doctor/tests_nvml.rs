@@ -8,7 +8,6 @@ use std::{fs, path::Path};
 use super::{
     capture, diagnose, diagnose_with,
     findings::{Finding, Severity},
-    gpu_facts::read_baseline,
     report::Report,
     testutil::Synth,
     tree::Tree,
@@ -381,7 +380,12 @@ fn recorded_nvml_capture_keeps_the_answers_and_root_gives_the_same_findings() {
 
     // The same capture as a --baseline, in each of its three forms.
     for b in [out.clone(), root.clone(), root.join(NVML_FILE)] {
-        assert_eq!(read_baseline(&b).expect("baseline"), rec, "{}", b.display());
+        assert_eq!(
+            super::baseline::read(&b).expect("baseline"),
+            rec,
+            "{}",
+            b.display()
+        );
     }
     let without = tmp.path().join("old.tar.gz");
     {
@@ -397,6 +401,6 @@ fn recorded_nvml_capture_keeps_the_answers_and_root_gives_the_same_findings() {
             .expect("append");
         t.into_inner().expect("tar").finish().expect("gz");
     }
-    let e = read_baseline(&without).expect_err("no nvml.json");
+    let e = super::baseline::read(&without).expect_err("no nvml.json");
     assert!(e.to_string().contains("has no nvml.json"), "{e}");
 }

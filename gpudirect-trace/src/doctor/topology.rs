@@ -138,7 +138,7 @@ fn strip_ansi(s: &str) -> String {
 /// nvidia-smi's GPU order: the `GPU 00000000:BB:DD.F` headings of a saved
 /// `nvidia-smi -q`, else PCI order.
 fn nvidia_smi_order(tree: &Tree, gpus: &[&Device]) -> Vec<String> {
-    if let Ok(q) = std::fs::read_to_string(tree.root().join("nvidia-smi-q.txt")) {
+    if let Ok(q) = tree.read_capture_file("nvidia-smi-q.txt") {
         let order: Vec<String> = q
             .lines()
             .filter_map(|l| l.strip_prefix("GPU "))
@@ -182,7 +182,7 @@ pub fn build(tree: &Tree, devs: &[Device], f: &mut Findings) -> Topology {
         .collect();
 
     // NVLink from a saved topo -m (capture) or a live nvidia-smi.
-    let (text, source) = match std::fs::read_to_string(tree.root().join("nvidia-smi-topo-m.txt")) {
+    let (text, source) = match tree.read_capture_file("nvidia-smi-topo-m.txt") {
         Ok(t) => (Some(t), "nvidia-smi-topo-m.txt"),
         Err(_) if tree.is_live() => (
             super::capture::run_tool("nvidia-smi", &["topo", "-m"]),

@@ -266,6 +266,9 @@ pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, env: &Env) -> Stri
     }
     let e = &f.text;
     match (f.errno, stage, target) {
+        (Some(errno @ (libc::EMFILE | libc::ENFILE)), _, _) => {
+            format!("{} ({e})", out_of_descriptors_why(errno))
+        }
         (Some(libc::EPERM | libc::EACCES), _, Target::Object) => format!(
             "the kernel refused the object ({e}): as root this is a security policy: {}",
             policy.eperm_cause()
@@ -314,6 +317,49 @@ pub fn explain(f: &Failure, stage: Stage, target: Target<'_>, env: &Env) -> Stri
         (Some(_), Stage::Attach, _) => format!("attach failed: {e}"),
         (None, _, _) => e.clone(),
     }
+}
+
+/// What running out of file descriptors means here, and what to do.
+/// `ulimit -n 12` made the object load fail with "failed to create map
+/// ... with code -1", which blamed the kernel (issue 30).
+fn out_of_descriptors_why(errno: i32) -> String {
+    if errno == libc::ENFILE {
+        return "too many open files in the system (ENFILE): the kernel's file table is full \
+                (fs.file-max); close other programs' files or raise fs.file-max"
+            .to_owned();
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        format!("{} here", lim.rlim_cur)
+    } else {
+        "unknown".to_owned()
+    };
+    format!(
+        "too many open files (EMFILE): the tracer holds a descriptor for each map, program and \
+         probe (~100 to start, more as probes attach) and this process may open {limit} \
+         (ulimit -n); raise it: ulimit -n 4096, or LimitNOFILE= in a systemd unit"
+    )
+}
+
+/// The explanation of an error anywhere in `err`'s chain that is the
+/// process (or the system) out of file descriptors: such an error can
+/// surface in any step (a map's sysctl read, a perf event, a file), with
+/// the step's own words first.
+pub fn out_of_descriptors(err: &anyhow::Error) -> Option<String> {
+    err.chain().find_map(|c| {
+        let errno = match c.downcast_ref::<io::Error>() {
+            Some(io) => io.raw_os_error(),
+            None => c
+                .downcast_ref::<aya::sys::SyscallError>()
+                .and_then(|s| s.io_error.raw_os_error()),
+        };
+        matches!(errno, Some(libc::EMFILE | libc::ENFILE))
+            .then(|| out_of_descriptors_why(errno.unwrap_or(libc::EMFILE)))
+    })
 }
 
 /// Why fentry cannot be tried at all where the kernel has no BTF.
@@ -505,6 +551,36 @@ mod tests {
         let f = Failure::from_io(&io::Error::from_raw_os_error(libc::ENOSPC), "0: r0 = 0\n");
         let s = explain(&f, Stage::Load, Target::Object, &env(Policy::default()));
         assert!(s.contains("outgrew its buffer"), "{s}");
+    }
+
+    #[test]
+    fn out_of_file_descriptors_says_so_not_the_kernel() {
+        // aya's map creation error, as `ulimit -n 12` gives it.
+        let e = aya::maps::MapError::CreateError {
+            name: "MAPPINGS".into(),
+            code: -1,
+            io_error: io::Error::from_raw_os_error(libc::EMFILE),
+        };
+        let f = Failure::from_error(&e);
+        assert_eq!(f.errno, Some(libc::EMFILE));
+        let s = explain(&f, Stage::Load, Target::Object, &env(Policy::default()));
+        assert!(
+            s.starts_with("too many open files (EMFILE)") && s.contains("ulimit -n"),
+            "{s}"
+        );
+        assert!(!s.contains("the kernel refused"), "{s}");
+        let s = explain(
+            &io(libc::ENFILE),
+            Stage::Attach,
+            Target::Kprobe { name: "f" },
+            &env(Policy::default()),
+        );
+        assert!(s.contains("fs.file-max"), "{s}");
+        // Anywhere in a chain, under other words.
+        let e = anyhow::Error::new(io::Error::from_raw_os_error(libc::EMFILE))
+            .context("map STACKS has an unexpected type");
+        assert!(out_of_descriptors(&e).is_some_and(|s| s.contains("ulimit -n")));
+        assert!(out_of_descriptors(&anyhow::anyhow!("other")).is_none());
     }
 
     #[test]

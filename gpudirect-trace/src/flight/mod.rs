@@ -16,6 +16,7 @@
 #[cfg(test)]
 mod bench;
 mod ring;
+mod snapdir;
 pub mod snapshot;
 pub mod trigger;
 
@@ -401,15 +402,22 @@ impl Recorder {
                         .map_or(0, |d| d.as_nanos() as u64),
                 );
                 if let Some(budget) = self.opts.dir_budget {
-                    let gone = snapshot::enforce_budget(&self.opts.dir, budget, &path);
-                    for g in &gone {
-                        output::note(&format!(
-                            "flight recorder: deleted {} (snapshots over {} in all)",
-                            g.display(),
-                            output::bytes(budget)
-                        ));
+                    match snapshot::enforce_budget(&self.opts.dir, budget, &path) {
+                        Ok(gone) => {
+                            for g in &gone {
+                                output::note(&format!(
+                                    "flight recorder: deleted {} (snapshots over {} in all)",
+                                    g.display(),
+                                    output::bytes(budget)
+                                ));
+                            }
+                            self.stats.deleted += gone.len() as u64;
+                        }
+                        Err(e) => output::warn(&format!(
+                            "flight recorder: the snapshots' disk budget was not applied \
+                             (nothing deleted): {e}"
+                        )),
                     }
-                    self.stats.deleted += gone.len() as u64;
                 }
                 self.stats.last_path = Some(path);
             }

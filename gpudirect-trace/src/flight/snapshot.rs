@@ -5,7 +5,7 @@
 use std::{
     fs::{self, File, OpenOptions},
     io::{self, BufWriter, Write},
-    os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _},
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     time::{Duration, UNIX_EPOCH},
 };
@@ -41,70 +41,15 @@ fn safe(s: &str) -> String {
     }
 }
 
-fn is_snapshot(name: &str) -> bool {
-    name.starts_with("gdt-") && name.ends_with(".gdt")
-}
-
-/// Creates the snapshot directory (0700) if it is missing and checks that
-/// files can be created in it; one clear error otherwise.
-pub fn prepare_dir(dir: &Path) -> anyhow::Result<()> {
-    match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => anyhow::bail!(
-            "{} is not a directory: with --ring, -o names the directory snapshots go to",
-            dir.display()
-        ),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot create the snapshot directory {}: {e}",
-                    dir.display()
-                )
-            })?,
-        Err(e) => anyhow::bail!("cannot use the snapshot directory {}: {e}", dir.display()),
-    }
-    let probe = dir.join(format!(".gdt-probe-{}", std::process::id()));
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&probe)
-        .map_err(|e| anyhow::anyhow!("cannot write snapshots to {}: {e}", dir.display()))?;
-    let _ = fs::remove_file(&probe);
-    clean_stale(dir);
-    Ok(())
-}
-
-/// Temporary files of recorders that died mid-snapshot (their pid is gone).
-fn clean_stale(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some((_, pid)) = name.rsplit_once(".tmp-") else {
-            continue;
-        };
-        if !name.starts_with(".gdt-") {
-            continue;
-        }
-        let alive = pid
-            .parse::<u32>()
-            .is_ok_and(|p| Path::new(&format!("/proc/{p}")).exists());
-        if !alive {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-}
+pub use super::snapdir::prepare_dir;
 
 pub struct SnapshotFile {
     dir: PathBuf,
     name: String,
     tmp: PathBuf,
     out: Option<BufWriter<File>>,
+    /// Renamed to its final name: nothing to remove on drop.
+    renamed: bool,
     pub bytes: u64,
     /// How long making it durable took (the disk's share of a snapshot).
     pub sync_seconds: f64,
@@ -124,6 +69,7 @@ impl SnapshotFile {
             name,
             tmp,
             out: Some(BufWriter::with_capacity(1 << 20, f)),
+            renamed: false,
             bytes: 0,
             sync_seconds: 0.0,
         })
@@ -138,8 +84,11 @@ impl SnapshotFile {
         Ok(())
     }
 
-    /// Makes the file durable and gives it its final name (another name if
-    /// that one appeared meanwhile: two snapshots in one second).
+    /// Makes the file durable, gives it its final name (another name if
+    /// that one is taken: two snapshots in one second) and enters it in
+    /// the directory's index of our snapshots. On any failure the
+    /// temporary file is removed (it was left before, even at a clean
+    /// exit).
     pub fn commit(mut self) -> io::Result<(PathBuf, f64)> {
         let out = self
             .out
@@ -151,17 +100,48 @@ impl SnapshotFile {
         f.sync_data()?;
         self.sync_seconds = t.elapsed().as_secs_f64();
         let stem = self.name.trim_end_matches(".gdt").to_owned();
-        let mut fin = self.dir.join(&self.name);
+        let mut name = self.name.clone();
         let mut n = 2;
-        while fin.exists() {
-            fin = self.dir.join(format!("{stem}-{n}.gdt"));
-            n += 1;
+        loop {
+            match rename_new(&self.tmp, &self.dir.join(&name)) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => {
+                    name = format!("{stem}-{n}.gdt");
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        fs::rename(&self.tmp, &fin)?;
+        self.renamed = true;
         if let Ok(d) = File::open(&self.dir) {
             let _ = d.sync_all();
         }
-        Ok((fin, self.sync_seconds))
+        // After the rename, which sets the change time the index keeps.
+        let id = super::snapdir::FileId::of(&f.metadata()?);
+        if let Err(e) = super::snapdir::remember(&self.dir, &name, id) {
+            crate::output::warn(&format!(
+                "flight recorder: {name} is written but not entered in {}: the disk budget will \
+                 not count or delete it ({e})",
+                self.dir.join(super::snapdir::INDEX).display()
+            ));
+        }
+        Ok((self.dir.join(name), self.sync_seconds))
+    }
+}
+
+/// Renames `from` to `to` unless `to` exists (a link included): atomically
+/// where the file system has RENAME_NOREPLACE.
+fn rename_new(from: &Path, to: &Path) -> io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            if fs::symlink_metadata(to).is_ok() {
+                return Err(io::ErrorKind::AlreadyExists.into());
+            }
+            fs::rename(from, to)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -169,43 +149,17 @@ impl Drop for SnapshotFile {
     /// An unfinished snapshot never stays: not under its final name (it
     /// never had it), not as a temporary file.
     fn drop(&mut self) {
-        if self.out.is_some() {
+        if !self.renamed {
             let _ = fs::remove_file(&self.tmp);
         }
     }
 }
 
-/// Deletes the oldest snapshots in `dir` until they fit in `max_bytes`;
-/// returns the ones deleted. Only files named as snapshots are touched.
-pub fn enforce_budget(dir: &Path, max_bytes: u64, keep: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<(String, PathBuf, u64)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let m = e.metadata().ok()?;
-            (is_snapshot(&name) && m.is_file()).then(|| (name, e.path(), m.len()))
-        })
-        .collect();
-    // The names start with the UTC time: name order is age order.
-    files.sort();
-    let mut total: u64 = files.iter().map(|f| f.2).sum();
-    let mut deleted = Vec::new();
-    for (_, path, len) in files {
-        if total <= max_bytes {
-            break;
-        }
-        if path == keep {
-            continue;
-        }
-        if fs::remove_file(&path).is_ok() {
-            total -= len;
-            deleted.push(path);
-        }
-    }
-    deleted
+/// Deletes the oldest of this tool's snapshots in `dir` until they use at
+/// most `max_bytes` of disk (see [`super::snapdir`]); returns the ones
+/// deleted.
+pub fn enforce_budget(dir: &Path, max_bytes: u64, keep: &Path) -> io::Result<Vec<PathBuf>> {
+    super::snapdir::enforce_budget(dir, max_bytes, keep)
 }
 
 #[cfg(test)]
@@ -248,32 +202,16 @@ mod tests {
         let mut s3 = SnapshotFile::create(dir.path(), "gdt-y.gdt".into()).expect("create");
         s3.write(b"partial").expect("write");
         drop(s3);
-        let left: Vec<_> = fs::read_dir(dir.path())
+        let mut left: Vec<_> = fs::read_dir(dir.path())
             .expect("ls")
             .flatten()
-            .map(|e| e.file_name())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(left.len(), 2, "{left:?}");
+        left.sort();
+        assert_eq!(left, [".gdt-snapshots", "gdt-x-2.gdt", "gdt-x.gdt"]);
         assert!(
             prepare_dir(&dir.path().join("gdt-x.gdt")).is_err(),
             "a file is not a directory"
         );
-    }
-
-    #[test]
-    fn the_budget_deletes_the_oldest_first_and_only_snapshots() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        for (name, len) in [
-            ("gdt-20261201T000001Z-h-a.gdt", 100),
-            ("gdt-20261201T000002Z-h-b.gdt", 100),
-            ("gdt-20261201T000003Z-h-c.gdt", 100),
-            ("notes.txt", 1000),
-        ] {
-            fs::write(dir.path().join(name), vec![0u8; len]).expect("write");
-        }
-        let keep = dir.path().join("gdt-20261201T000003Z-h-c.gdt");
-        let gone = enforce_budget(dir.path(), 150, &keep);
-        assert_eq!(gone.len(), 2);
-        assert!(keep.exists() && dir.path().join("notes.txt").exists());
     }
 }

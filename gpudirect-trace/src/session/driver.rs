@@ -131,10 +131,20 @@ impl Session {
             .enable_all()
             .build()?;
         rt.block_on(async move {
+            // Listening before anything starts; a stop signal that came
+            // before (record catches them from its first moment) ends the
+            // session at once, the command never started.
+            let mut sigint = signal(SignalKind::interrupt())?;
+            let mut sigterm = signal(SignalKind::terminate())?;
+            let mut sighup = signal(SignalKind::hangup())?;
+            let mut sigusr1 = signal(SignalKind::user_defined1())?;
+            let mut early = super::stop_signals::pending().map(|(name, _)| name);
+            // Taken now: a SIGUSR1 from here on reaches the stream above.
+            let early_user_signal = super::stop_signals::take_user_signal();
             self.ring_to_async()?;
             sink.start(&mut self, &jobs_tx)?;
             drop(jobs_tx);
-            let mut child = match opts.command.split_first() {
+            let mut child = match opts.command.split_first().filter(|_| early.is_none()) {
                 Some((cmd, rest)) => Some(
                     tokio::process::Command::new(cmd)
                         .args(rest)
@@ -144,15 +154,14 @@ impl Session {
                 None => None,
             };
             sink.command_started()?;
-            let mut sigint = signal(SignalKind::interrupt())?;
-            let mut sigterm = signal(SignalKind::terminate())?;
-            let mut sighup = signal(SignalKind::hangup())?;
-            let mut sigusr1 = signal(SignalKind::user_defined1())?;
             let mut nvml = tokio::time::interval(super::NVML_EVERY);
             nvml.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let nvml_on = self.gpus.nvml_available();
             // The first reading (taken at start) goes to the sink first.
             self.sample_nvml(&mut |o| sink.observe(o))?;
+            if early_user_signal {
+                sink.user_signal(&mut self)?;
+            }
             // The families' states as the session starts (each link's).
             self.poll_sources(true, &mut |o| sink.observe(o))?;
             let mut poll = tokio::time::interval(crate::families::POLL_EVERY);
@@ -169,6 +178,9 @@ impl Session {
             let mut jobs_open = true;
             let mut command_status = None;
             let reason = loop {
+                if let Some(name) = early.take() {
+                    break StopReason::Signal(name);
+                }
                 let until_deadline = async {
                     match deadline {
                         Some(d) => tokio::time::sleep_until(d).await,

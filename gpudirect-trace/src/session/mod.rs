@@ -6,6 +6,7 @@
 mod checks;
 pub mod driver;
 mod options;
+pub mod stop_signals;
 pub mod uevent;
 
 use std::{sync::Arc, time::Instant};
