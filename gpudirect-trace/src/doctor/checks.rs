@@ -58,22 +58,7 @@ fn check_link(tree: &Tree, d: &Device, f: &mut Findings) {
     let (cwn, mwn) = (cw.parse::<u32>().ok(), mw.parse::<u32>().ok());
     let slow = matches!((csp, msp), (Some(c), Some(m)) if c < m);
     let narrow = matches!((cwn, mwn), (Some(c), Some(m)) if c < m);
-    if slow || narrow {
-        f.add(
-            "pcie.link.downtrained",
-            Severity::Problem,
-            &d.bdf,
-            format!(
-                "{}: link runs at {cs} x{cw}, capable of {ms} x{mw}",
-                d.label()
-            ),
-            evidence,
-            "a downtrained link caps DMA bandwidth (half width = half bandwidth). Reseat the \
-             card/riser, check the slot's BIOS bifurcation/speed setting and AER errors; a GPU \
-             idling in a low-power state may show a lower speed until loaded, so re-check under \
-             load",
-        );
-    } else {
+    if !(slow || narrow) {
         f.add(
             "pcie.link",
             Severity::Ok,
@@ -82,7 +67,123 @@ fn check_link(tree: &Tree, d: &Device, f: &mut Findings) {
             evidence,
             "",
         );
+        return;
     }
+    let mut evidence = evidence;
+    let cause = link_cause(tree, d, (csp, cwn), slow, narrow, &mut evidence);
+    let (id, severity, advice) = match cause {
+        // The port is the limit: the link runs at what the slot allows.
+        LinkCause::Slot(_) => (
+            "pcie.link.slot-limited",
+            Severity::Warn,
+            "the card is in a slot (or behind a port) that cannot run it at its own maximum: \
+             move it to a full-width, full-speed slot, or check the slot's BIOS bifurcation \
+             (x16 split as x8x8) and speed settings",
+        ),
+        LinkCause::PowerState(_) => (
+            "pcie.link.power-managed",
+            Severity::Info,
+            "GPUs lower their link speed when idle (ASPM/dynamic speed): not a fault at full \
+             width; check again under load (`gpudirect-trace live` shows the link while a \
+             workload runs)",
+        ),
+        LinkCause::Trained(_) => (
+            "pcie.link.downtrained",
+            Severity::Problem,
+            "both ends support more than the link trained to: signal integrity (reseat the \
+             card, riser or cable; a retimer), or the slot's speed set lower in the BIOS. A \
+             downtrained link caps DMA bandwidth (half width = half bandwidth); its AER \
+             corrected errors (gpudirect-trace live) say whether the link is marginal",
+        ),
+    };
+    f.add(
+        id,
+        severity,
+        &d.bdf,
+        format!(
+            "{}: link runs at {cs} x{cw}, capable of {ms} x{mw}: {}",
+            d.label(),
+            cause.text()
+        ),
+        evidence,
+        advice,
+    );
+}
+
+/// Why a link runs below the device's maximum, as far as the host shows.
+enum LinkCause {
+    /// The port above caps it (its own maximum is lower).
+    Slot(String),
+    /// A GPU at full width, its speed lowered: its power management.
+    PowerState(String),
+    /// Both ends could do more.
+    Trained(String),
+}
+
+impl LinkCause {
+    fn text(&self) -> &str {
+        match self {
+            LinkCause::Slot(t) | LinkCause::PowerState(t) | LinkCause::Trained(t) => t,
+        }
+    }
+}
+
+/// The cause the port's capabilities, the device's class and the port's
+/// Link Status 2 (retimers) can prove; `evidence` gets what was read.
+fn link_cause(
+    tree: &Tree,
+    d: &Device,
+    (speed, width): (Option<f64>, Option<u32>),
+    slow: bool,
+    narrow: bool,
+    evidence: &mut Vec<String>,
+) -> LinkCause {
+    let port = d.upstream.last();
+    let rd = |p: &str, n: &str| tree.read(&format!("/sys/bus/pci/devices/{p}/{n}")).ok();
+    let port_caps = port.map(|p| {
+        let ms = rd(p, "max_link_speed");
+        let mw = rd(p, "max_link_width");
+        if let Some(v) = &ms {
+            evidence.push(ev(&format!("/sys/bus/pci/devices/{p}/max_link_speed"), v));
+        }
+        if let Some(v) = &mw {
+            evidence.push(ev(&format!("/sys/bus/pci/devices/{p}/max_link_width"), v));
+        }
+        (
+            ms.as_deref().and_then(parse_sysfs_speed),
+            mw.and_then(|w| w.parse::<u32>().ok()),
+        )
+    });
+    if let (Some(p), Some((pms, pmw))) = (port, port_caps) {
+        let speed_capped = slow && matches!((speed, pms), (Some(c), Some(m)) if c >= m);
+        let width_capped = narrow && matches!((width, pmw), (Some(c), Some(m)) if c >= m);
+        if (speed_capped || !slow) && (width_capped || !narrow) {
+            return LinkCause::Slot(format!("its port {p} allows no more (slot or bifurcation)"));
+        }
+    }
+    if slow && !narrow && d.class >> 16 == 0x03 {
+        return LinkCause::PowerState(
+            "speed lowered at full width: a GPU's power management (idle)".into(),
+        );
+    }
+    // A retimer on the link (Link Status 2 of the port, PCIe 4.0+).
+    let retimers = port
+        .and_then(|p| {
+            tree.read_bytes(&format!("/sys/bus/pci/devices/{p}/config"))
+                .ok()
+        })
+        .and_then(|b| {
+            let c = Config::new(&b);
+            let o = c.pcie()?.offset;
+            c.u16(o + 0x32)
+        })
+        .map(|lnksta2| (lnksta2 >> 6) & 3);
+    let retimer = match retimers {
+        Some(1) => " (a retimer is on the link: check it)",
+        Some(2) | Some(3) => " (two retimers are on the link: check them)",
+        _ => "",
+    };
+    LinkCause::Trained(format!("trained below what both ends support{retimer}"))
 }
 
 fn check_config(d: &Device, f: &mut Findings) {

@@ -18,6 +18,7 @@ pub mod kmod;
 pub mod misuse_checks;
 pub mod moddep;
 pub mod monitor;
+pub mod pool;
 pub mod probe_matrix;
 pub mod qemu;
 pub mod scenario;

@@ -55,6 +55,10 @@ pub struct VmTestArgs {
     /// Only scenarios whose file name contains this.
     #[arg(long)]
     pub filter: Option<String>,
+    /// VMs run at a time (default: one per CPU; each TCG guest keeps one
+    /// CPU busy).
+    #[arg(long)]
+    pub jobs: Option<usize>,
     #[command(flatten)]
     pub boot: BootOpts,
 }
@@ -69,6 +73,14 @@ impl VmTestArgs {
         }
         <Wrap as clap::Parser>::parse_from(["vm-test"]).args
     }
+}
+
+/// VMs at a time by default: one per CPU (a TCG guest with one vCPU is one
+/// busy host thread); docs/vm-harness.md has the suite's time both ways.
+fn default_jobs() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -358,7 +370,7 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
     let mut newest = || resolve_series(NEWEST);
     let scenarios = load_all(&host::repo_root().join("tests/vm/scenarios"))?;
     let binaries = build_binaries(&args.boot)?;
-    let mut rows = Vec::new();
+    let mut jobs: Vec<(String, &Scenario, BootOpts, RunSpec)> = Vec::new();
     for k in &kernels {
         for s in &scenarios {
             if args
@@ -386,44 +398,68 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
                 prefix: format!("[{k} {}] ", s.name),
                 label: s.name.clone(),
             };
-            let out = match boot(&spec, &opts, &binaries) {
-                Ok(out) => out,
-                Err(e) if missing(&e).is_some() => {
-                    let why = missing(&e).map(ToString::to_string).unwrap_or_default();
-                    eprintln!("xtask: vm-test {} on {k}: skipped: {why}", s.name);
-                    rows.push(Row {
-                        scenario: s.name.clone(),
-                        kernel: k.clone(),
-                        result: format!("skip ({why})"),
-                        boot: None,
-                        total: None,
-                    });
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let mut result = match (&out.problem, out.success) {
-                (Some(p), _) => format!("FAIL ({p})"),
-                (None, true) => "pass".to_string(),
-                (None, false) => format!("FAIL (exit {})", out.exit.unwrap_or(-1)),
-            };
-            if result == "pass" {
-                if let Some(c) = &s.check {
-                    if let Err(e) = host_check(c, k, &out.lines) {
-                        result = format!("FAIL (host check: {e:#})");
-                    }
-                }
-            }
-            eprintln!("xtask: vm-test {} on {k}: {result}", s.name);
-            rows.push(Row {
-                scenario: s.name.clone(),
-                kernel: k.clone(),
-                result,
-                boot: out.boot_secs,
-                total: out.sentinel_secs,
-            });
+            jobs.push((k.clone(), s, opts, spec));
         }
     }
+    if jobs.is_empty() {
+        bail!("no scenario applies to the selected kernels");
+    }
+    // What runs share, made once before they run side by side: the
+    // packages and each kernel's download (a fetch is not safe to race).
+    host::ensure_packages(host::VM_PACKAGES)?;
+    super::qemu::ensure_disk(&host::vm_cache()?.join("nvme-64M.img"), 64)?;
+    for k in &kernels {
+        if jobs.iter().any(|(jk, ..)| jk == k) {
+            super::kernel::fetch(k)?;
+        }
+    }
+    let workers = args.jobs.unwrap_or_else(default_jobs).max(1);
+    eprintln!("xtask: vm-test: {} runs, {workers} at a time", jobs.len());
+    let rows = super::pool::run(&jobs, workers, |(k, s, opts, spec)| {
+        let out = match boot(spec, opts, &binaries) {
+            Ok(out) => out,
+            Err(e) if missing(&e).is_some() => {
+                let why = missing(&e).map(ToString::to_string).unwrap_or_default();
+                eprintln!("xtask: vm-test {} on {k}: skipped: {why}", s.name);
+                return Row {
+                    scenario: s.name.clone(),
+                    kernel: k.clone(),
+                    result: format!("skip ({why})"),
+                    boot: None,
+                    total: None,
+                };
+            }
+            Err(e) => {
+                return Row {
+                    scenario: s.name.clone(),
+                    kernel: k.clone(),
+                    result: format!("FAIL (harness: {e:#})"),
+                    boot: None,
+                    total: None,
+                }
+            }
+        };
+        let mut result = match (&out.problem, out.success) {
+            (Some(p), _) => format!("FAIL ({p})"),
+            (None, true) => "pass".to_string(),
+            (None, false) => format!("FAIL (exit {})", out.exit.unwrap_or(-1)),
+        };
+        if result == "pass" {
+            if let Some(c) = &s.check {
+                if let Err(e) = host_check(c, k, &out.lines) {
+                    result = format!("FAIL (host check: {e:#})");
+                }
+            }
+        }
+        eprintln!("xtask: vm-test {} on {k}: {result}", s.name);
+        Row {
+            scenario: s.name.clone(),
+            kernel: k.clone(),
+            result,
+            boot: out.boot_secs,
+            total: out.sentinel_secs,
+        }
+    });
     let secs = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.1}s"));
     println!(
         "\n{:<28} {:<6} {:>8} {:>8}  result",
@@ -442,9 +478,6 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
     let passed = rows.iter().filter(|r| r.result == "pass").count();
     let skipped = rows.iter().filter(|r| r.result.starts_with("skip")).count();
     let failed = rows.len() - passed - skipped;
-    if rows.is_empty() {
-        bail!("no scenario applies to the selected kernels");
-    }
     println!("vm-test: {passed} passed, {failed} failed, {skipped} skipped");
     Ok(if failed == 0 {
         ExitCode::SUCCESS
