@@ -27,6 +27,7 @@ mod inval;
 mod misuse;
 mod record;
 mod serve;
+mod serve_rules;
 mod sg_walk;
 
 use std::process::Command;
