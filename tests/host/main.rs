@@ -28,6 +28,7 @@ mod misuse;
 mod record;
 mod serve;
 mod serve_rules;
+mod serve_tls;
 mod sg_walk;
 
 use std::process::Command;
