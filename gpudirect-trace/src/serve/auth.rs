@@ -5,7 +5,11 @@
 //! the exporter burn a CPU per connection. The bounds:
 //! - one verification at a time, on tokio's blocking pool (the server's own
 //!   thread keeps answering scrapes meanwhile): wrong passwords cost at most
-//!   one CPU, however many arrive (measured in auth_tests.rs);
+//!   one CPU, however many arrive;
+//! - one verification queued or running per client address: its other
+//!   requests meanwhile get 429 at once instead of holding a connection
+//!   slot while they wait (a flood from one address once held all 32 of its
+//!   slots for seconds, and the scraper sharing that address got nothing);
 //! - the (user, password) pairs that verified are remembered by their
 //!   SHA-256, so a scraper pays bcrypt once, not at every scrape, and never
 //!   waits behind a queue of wrong passwords;
@@ -14,6 +18,7 @@
 
 use std::{
     collections::{BTreeMap, HashSet},
+    net::IpAddr,
     sync::{Arc, Mutex},
 };
 
@@ -43,6 +48,8 @@ pub struct BasicAuth {
     /// Checked for unknown users (any configured hash: the same cost).
     decoy: String,
     verified: Mutex<HashSet<[u8; 32]>>,
+    /// Client addresses with a verification queued or running.
+    checking: Arc<Mutex<HashSet<IpAddr>>>,
     one_at_a_time: Arc<Semaphore>,
     /// bcrypt's verification (the tests count how many run at once).
     verify: fn(&[u8], &str) -> bool,
@@ -81,24 +88,28 @@ impl BasicAuth {
             users,
             decoy,
             verified: Mutex::new(HashSet::new()),
+            checking: Arc::default(),
             one_at_a_time: Arc::new(Semaphore::new(1)),
             verify: bcrypt_verify,
         })
     }
 
-    /// Whether `header` (the Authorization header, if any) names a user and
-    /// its password.
-    pub async fn allows(&self, header: Option<&Credentials>) -> bool {
+    /// Whether `header` (the Authorization header, if any) from `peer`
+    /// names a user and its password.
+    pub async fn check(&self, header: Option<&Credentials>, peer: IpAddr) -> Verdict {
         let Some((user, password)) = header.and_then(|h| decode(&h.0)) else {
-            return false;
+            return Verdict::Denied;
         };
         if password.len() > MAX_PASSWORD {
-            return false;
+            return Verdict::Denied;
         }
         let key = digest(&user, &password);
         if self.lock().contains(&key) {
-            return true;
+            return Verdict::Allowed;
         }
+        let Some(_turn) = Turn::take(&self.checking, peer) else {
+            return Verdict::Busy;
+        };
         let (hash, known) = match self.users.get(&user) {
             Some(h) => (h.clone(), true),
             None => (self.decoy.clone(), false),
@@ -106,7 +117,7 @@ impl BasicAuth {
         // The permit goes with the verification into the blocking pool: a
         // connection closed while bcrypt runs cannot let a second start.
         let Ok(permit) = self.one_at_a_time.clone().acquire_owned().await else {
-            return false;
+            return Verdict::Denied;
         };
         let verify = self.verify;
         let matched = tokio::task::spawn_blocking(move || {
@@ -115,18 +126,52 @@ impl BasicAuth {
         })
         .await
         .unwrap_or(false);
-        if matched && known {
-            let mut v = self.lock();
-            if v.len() >= MAX_VERIFIED {
-                v.clear();
-            }
-            v.insert(key);
+        if !(matched && known) {
+            return Verdict::Denied;
         }
-        matched && known
+        let mut v = self.lock();
+        if v.len() >= MAX_VERIFIED {
+            v.clear();
+        }
+        v.insert(key);
+        Verdict::Allowed
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
         self.verified.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// No credentials, or wrong ones: 401.
+    Denied,
+    /// Another check from this address is queued or running: 429.
+    Busy,
+}
+
+/// A client address's one verification; the address is free again when
+/// it is dropped (the request answered, or its connection closed).
+struct Turn {
+    checking: Arc<Mutex<HashSet<IpAddr>>>,
+    peer: IpAddr,
+}
+
+impl Turn {
+    fn take(checking: &Arc<Mutex<HashSet<IpAddr>>>, peer: IpAddr) -> Option<Self> {
+        let mut set = checking.lock().unwrap_or_else(|p| p.into_inner());
+        set.insert(peer).then(|| Self {
+            checking: checking.clone(),
+            peer,
+        })
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut set = self.checking.lock().unwrap_or_else(|p| p.into_inner());
+        set.remove(&self.peer);
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::{
     collections::BTreeMap,
+    net::Ipv4Addr,
     sync::atomic::{AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
@@ -17,6 +18,10 @@ fn header(user: &str, password: &str) -> Credentials {
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode(raw)
     ))
+}
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
 /// Cost 4, the least bcrypt allows: these tests are about the logic.
@@ -65,21 +70,28 @@ fn refuses_what_is_no_bcrypt_hash() {
 #[tokio::test]
 async fn right_password_passes_and_everything_else_fails() {
     let a = BasicAuth::new(users()).expect("valid");
-    assert!(a.allows(Some(&header("prometheus", "s3cret"))).await);
-    assert!(
-        a.allows(Some(&header("prometheus", "s3cret"))).await,
+    let check = |user: &str, password: &str| {
+        let h = header(user, password);
+        let a = &a;
+        async move { a.check(Some(&h), ip(1)).await }
+    };
+    assert_eq!(check("prometheus", "s3cret").await, Verdict::Allowed);
+    assert_eq!(
+        check("prometheus", "s3cret").await,
+        Verdict::Allowed,
         "cached"
     );
-    assert!(!a.allows(Some(&header("prometheus", "wrong"))).await);
-    assert!(!a.allows(Some(&header("prometheus", ""))).await);
-    assert!(!a.allows(Some(&header("nobody", "s3cret"))).await);
-    assert!(
-        !a.allows(Some(&header("other", "s3cret"))).await,
+    assert_eq!(check("prometheus", "wrong").await, Verdict::Denied);
+    assert_eq!(check("prometheus", "").await, Verdict::Denied);
+    assert_eq!(check("nobody", "s3cret").await, Verdict::Denied);
+    assert_eq!(
+        check("other", "s3cret").await,
+        Verdict::Denied,
         "another user's password"
     );
-    assert!(!a.allows(None).await);
+    assert_eq!(a.check(None, ip(1)).await, Verdict::Denied);
     let long = "s".repeat(MAX_PASSWORD + 1);
-    assert!(!a.allows(Some(&header("prometheus", &long))).await);
+    assert_eq!(check("prometheus", &long).await, Verdict::Denied);
     assert!(
         !format!("{a:?}").contains("$2"),
         "no hash in Debug output: {a:?}"
@@ -100,41 +112,60 @@ fn slow_counting_verify(password: &[u8], hash: &str) -> bool {
     bcrypt_verify(password, hash)
 }
 
-/// Wrong passwords from many connections at once: one verification runs at
-/// a time (so they cost at most one CPU), a cancelled request cannot let a
-/// second one start beside it, and a cached scraper never waits behind them.
+/// Wrong passwords from many addresses at once: one verification runs at a
+/// time (so they cost at most one CPU), a cancelled request cannot let a
+/// second one start beside it, an address with a check in progress gets
+/// `Busy` at once, and a cached scraper never waits behind any of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wrong_passwords_verify_one_at_a_time_and_cached_scrapes_skip_the_queue() {
     let mut a = BasicAuth::new(users()).expect("valid");
     a.verify = slow_counting_verify;
     let a = Arc::new(a);
-    assert!(a.allows(Some(&header("prometheus", "s3cret"))).await);
+    assert_eq!(
+        a.check(Some(&header("prometheus", "s3cret")), ip(1)).await,
+        Verdict::Allowed
+    );
     let calls_before = CALLS.load(Ordering::SeqCst);
 
     let mut attackers = tokio::task::JoinSet::new();
-    for i in 0..24 {
+    for i in 0..24u8 {
         let a = a.clone();
         attackers.spawn(async move {
-            a.allows(Some(&header("prometheus", &format!("guess{i}"))))
-                .await
+            a.check(
+                Some(&header("prometheus", &format!("guess{i}"))),
+                ip(100 + i),
+            )
+            .await
         });
     }
     // Cancelled while verifying: its verification finishes on its own,
     // still holding the one permit.
     let cancelled = {
         let a = a.clone();
-        tokio::spawn(async move { a.allows(Some(&header("nobody", "x"))).await })
+        tokio::spawn(async move { a.check(Some(&header("nobody", "x")), ip(99)).await })
     };
     tokio::time::sleep(Duration::from_millis(30)).await;
     cancelled.abort();
-
-    // The queue holds ~25 x 20 ms; the cached pair answers at once.
+    // A second guess from an address whose first is queued: refused at once.
     let t = Instant::now();
-    assert!(a.allows(Some(&header("prometheus", "s3cret"))).await);
+    let again = a
+        .check(Some(&header("prometheus", "guess-again")), ip(100))
+        .await;
+    assert_eq!(again, Verdict::Busy);
+    assert!(t.elapsed() < Duration::from_millis(15), "{:?}", t.elapsed());
+
+    // The queue holds ~25 x 20 ms; the cached pair answers at once, from
+    // any address (ip(100) included).
+    let t = Instant::now();
+    assert_eq!(
+        a.check(Some(&header("prometheus", "s3cret")), ip(100))
+            .await,
+        Verdict::Allowed
+    );
     assert!(t.elapsed() < Duration::from_millis(15), "{:?}", t.elapsed());
 
     while let Some(r) = attackers.join_next().await {
-        assert!(!r.expect("task"), "a guess passed");
+        assert_eq!(r.expect("task"), Verdict::Denied, "a guess passed");
     }
     assert_eq!(
         MOST.load(Ordering::SeqCst),
@@ -144,4 +175,13 @@ async fn wrong_passwords_verify_one_at_a_time_and_cached_scrapes_skip_the_queue(
     // Each wrong password cost one verification; the cached ones none.
     let calls = CALLS.load(Ordering::SeqCst) - calls_before;
     assert!((24..=25).contains(&calls), "{calls}");
+    // The addresses are free again once answered.
+    assert_eq!(
+        a.check(Some(&header("prometheus", "x")), ip(100)).await,
+        Verdict::Denied
+    );
+    assert_eq!(
+        a.check(Some(&header("nobody", "x")), ip(99)).await,
+        Verdict::Denied
+    );
 }

@@ -45,7 +45,7 @@ use tokio::{
 
 pub use super::http_message::{wants_openmetrics, Request, Response, MAX_HEAD};
 use super::{
-    auth::BasicAuth,
+    auth::{BasicAuth, Verdict},
     http_message::{head_end, parse_head},
     web_config::WebConfig,
 };
@@ -236,8 +236,11 @@ where
         let fd = stream.as_raw_fd();
         let Some((id, idle)) = lock(&conns).admit(peer.ip(), fd, tls.is_some(), ready) else {
             // Every connection in the way is being answered: refuse this
-            // one at once instead of letting it wait (best effort, no wait).
-            let _ = stream.try_write(BUSY);
+            // one at once instead of letting it wait (best effort, no wait;
+            // over TLS, where no HTTP can come before a handshake, closed).
+            if tls.is_none() {
+                let _ = stream.try_write(BUSY);
+            }
             continue;
         };
         let handler = handler.clone();
@@ -249,6 +252,7 @@ where
                 head_by: Instant::now() + HEAD_TIMEOUT,
                 idle: &idle,
                 auth: auth.as_deref(),
+                peer: peer.ip(),
             };
             let served = async {
                 match tls {
@@ -292,6 +296,7 @@ struct Connection<'a> {
     /// Cleared once the head is in: the connection is then busy.
     idle: &'a AtomicBool,
     auth: Option<&'a BasicAuth>,
+    peer: IpAddr,
 }
 
 impl Connection<'_> {
@@ -320,19 +325,21 @@ impl Connection<'_> {
                     false,
                 ),
                 Ok(req) => {
-                    let allowed = match self.auth {
-                        None => true,
-                        Some(a) => a.allows(req.authorization.as_ref()).await,
+                    let verdict = match self.auth {
+                        None => Verdict::Allowed,
+                        Some(a) => a.check(req.authorization.as_ref(), self.peer).await,
                     };
-                    let head_only = req.method == "HEAD";
-                    if allowed {
-                        (handler(&req), head_only)
-                    } else {
-                        (
-                            Response::text(401, "unauthorized: user and password needed\n"),
-                            head_only,
-                        )
-                    }
+                    let response = match verdict {
+                        Verdict::Allowed => handler(&req),
+                        Verdict::Denied => {
+                            Response::text(401, "unauthorized: user and password needed\n")
+                        }
+                        Verdict::Busy => Response::text(
+                            429,
+                            "another password check from this address is in progress\n",
+                        ),
+                    };
+                    (response, req.method == "HEAD")
                 }
             },
         };

@@ -49,6 +49,7 @@ impl Response {
                 "WWW-Authenticate: Basic realm=\"gpudirect-trace\", charset=\"UTF-8\"\r\n",
             ),
             405 => out.push_str("Allow: GET, HEAD\r\n"),
+            429 => out.push_str("Retry-After: 1\r\n"),
             _ => {}
         }
         out.push_str("\r\n");
@@ -64,6 +65,7 @@ fn reason(status: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -219,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn answers_401_with_a_challenge_and_405_with_allow() {
+    fn answers_401_with_a_challenge_405_with_allow_and_429_with_retry_after() {
         let h = Response::text(401, "no\n").head();
         assert!(h.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{h}");
         assert!(
@@ -230,5 +232,11 @@ mod tests {
             .head()
             .contains("Allow: GET, HEAD\r\n"));
         assert!(h.ends_with("\r\n\r\n"));
+        let busy = Response::text(429, "").head();
+        assert!(
+            busy.starts_with("HTTP/1.1 429 Too Many Requests\r\n")
+                && busy.contains("Retry-After: 1\r\n"),
+            "{busy}"
+        );
     }
 }
