@@ -342,7 +342,8 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     server.stop().expect("the server stops cleanly");
 }
 
-fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
+/// `gpudirect-trace serve ARGS`: (exit status, stderr).
+pub fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
         .arg("serve")
         .args(args)

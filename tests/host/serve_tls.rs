@@ -7,7 +7,6 @@
 use std::{
     net::TcpListener,
     path::Path,
-    process::Command,
     time::{Duration, Instant},
 };
 
@@ -20,7 +19,7 @@ use gpudirect_trace::{
 use crate::{
     inject::{known_kernel_object, load_unattached},
     require_root,
-    serve::Prometheus,
+    serve::{serve_cli, Prometheus},
 };
 
 #[path = "../../gpudirect-trace/src/serve/test_certs.rs"]
@@ -145,18 +144,6 @@ fn prometheus_scrapes_serve_over_tls_with_basic_auth_and_is_refused_without() {
     }
     drop(prom);
     server.stop().expect("the server stops cleanly");
-}
-
-fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
-        .arg("serve")
-        .args(args)
-        .output()
-        .expect("run gpudirect-trace serve");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Before any port is bound or program loaded (so no root needed): one
