@@ -1,19 +1,10 @@
 //! The deployment files in deploy/ parse and say what docs/metrics.md says:
 //! the DaemonSet's capabilities, host mounts and scrape annotations, the
-//! ServiceMonitor's port, the systemd unit's hardening, and a dashboard whose
-//! every query names metrics the exporter really exports. No root needed.
+//! ServiceMonitor's port and the systemd unit's hardening (the dashboard and
+//! the alerting rules: serve_rules.rs). No root needed.
 
-use std::{collections::BTreeSet, path::PathBuf, sync::Arc};
+use std::path::PathBuf;
 
-use gpudirect_trace::{
-    aggregate::UNATTRIBUTED,
-    analysis::Analysis,
-    decode::Record,
-    ebpf::{ProbeStatus, SelfStats, Status},
-    model::TraceClock,
-    serve::metrics::{DeviceLabels, FaultCount, Model},
-};
-use gpudirect_trace_common::{kind, op, Event, XidEvent, XID_MSG_LEN};
 use serde_yaml::Value;
 
 fn deploy(path: &str) -> String {
@@ -150,122 +141,4 @@ fn systemd_unit_is_hardened_and_serves_on_loopback() {
         "{ro}"
     );
     assert!(unit.contains("[Install]") && get("WantedBy") == vec!["multi-user.target"]);
-}
-
-/// A model with every family the exporter can emit.
-fn every_exported_name() -> BTreeSet<String> {
-    // Through the analysis, as a session takes records: the ledger counts
-    // faults and Xids.
-    let mut agg = Analysis::new(TraceClock::default());
-    let dev: Arc<str> = Arc::from("0000:41:00.0");
-    let e = |k: u16, size: u64| {
-        Record::Event(Event {
-            kind: k,
-            size,
-            dir: 1,
-            ..Default::default()
-        })
-    };
-    for k in [
-        kind::DMA_MAP,
-        kind::DMA_ALLOC,
-        kind::SWIOTLB_BOUNCED,
-        kind::DMA_MAP_SG_ERR,
-        kind::IO_PAGE_FAULT,
-    ] {
-        agg.record(&e(k, 4096), &dev);
-    }
-    agg.record(&e(kind::IOMMU_MAP, 4096), &Arc::from(UNATTRIBUTED));
-    let xid = XidEvent {
-        event: Event {
-            kind: kind::NV_XID,
-            ..Default::default()
-        },
-        xid: 79,
-        msg_truncated: 0,
-        msg: [0; XID_MSG_LEN],
-    };
-    agg.record(&Record::Xid(xid), &dev);
-    let stats = SelfStats {
-        hits: vec![1; kind::COUNT as usize],
-        ..Default::default()
-    };
-    let mut labels = DeviceLabels::new(8);
-    let probe = ProbeStatus {
-        name: "iommu:map",
-        kind: "raw_tracepoint",
-        program: "iommu_map",
-        status: Status::Attached,
-        reason: String::new(),
-        hot: true,
-    };
-    let latency = Event {
-        kind: kind::LATENCY,
-        size: 1500,
-        aux: u64::from(op::IOMMU_MAP),
-        ..Default::default()
-    };
-    agg.record(&Record::Event(latency), &dev);
-    let fault = |source: &str| FaultCount {
-        device: dev.to_string(),
-        source: source.to_owned(),
-        reason: "r".to_owned(),
-        count: 1,
-    };
-    let faults = [fault("vtd"), fault("aer")];
-    let model = Model::build(&agg.agg, &stats, &[probe], &faults, &mut labels, true);
-    model.exported_names().into_iter().collect()
-}
-
-#[test]
-fn dashboard_queries_only_exported_metrics_and_has_the_panels() {
-    let dash: serde_json::Value =
-        serde_json::from_str(&deploy("grafana/gpudirect-trace.json")).expect("dashboard JSON");
-    assert!(dash["uid"].is_string() && dash["title"].is_string());
-    let panels = dash["panels"].as_array().expect("panels");
-    let exported = every_exported_name();
-    let mut used = BTreeSet::new();
-    for p in panels {
-        let targets = p["targets"].as_array().expect("targets");
-        assert!(!targets.is_empty(), "{}", p["title"]);
-        for t in targets {
-            let expr = t["expr"].as_str().expect("expr");
-            for (i, _) in expr.match_indices("gpudirect_") {
-                let name: String = expr[i..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                let base = ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .find_map(|s| name.strip_suffix(s).filter(|b| exported.contains(*b)))
-                    .unwrap_or(&name)
-                    .to_owned();
-                assert!(
-                    exported.contains(&base),
-                    "panel {}: {name} is not exported ({exported:?})",
-                    p["title"]
-                );
-                used.insert(base);
-            }
-        }
-    }
-    for must in [
-        "gpudirect_dma_map_bytes_total",
-        "gpudirect_dma_map_size_bytes",
-        "gpudirect_mappings_outstanding",
-        "gpudirect_iommu_faults_total",
-        "gpudirect_nvidia_xid_total",
-        "gpudirect_events_lost_total",
-        "gpudirect_iommu_map_latency_seconds",
-    ] {
-        assert!(used.contains(must), "a panel shows {must}");
-    }
-    let heatmap = panels
-        .iter()
-        .find(|p| p["type"] == "heatmap")
-        .expect("a heatmap panel");
-    assert_eq!(heatmap["targets"][0]["format"], "heatmap");
-    assert!(heatmap["targets"][0]["expr"]
-        .as_str()
-        .is_some_and(|e| e.contains("gpudirect_dma_map_size_bytes_bucket") && e.contains("le")));
 }

@@ -32,6 +32,8 @@ mod pcie;
 mod program_log;
 mod record;
 mod serve;
+mod serve_rules;
+mod serve_tls;
 mod sg_walk;
 
 use std::process::Command;

@@ -65,7 +65,7 @@ fn url_encode(s: &str) -> String {
 
 /// A Prometheus server on a loopback port with a temporary data directory,
 /// scraping `target` every second. Killed (its own child) on drop.
-struct Prometheus {
+pub struct Prometheus {
     child: Child,
     addr: SocketAddr,
     _dir: tempfile::TempDir,
@@ -73,6 +73,14 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(target: SocketAddr) -> Self {
+        Self::with_scrape_configs(&format!(
+            "  - job_name: gpudirect\n    static_configs:\n      - targets: ['{target}']\n"
+        ))
+    }
+
+    /// Scrapes every second what `scrape_configs` (the YAML list's items,
+    /// indented by two) says.
+    pub fn with_scrape_configs(scrape_configs: &str) -> Self {
         assert!(
             Path::new(PROMETHEUS).exists(),
             "{PROMETHEUS} missing: install the Debian package prometheus (cargo xtask bootstrap does)"
@@ -83,8 +91,7 @@ impl Prometheus {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
-                 scrape_configs:\n  - job_name: gpudirect\n    static_configs:\n      \
-                 - targets: ['{target}']\n"
+                 scrape_configs:\n{scrape_configs}"
             ),
         )
         .expect("write config");
@@ -112,7 +119,7 @@ impl Prometheus {
 
     /// The instant-query result: (labels, value) per series; None while
     /// Prometheus is not answering yet.
-    fn query(&self, promql: &str) -> Option<Vec<(serde_json::Value, f64)>> {
+    pub fn query(&self, promql: &str) -> Option<Vec<(serde_json::Value, f64)>> {
         let target = format!("/api/v1/query?query={}", url_encode(promql));
         // Not listening yet, or not ready (503) while it starts.
         TcpStream::connect(self.addr).ok()?;
@@ -136,7 +143,7 @@ impl Prometheus {
     }
 
     /// Waits until `promql` has exactly one series with value `want`.
-    fn wait_for(&self, promql: &str, want: f64) {
+    pub fn wait_for(&self, promql: &str, want: f64) {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut last = None;
         while Instant::now() < deadline {
@@ -149,6 +156,33 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(250));
         }
         panic!("{promql} never became {want}; last answer {last:?}");
+    }
+}
+
+impl Prometheus {
+    /// The last scrape error of each active target, by job (empty when the
+    /// last scrape succeeded); None while Prometheus is not answering yet.
+    pub fn scrape_errors(&self) -> Option<Vec<(String, String)>> {
+        TcpStream::connect(self.addr).ok()?;
+        let (status, body) = http_get(
+            self.addr,
+            "/api/v1/targets?state=active",
+            "application/json",
+        );
+        if status != 200 {
+            return None;
+        }
+        let doc: serde_json::Value = serde_json::from_str(&body).expect("targets answer is JSON");
+        let targets = doc["data"]["activeTargets"].as_array()?;
+        Some(
+            targets
+                .iter()
+                .map(|t| {
+                    let job = t["labels"]["job"].as_str().unwrap_or_default().to_owned();
+                    (job, t["lastError"].as_str().unwrap_or_default().to_owned())
+                })
+                .collect(),
+        )
     }
 }
 
@@ -308,7 +342,8 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     server.stop().expect("the server stops cleanly");
 }
 
-fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
+/// `gpudirect-trace serve ARGS`: (exit status, stderr).
+pub fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
         .arg("serve")
         .args(args)

@@ -95,8 +95,10 @@ pub enum Command {
     /// the loss-free in-kernel totals, refreshed every second. Labels are
     /// bounded: a device label per PCI device (at most --max-devices, the rest
     /// fold into device="other"), never addresses or pids. Listens on
-    /// loopback unless --listen says otherwise. docs/metrics.md lists every
-    /// metric; deploy/ has a systemd unit, a DaemonSet and a Grafana dashboard.
+    /// loopback unless --listen says otherwise; --web.config.file adds TLS,
+    /// client certificates and basic auth. docs/metrics.md lists every
+    /// metric; deploy/ has a systemd unit, a DaemonSet, a Grafana dashboard
+    /// and Prometheus alerting rules.
     ///
     /// Example: gpudirect-trace serve --listen 127.0.0.1:9435
     Serve(serve::ServeArgs),

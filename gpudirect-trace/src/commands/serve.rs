@@ -9,17 +9,26 @@ use super::{
     trace::TraceArgs,
 };
 use crate::{
-    serve::{self, metrics, ServeOptions},
+    serve::{self, metrics, ServeOptions, WebConfig},
     session::Session,
 };
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address to serve on, IP:PORT. Loopback by default; give a routable
-    /// address (or 0.0.0.0) only where the network is trusted: there is no
-    /// TLS or authentication.
+    /// address (or 0.0.0.0) only where the network is trusted, or with
+    /// --web.config.file (TLS, client certificates, basic auth).
     #[arg(long, default_value = "127.0.0.1:9435", value_name = "ADDR", value_parser = parse_listen)]
     pub listen: SocketAddr,
+    /// TLS, client certificates and basic auth, in the web configuration
+    /// file Prometheus' exporters take (tls_server_config,
+    /// basic_auth_users with bcrypt hashes; docs/metrics.md).
+    #[arg(
+        long = "web.config.file",
+        alias = "web-config-file",
+        value_name = "FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
     /// Devices that get their own `device` label; later ones are reported
     /// as device="other" (counted in gpudirect_devices_folded_total).
     #[arg(long, default_value_t = metrics::DEFAULT_MAX_DEVICES,
@@ -55,8 +64,15 @@ fn parse_max_devices(s: &str) -> Result<usize, String> {
 }
 
 pub fn exec(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    // Read and checked before anything else: a mistake in it is one message
+    // and a non-zero exit, before a port is taken or a program loaded.
+    let web = match &args.web_config_file {
+        Some(path) => WebConfig::load(path)?,
+        None => WebConfig::default(),
+    };
     let opts = ServeOptions {
         max_devices: args.max_devices,
+        web,
     };
     if args.flight.ring.is_some() && args.snapshot_dir.is_none() {
         anyhow::bail!("serve --ring needs --snapshot-dir DIR: where snapshots go");

@@ -16,6 +16,12 @@
 //! limit the oldest *idle* one (no complete request yet) is closed for it. A
 //! scraper's request arrives at once, so it is answered before it could be
 //! the oldest idle connection; slow clients only evict each other.
+//!
+//! With a web config (web_config.rs): the TLS handshake happens in the
+//! connection's task, within the same [`HEAD_TIMEOUT`] as the request head
+//! (a failed handshake closes the connection: rustls sends the alert), and
+//! with basic auth a request without the right password gets 401 (auth.rs
+//! bounds what wrong passwords cost).
 
 use std::{
     collections::BTreeMap,
@@ -30,14 +36,19 @@ use std::{
 };
 
 use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
+    io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
+    net::TcpListener,
     sync::watch,
     task::AbortHandle,
+    time::Instant,
 };
 
-/// Largest request head (request line and headers) accepted.
-pub const MAX_HEAD: usize = 8 << 10;
+pub use super::http_message::{wants_openmetrics, Request, Response, MAX_HEAD};
+use super::{
+    auth::{BasicAuth, Verdict},
+    http_message::{head_end, parse_head},
+    web_config::WebConfig,
+};
 /// Time a client has to send its request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a connection may take in all: head, answer and sending it (a client
@@ -48,46 +59,6 @@ pub const MAX_PER_PEER: usize = 32;
 /// Connections at once in all (well below the default 1024 descriptors).
 pub const MAX_CONNECTIONS: usize = 256;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub method: String,
-    /// The path without the query string.
-    pub path: String,
-    /// All Accept headers, joined with ",".
-    pub accept: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Response {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub body: String,
-}
-
-impl Response {
-    pub fn text(status: u16, body: impl Into<String>) -> Self {
-        Self {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: body.into(),
-        }
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Unknown",
-    }
-}
-
 /// Why a request head could not be read.
 #[derive(Debug)]
 enum HeadError {
@@ -96,68 +67,12 @@ enum HeadError {
     Closed,
 }
 
-/// Parses a request head (up to and excluding the blank line).
-pub fn parse_head(head: &[u8]) -> Result<Request, String> {
-    let text = std::str::from_utf8(head).map_err(|_| "request head is not UTF-8".to_owned())?;
-    let mut lines = text.split("\r\n");
-    let line = lines.next().unwrap_or_default();
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(format!("malformed request line {line:?}"));
-    };
-    if !version.starts_with("HTTP/1.") || method.is_empty() || !target.starts_with('/') {
-        return Err(format!("malformed request line {line:?}"));
-    }
-    let mut accept = Vec::new();
-    for h in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = h.split_once(':') else {
-            return Err(format!("malformed header {h:?}"));
-        };
-        if name.trim().eq_ignore_ascii_case("accept") {
-            accept.push(value.trim());
-        }
-    }
-    let path = target.split_once('?').map_or(target, |(p, _)| p);
-    Ok(Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        accept: accept.join(","),
-    })
-}
-
-/// Whether an Accept header prefers OpenMetrics to the Prometheus text
-/// format: `application/openmetrics-text` with a q-value above zero and at
-/// least that of `text/plain` (or `*/*`). Prometheus sends
-/// `application/openmetrics-text;version=1.0.0,...,text/plain;version=0.0.4;q=0.5,*/*;q=0.1`.
-pub fn wants_openmetrics(accept: &str) -> bool {
-    let mut om: f64 = 0.0;
-    let mut text: f64 = 0.0;
-    for range in accept.split(',') {
-        let mut params = range.split(';');
-        let media = params
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        let q = params
-            .filter_map(|p| p.trim().strip_prefix("q="))
-            .find_map(|q| q.trim().parse::<f64>().ok())
-            .unwrap_or(1.0);
-        match media.as_str() {
-            "application/openmetrics-text" => om = om.max(q),
-            "text/plain" | "text/*" | "*/*" => text = text.max(q),
-            _ => {}
-        }
-    }
-    om > 0.0 && om >= text
-}
-
 struct Entry {
     peer: IpAddr,
     /// The socket, to see whether a request waits in it unread; -1 in tests.
     fd: RawFd,
+    /// Its bytes are TLS records (which hide where the request head ends).
+    tls: bool,
     /// No complete request head yet: may be closed for a newer connection.
     idle: Arc<AtomicBool>,
     abort: Option<AbortHandle>,
@@ -183,7 +98,9 @@ impl Conns {
         let victim = self
             .open
             .iter()
-            .find(|(_, e)| e.idle.load(Ordering::Relaxed) && pick(e) && !request_waiting(e.fd))
+            .find(|(_, e)| {
+                e.idle.load(Ordering::Relaxed) && pick(e) && !request_waiting(e.fd, e.tls)
+            })
             .map(|(&id, _)| id);
         let Some(id) = victim else {
             return false;
@@ -200,7 +117,13 @@ impl Conns {
     /// Makes room for a connection from `peer` (closing the oldest idle one
     /// past a limit); None when every connection in the way is busy. A
     /// `ready` one (its request head arrived with it) starts busy.
-    fn admit(&mut self, peer: IpAddr, fd: RawFd, ready: bool) -> Option<(u64, Arc<AtomicBool>)> {
+    fn admit(
+        &mut self,
+        peer: IpAddr,
+        fd: RawFd,
+        tls: bool,
+        ready: bool,
+    ) -> Option<(u64, Arc<AtomicBool>)> {
         let same = self.open.values().filter(|e| e.peer == peer).count();
         if same >= MAX_PER_PEER && !self.evict(|e| e.peer == peer) {
             self.refused += 1;
@@ -218,6 +141,7 @@ impl Conns {
             Entry {
                 peer,
                 fd,
+                tls,
                 idle: idle.clone(),
                 abort: None,
             },
@@ -226,8 +150,9 @@ impl Conns {
     }
 }
 
-/// Whether a complete request head waits unread in socket `fd`.
-fn request_waiting(fd: RawFd) -> bool {
+/// Whether a complete request head waits unread in socket `fd`; over TLS,
+/// whether anything does (a handshake or request its task has not read yet).
+fn request_waiting(fd: RawFd, tls: bool) -> bool {
     if fd < 0 {
         return false;
     }
@@ -245,7 +170,7 @@ fn request_waiting(fd: RawFd) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    n > 0 && head_end(&buf[..n as usize], 0).is_some()
+    n > 0 && (tls || head_end(&buf[..n as usize], 0).is_some())
 }
 
 fn lock(c: &Mutex<Conns>) -> std::sync::MutexGuard<'_, Conns> {
@@ -264,10 +189,12 @@ impl Drop for Registered {
 const BUSY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
-/// Serves connections on `listener` with `handler` until `stop` turns true.
+/// Serves connections on `listener` with `handler` until `stop` turns true,
+/// over TLS and with basic auth where `web` says so.
 pub async fn serve<H>(
     listener: TcpListener,
     handler: Arc<H>,
+    web: WebConfig,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()>
 where
@@ -280,6 +207,7 @@ where
     // SAFETY: listen() on the descriptor this listener owns.
     unsafe { libc::listen(listener.as_raw_fd(), 1024) };
     let conns = Arc::new(Mutex::new(Conns::default()));
+    let tls = web.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -297,22 +225,47 @@ where
         // What the client sent already: under load a scraper's whole
         // request is there by the time it is accepted (it was sent right
         // after the handshake), so it is busy, never evicted, from the start.
+        // Over TLS the bytes are the handshake's: left for rustls to read.
         let mut early = vec![0u8; MAX_HEAD + 1];
-        let n = stream.try_read(&mut early).unwrap_or(0);
+        let n = match tls {
+            None => stream.try_read(&mut early).unwrap_or(0),
+            Some(_) => 0,
+        };
         early.truncate(n);
         let ready = head_end(&early, 0).is_some();
         let fd = stream.as_raw_fd();
-        let Some((id, idle)) = lock(&conns).admit(peer.ip(), fd, ready) else {
+        let Some((id, idle)) = lock(&conns).admit(peer.ip(), fd, tls.is_some(), ready) else {
             // Every connection in the way is being answered: refuse this
-            // one at once instead of letting it wait (best effort, no wait).
-            let _ = stream.try_write(BUSY);
+            // one at once instead of letting it wait (best effort, no wait;
+            // over TLS, where no HTTP can come before a handshake, closed).
+            if tls.is_none() {
+                let _ = stream.try_write(BUSY);
+            }
             continue;
         };
         let handler = handler.clone();
         let registered = Registered(conns.clone(), id);
+        let (tls, auth) = (tls.clone(), web.auth.clone());
         let task = tokio::spawn(async move {
             let _registered = registered;
-            let served = connection(stream, early, &*handler, &idle);
+            let c = Connection {
+                head_by: Instant::now() + HEAD_TIMEOUT,
+                idle: &idle,
+                auth: auth.as_deref(),
+                peer: peer.ip(),
+            };
+            let served = async {
+                match tls {
+                    None => c.serve(stream, early, &*handler).await,
+                    Some(acceptor) => {
+                        let tls = tokio::time::timeout_at(c.head_by, acceptor.accept(stream))
+                            .await
+                            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake"))?
+                            .map_err(|e| io::Error::new(e.kind(), format!("TLS handshake: {e}")))?;
+                        c.serve(tls, early, &*handler).await
+                    }
+                }
+            };
             match tokio::time::timeout(REQUEST_DEADLINE, served).await {
                 Err(_) => log::debug!("connection: over the {REQUEST_DEADLINE:?} deadline"),
                 Ok(Err(e)) => log::debug!("connection: {e}"),
@@ -336,68 +289,75 @@ where
     Ok(())
 }
 
-async fn connection<H>(
-    mut stream: TcpStream,
-    early: Vec<u8>,
-    handler: &H,
-    idle: &AtomicBool,
-) -> io::Result<()>
-where
-    H: Fn(&Request) -> Response,
-{
-    let head = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream, early)).await;
-    idle.store(false, Ordering::Relaxed);
-    let (response, head_only) = match head {
-        Err(_) => (
-            Response::text(408, "request head not received in time\n"),
-            false,
-        ),
-        Ok(Err(HeadError::Closed)) => return Ok(()),
-        Ok(Err(HeadError::Io(e))) => return Err(e),
-        Ok(Err(HeadError::TooLarge)) => (
-            Response::text(431, format!("request head over {MAX_HEAD} bytes\n")),
-            false,
-        ),
-        Ok(Ok(head)) => match parse_head(&head) {
-            Err(e) => (Response::text(400, format!("{e}\n")), false),
-            Ok(req) if req.method == "GET" || req.method == "HEAD" => {
-                (handler(&req), req.method == "HEAD")
-            }
-            Ok(req) => (
-                Response::text(405, format!("{} is not supported: GET only\n", req.method)),
-                false,
-            ),
-        },
-    };
-    let mut out = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        response.status,
-        reason(response.status),
-        response.content_type,
-        response.body.len()
-    );
-    if response.status == 405 {
-        out.push_str("Allow: GET, HEAD\r\n");
-    }
-    out.push_str("\r\n");
-    if !head_only {
-        out.push_str(&response.body);
-    }
-    stream.write_all(out.as_bytes()).await?;
-    stream.shutdown().await
+/// One connection's request and answer.
+struct Connection<'a> {
+    /// The request head (and TLS handshake) must be in by then.
+    head_by: Instant,
+    /// Cleared once the head is in: the connection is then busy.
+    idle: &'a AtomicBool,
+    auth: Option<&'a BasicAuth>,
+    peer: IpAddr,
 }
 
-/// Reads up to the end of the request head; any body is ignored.
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
-    buf[from..]
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|p| from + p)
+impl Connection<'_> {
+    async fn serve<S, H>(&self, mut stream: S, early: Vec<u8>, handler: &H) -> io::Result<()>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        H: Fn(&Request) -> Response,
+    {
+        let head = tokio::time::timeout_at(self.head_by, read_head(&mut stream, early)).await;
+        self.idle.store(false, Ordering::Relaxed);
+        let (response, head_only) = match head {
+            Err(_) => (
+                Response::text(408, "request head not received in time\n"),
+                false,
+            ),
+            Ok(Err(HeadError::Closed)) => return Ok(()),
+            Ok(Err(HeadError::Io(e))) => return Err(e),
+            Ok(Err(HeadError::TooLarge)) => (
+                Response::text(431, format!("request head over {MAX_HEAD} bytes\n")),
+                false,
+            ),
+            Ok(Ok(head)) => match parse_head(&head) {
+                Err(e) => (Response::text(400, format!("{e}\n")), false),
+                Ok(req) if req.method != "GET" && req.method != "HEAD" => (
+                    Response::text(405, format!("{} is not supported: GET only\n", req.method)),
+                    false,
+                ),
+                Ok(req) => {
+                    let verdict = match self.auth {
+                        None => Verdict::Allowed,
+                        Some(a) => a.check(req.authorization.as_ref(), self.peer).await,
+                    };
+                    let response = match verdict {
+                        Verdict::Allowed => handler(&req),
+                        Verdict::Denied => {
+                            Response::text(401, "unauthorized: user and password needed\n")
+                        }
+                        Verdict::Busy => Response::text(
+                            429,
+                            "another password check from this address is in progress\n",
+                        ),
+                    };
+                    (response, req.method == "HEAD")
+                }
+            },
+        };
+        let mut out = response.head();
+        if !head_only {
+            out.push_str(&response.body);
+        }
+        stream.write_all(out.as_bytes()).await?;
+        stream.shutdown().await
+    }
 }
 
 /// Reads up to the end of the request head (after the bytes already read,
 /// `buf`); any body is ignored.
-async fn read_head(stream: &mut TcpStream, mut buf: Vec<u8>) -> Result<Vec<u8>, HeadError> {
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, HeadError> {
     if let Some(end) = head_end(&buf, 0) {
         buf.truncate(end);
         return Ok(buf);
@@ -425,40 +385,14 @@ async fn read_head(stream: &mut TcpStream, mut buf: Vec<u8>) -> Result<Vec<u8>, 
 mod abuse_tests;
 
 #[cfg(test)]
+#[path = "http_tls_tests.rs"]
+mod tls_tests;
+
+#[cfg(test)]
 mod tests {
-    use tokio::io::AsyncReadExt as _;
+    use tokio::{io::AsyncReadExt as _, net::TcpStream};
 
     use super::*;
-
-    #[test]
-    fn parses_request_line_path_and_accept() {
-        let r = parse_head(
-            b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\naccept: text/plain\r\nAccept: */*",
-        )
-        .expect("valid head");
-        assert_eq!(r.method, "GET");
-        assert_eq!(r.path, "/metrics");
-        assert_eq!(r.accept, "text/plain,*/*");
-        assert!(parse_head(b"GET /metrics").is_err());
-        assert!(parse_head(b"GET metrics HTTP/1.1").is_err());
-        assert!(parse_head(b"GET / HTTP/1.1\r\nno colon").is_err());
-        assert!(parse_head(b"GET / SPDY/3").is_err());
-    }
-
-    #[test]
-    fn negotiates_openmetrics_only_when_preferred() {
-        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
-                          version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert!(wants_openmetrics(prometheus));
-        assert!(wants_openmetrics("application/openmetrics-text"));
-        assert!(!wants_openmetrics(""));
-        assert!(!wants_openmetrics("*/*"));
-        assert!(!wants_openmetrics("text/plain"));
-        assert!(!wants_openmetrics("application/openmetrics-text;q=0"));
-        assert!(!wants_openmetrics(
-            "application/openmetrics-text;q=0.3,text/plain;q=0.9"
-        ));
-    }
 
     async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).await.expect("connect");
@@ -475,7 +409,7 @@ mod tests {
         let (stop_tx, stop) = watch::channel(false);
         let handler =
             Arc::new(|r: &Request| Response::text(200, format!("{} {}", r.path, r.accept)));
-        let server = tokio::spawn(serve(listener, handler, stop));
+        let server = tokio::spawn(serve(listener, handler, WebConfig::default(), stop));
 
         let ok = exchange(addr, b"GET /p HTTP/1.1\r\nAccept: x/y\r\n\r\n").await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
@@ -493,6 +427,12 @@ mod tests {
             post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"),
             "{post}"
         );
+        // Bare LF line ends (RFC 9112 §2.2 lets a server take them): answered
+        // at once, not after the head timeout.
+        let t = std::time::Instant::now();
+        let lf = exchange(addr, b"GET /lf HTTP/1.1\nAccept: a/b\n\n").await;
+        assert!(lf.ends_with("\r\n\r\n/lf a/b"), "{lf}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         let bad = exchange(addr, b"hello\r\n\r\n").await;
         assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
         // One byte over the limit, so the server has read all of it when it

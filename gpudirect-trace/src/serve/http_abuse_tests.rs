@@ -26,12 +26,12 @@ fn ip(last: u8) -> IpAddr {
 fn the_oldest_idle_connection_of_a_peer_makes_room_and_busy_ones_stay() {
     let mut c = Conns::default();
     let first: Vec<_> = (0..MAX_PER_PEER)
-        .map(|_| c.admit(ip(1), -1, false).expect("room"))
+        .map(|_| c.admit(ip(1), -1, false, false).expect("room"))
         .collect();
     // The oldest is being answered: the second oldest goes instead.
     first[0].1.store(false, Ordering::Relaxed);
     let (id, _) = c
-        .admit(ip(1), -1, false)
+        .admit(ip(1), -1, false, false)
         .expect("an idle one is closed for it");
     assert!(c.open.contains_key(&first[0].0), "busy connections stay");
     assert!(
@@ -41,12 +41,12 @@ fn the_oldest_idle_connection_of_a_peer_makes_room_and_busy_ones_stay() {
     assert!(c.open.contains_key(&id));
     assert_eq!(c.open.len(), MAX_PER_PEER);
     // Another peer is not limited by this one's connections.
-    assert!(c.admit(ip(2), -1, false).is_some());
+    assert!(c.admit(ip(2), -1, false, false).is_some());
     // All busy: refused.
     for e in c.open.values() {
         e.idle.store(false, Ordering::Relaxed);
     }
-    assert!(c.admit(ip(1), -1, false).is_none());
+    assert!(c.admit(ip(1), -1, false, false).is_none());
     assert_eq!((c.evicted, c.refused), (1, 1));
 }
 
@@ -54,10 +54,10 @@ fn the_oldest_idle_connection_of_a_peer_makes_room_and_busy_ones_stay() {
 fn the_total_is_bounded_across_peers() {
     let mut c = Conns::default();
     for i in 0..MAX_CONNECTIONS {
-        assert!(c.admit(ip((i % 250) as u8), -1, false).is_some());
+        assert!(c.admit(ip((i % 250) as u8), -1, false, false).is_some());
     }
     let oldest = *c.open.keys().next().expect("one");
-    assert!(c.admit(ip(251), -1, false).is_some());
+    assert!(c.admit(ip(251), -1, false, false).is_some());
     assert_eq!(c.open.len(), MAX_CONNECTIONS);
     assert!(!c.open.contains_key(&oldest));
 }
@@ -76,7 +76,9 @@ fn start_server() -> (SocketAddr, watch::Sender<bool>, std::thread::JoinHandle<(
         rt.block_on(async move {
             let listener = TcpListener::from_std(std_listener).expect("listener");
             let handler = Arc::new(|_: &Request| Response::text(200, "metric 1\n"));
-            serve(listener, handler, stop).await.expect("serve");
+            serve(listener, handler, super::WebConfig::default(), stop)
+                .await
+                .expect("serve");
         });
     });
     (addr, stop_tx, thread)

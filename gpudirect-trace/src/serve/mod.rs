@@ -8,8 +8,15 @@
 //! every scrape drains and takes the counters again and encodes what the
 //! aggregator holds at that moment.
 
+mod auth;
 mod http;
+mod http_message;
 pub mod metrics;
+#[cfg(test)]
+mod test_certs;
+mod tls;
+pub mod web_config;
+mod web_yaml;
 
 use std::{
     net::SocketAddr,
@@ -21,7 +28,7 @@ use std::{
 use anyhow::{anyhow, Context as _};
 use tokio::sync::{mpsc, watch};
 
-pub use self::http::wants_openmetrics;
+pub use self::{http::wants_openmetrics, web_config::WebConfig};
 use self::{
     http::{Request, Response},
     metrics::{DeviceLabels, FaultCount, Model},
@@ -41,12 +48,15 @@ const STALE_AFTER: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
     pub max_devices: usize,
+    /// TLS and basic auth (`--web.config.file`); plain HTTP by default.
+    pub web: WebConfig,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         Self {
             max_devices: metrics::DEFAULT_MAX_DEVICES,
+            web: WebConfig::default(),
         }
     }
 }
@@ -68,6 +78,7 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 /// The metrics server as a sink of the session driver.
 pub struct ServeSink {
     listener: Option<std::net::TcpListener>,
+    web: WebConfig,
     labels: DeviceLabels,
     shared: Arc<Mutex<Shared>>,
     stop_http: watch::Sender<bool>,
@@ -80,6 +91,7 @@ impl ServeSink {
     pub fn new(listener: std::net::TcpListener, opts: &ServeOptions) -> Self {
         Self {
             listener: Some(listener),
+            web: opts.web.clone(),
             labels: DeviceLabels::new(opts.max_devices),
             shared: Arc::new(Mutex::new(Shared {
                 model: Model::default(),
@@ -163,6 +175,7 @@ impl Sink for ServeSink {
         self.http = Some(tokio::spawn(http::serve(
             listener,
             handler,
+            self.web.clone(),
             self.stop_http.subscribe(),
         )));
         Ok(())
@@ -364,17 +377,26 @@ pub fn run(
     flight: Option<FlightOptions>,
 ) -> anyhow::Result<ExitCode> {
     let listener = bind(listen)?;
+    let web = &opts.web;
     if !listen.ip().is_loopback() {
         crate::output::note(&format!(
-            "note: serving on {listen} (not loopback): reachable from other hosts, without TLS \
-             or authentication"
+            "note: serving on {listen} (not loopback): reachable from other hosts, {}",
+            web.describe()
         ));
+    }
+    if web.auth.is_some() && web.tls.is_none() {
+        crate::output::note(
+            "note: basic auth without TLS: passwords cross the network in clear text \
+             (add tls_server_config to the web config)",
+        );
     }
     let session = start_session()?;
     let aggregate_only = !session.stream;
     crate::output::note(&format!(
-        "serving http://{}/metrics and /healthz{}",
+        "serving {}://{}/metrics and /healthz ({}){}",
+        web.scheme(),
         listener.local_addr()?,
+        web.describe(),
         if aggregate_only {
             " (aggregate-only: no size histograms or outstanding mappings)"
         } else {

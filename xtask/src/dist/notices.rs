@@ -120,6 +120,9 @@ fn is_licence_file(name: &str) -> bool {
     ]
     .iter()
     .any(|p| n.starts_with(p))
+        // yaml-rust2 ships MIT-LICENSE and Apache-LICENSE.
+        || n.ends_with("-LICENSE")
+        || n.ends_with("-LICENCE")
 }
 
 /// Licence files at the crate's top, and one level down for -sys crates
@@ -232,6 +235,8 @@ mod tests {
             "COPYING",
             "NOTICE",
             "LICENCE.BSD-3-Clause",
+            "MIT-LICENSE",
+            "Apache-LICENSE",
         ] {
             assert!(is_licence_file(n), "{n}");
         }
