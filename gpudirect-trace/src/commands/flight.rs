@@ -19,9 +19,11 @@ pub struct FlightArgs {
     pub ring: Option<RingBound>,
     /// What writes a snapshot (repeatable): fault, xid[=N,N...],
     /// aer[=corrected|nonfatal|fatal|uncorrected], map-error,
-    /// misuse[=CHECK,...] (a --check finding), signal (SIGUSR1), exit (--
-    /// CMD exited non-zero). Default: fault, xid, aer=uncorrected,
-    /// map-error, misuse, signal, and exit when there is a CMD.
+    /// misuse[=CHECK,...] (a --check finding), link-down, downtrain,
+    /// removed (a PCIe link down or below its maximum, a device gone),
+    /// signal (SIGUSR1), exit (-- CMD exited non-zero). Default: fault, xid,
+    /// aer=uncorrected, map-error, misuse, link-down, removed, signal, and
+    /// exit when there is a CMD.
     #[arg(long = "trigger", value_name = "TRIGGER", value_parser = parse_trigger, requires = "ring")]
     pub triggers: Vec<Trigger>,
     /// Keep recording this long after a trigger before the snapshot is
@@ -142,6 +144,10 @@ impl FlightArgs {
                 Trigger::MapError,
                 // Fires only where --check finds something.
                 Trigger::Misuse(Vec::new()),
+                // A link lost or a device gone: what led up to it is the
+                // point of a flight recorder (a downtrain is left to ask for).
+                Trigger::Link("link-down"),
+                Trigger::Link("removed"),
                 Trigger::Signal,
             ];
             if has_command {
