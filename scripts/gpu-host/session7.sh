@@ -26,7 +26,7 @@ sampler=$!
 "$BIN" live --json --interval 5s --duration 42s > "$OUT/live.jsonl" 2> "$OUT/live.err" &
 tr=$!
 for i in $(seq 1 120); do grep -q "probes attached" "$OUT/live.err" && break; sleep 0.5; done
-python3 "$HERE/workload.py" --iters 3000 > "$OUT/workload.json" 2>&1 &
+python3 "$HERE/workload.py" --iters 60000 > "$OUT/workload.json" 2>&1 &
 wl=$!
 ( sleep 20; kill $wl 2>/dev/null ) &
 wait $wl
