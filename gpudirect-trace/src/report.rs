@@ -253,6 +253,7 @@ pub fn replay_from(
                 for n in names {
                     r.analysis.agg.names.insert(n.pid, n);
                 }
+                r.analysis.name_incidents();
             }
             Item::Nvml(s) => r.analysis.nvml(*s),
             Item::Stacks(l) => r.analysis.add_stacks(&l),

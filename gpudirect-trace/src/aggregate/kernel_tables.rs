@@ -142,7 +142,7 @@ impl Aggregator {
             }
             d.bytes_by_dir = by_dir;
             d.sg_maps = sg_maps;
-            d.events = d.events.max(hits);
+            d.kernel_hits = hits;
         }
     }
 

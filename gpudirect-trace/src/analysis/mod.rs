@@ -111,6 +111,26 @@ impl Analysis {
             .collect()
     }
 
+    /// Names the processes of findings made before their names were known
+    /// (a short-lived writer whose exit record was drained after the loss
+    /// check confirmed its finding: seen on a loaded host, two VMs side by
+    /// side). Called whenever names arrive, live and in replay alike.
+    pub fn name_incidents(&mut self) {
+        let names = &self.agg.names;
+        let name = |p: &mut Option<crate::model::Process>| {
+            if let Some(p) = p.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
+                p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
+            }
+        };
+        for i in self.ledger.incidents_mut() {
+            let Some(m) = i.misuse.as_mut() else { continue };
+            for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
+                name(&mut call.process);
+            }
+            name(&mut i.process);
+        }
+    }
+
     /// Stack ids the findings and map failures name without frames yet.
     pub fn missing_stacks(&self) -> Vec<u32> {
         let mut ids = std::collections::BTreeSet::new();

@@ -405,6 +405,7 @@ impl Session {
         for n in names {
             self.analysis.agg.names.insert(n.pid, n);
         }
+        self.analysis.name_incidents();
         Ok(())
     }
 

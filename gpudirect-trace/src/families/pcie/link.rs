@@ -219,14 +219,20 @@ impl Link {
             // The state as the trace found it: no change, but a link found
             // below its maximum starts its downtrained time now.
             self.reconsider(ts);
+            // A device found with no link (width 0) when the trace starts
+            // is no news: integrated endpoints and virtual devices report
+            // none (qemu's root-bus NVMe: "Unknown" x0). The kernel saying
+            // so in a link event is.
             return if up {
                 self.downtrained_since.map(|_| LinkChange::Downtrained {
                     now: self.label(),
                     max: self.max_label(),
                 })
+            } else if ev.aux == pcie::REASON_INITIAL {
+                None
             } else {
                 Some(LinkChange::Down {
-                    reason: "found down".into(),
+                    reason: reason_text(ev.aux).into(),
                 })
             };
         }
@@ -569,6 +575,20 @@ mod tests {
             Some(LinkChange::Removed { .. })
         ));
         assert_eq!(l.snapshot(4 * S).expect("known").state, "removed");
+    }
+
+    #[test]
+    fn no_link_at_the_start_is_no_news_a_kernel_link_down_is() {
+        let mut quiet = Link::default();
+        assert_eq!(
+            quiet.link_record(&link(S, 0xff, 0, 0, 0, pcie::REASON_INITIAL, true)),
+            None
+        );
+        let mut told = Link::default();
+        assert!(matches!(
+            told.link_record(&link(S, 0xff, 0x18, 0, 0, pcie::REASON_HOTPLUG, false)),
+            Some(LinkChange::Down { .. })
+        ));
     }
 
     #[test]

@@ -141,14 +141,23 @@ impl Links {
             (0, w) | (w, 0) => w,
             (a, b) => a.min(b),
         };
-        self.watched.push(Watched {
+        let w = Watched {
             name: Arc::from(name),
             dir,
             max_speed,
             max_width,
             power_managed: class.starts_with("0x03"),
             last: None,
-        });
+        };
+        // A device that answers config reads has its link up: one that
+        // reads no speed or no lanes has no link to watch (an integrated
+        // endpoint, a virtual device: qemu's root-bus NVMe reads
+        // "Unknown" x0, max "Unknown" x255).
+        match Self::state(&w) {
+            Some(s) if s.width > 0 && s.speed != pcie::SPEED_UNKNOWN => {}
+            _ => return false,
+        }
+        self.watched.push(w);
         true
     }
 
@@ -278,6 +287,17 @@ mod tests {
                 ("current_link_width", "16"),
                 ("max_link_speed", "32.0 GT/s PCIe"),
                 ("max_link_width", "16"),
+            ],
+        );
+        // qemu's root-bus NVMe: link attributes without a link.
+        mk(
+            "0000:00:04.0",
+            &[
+                ("class", "0x010802"),
+                ("current_link_speed", "Unknown"),
+                ("current_link_width", "0"),
+                ("max_link_speed", "Unknown"),
+                ("max_link_width", "255"),
             ],
         );
         mk(
