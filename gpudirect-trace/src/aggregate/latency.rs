@@ -16,6 +16,10 @@ pub struct OpLatency {
     pub sum: u64,
 }
 
+/// What a new operation's histogram costs the reader's memory budget
+/// before it grows (2048 counts of 8 bytes).
+pub const OP_BYTES: usize = (16 << 10) + 64;
+
 impl Default for OpLatency {
     fn default() -> Self {
         Self {
