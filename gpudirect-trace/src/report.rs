@@ -134,9 +134,9 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
 
 /// Replays an opened recording: the file is opened once, because it may be
 /// a FIFO whose bytes a second open would not see again.
-pub fn replay_from(
+pub fn replay_from<R: std::io::Read>(
     file: &Path,
-    mut reader: tracefile::TraceReader<std::io::BufReader<std::fs::File>>,
+    mut reader: tracefile::TraceReader<R>,
     window: &Window,
 ) -> anyhow::Result<Replay> {
     let header = reader.header().clone();
@@ -291,7 +291,7 @@ pub fn replay_from(
             Item::Checkpoint(cp) => release(&cp),
             Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
             Item::LogFault(f) if f.timestamp_ns.is_none_or(in_window) => {
-                r.analysis.log_fault(f);
+                r.analysis.log_fault(*f);
             }
             Item::Trigger(t) => {
                 let bytes = serde_json::to_vec(&t).map_or(0, |v| v.len()) + 64;
@@ -315,7 +315,8 @@ pub fn replay_from(
         }
     }
     r.stats = reader.stats().clone();
-    r.end_ns = end_seen;
+    // (A file of a header alone ends where it starts.)
+    r.end_ns = end_seen.max(r.header.start_ts_ns);
     r.analysis.fill_stacks();
     if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
         let incidents: Vec<&Incident> = r.analysis.ledger.incidents().iter().collect();

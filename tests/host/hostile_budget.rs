@@ -312,3 +312,39 @@ fn every_reader_stays_under_256_mib_on_large_crafted_files() {
     ];
     assert_none(run_cases(&cases, scale()));
 }
+
+/// `explain` of a crafted kernel log: 40 000 faults of distinct devices,
+/// causes and processes, each line near the line limit.
+#[test]
+fn explain_stays_under_256_mib_on_a_crafted_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("kern.log");
+    let mut text = String::new();
+    for i in 0..40_000u32 {
+        let pad = "y".repeat(800);
+        if i % 2 == 0 {
+            text.push_str(&format!(
+                "[ 1.0] DMAR: [DMA Write NO_PASID] Request device [{:02x}:{:02x}.{}] fault addr \
+                 0x{:x} [fault reason 0x{:02x}] cause {i} {pad}\n",
+                i % 256,
+                (i / 256) % 32,
+                i % 8,
+                u64::from(i) << 12,
+                i % 0x30
+            ));
+        } else {
+            text.push_str(&format!(
+                "[ 2.0] NVRM: Xid (PCI:0000:{:02x}:00): {}, pid={i}, name=proc{i}{pad}, msg {i}\n",
+                i % 256,
+                i % 200
+            ));
+        }
+    }
+    fs::write(&log, text).expect("write");
+    let (status, err, kib) = measured(bin().arg("explain").arg(&log));
+    assert!(status.success(), "{err}");
+    assert!(kib > 0 && kib < RSS_BOUND_KIB, "explain: {kib} KiB");
+    let (status, err, kib) = measured(bin().args(["explain", "--json"]).arg(&log));
+    assert!(status.success(), "{err}");
+    assert!(kib > 0 && kib < RSS_BOUND_KIB, "explain --json: {kib} KiB");
+}

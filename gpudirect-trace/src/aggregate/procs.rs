@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use crate::memory_budget::{self, Keeper};
 
 pub const MAX_PIDS: usize = 4096;
-/// What one pid's row costs the reader's memory budget (`PidStats`, 296
-/// bytes, its key and hash slot).
-pub const PID_ROW_BYTES: usize = 320;
+/// What one pid's row costs the reader's memory budget: `PidStats` (296
+/// bytes) and its key in a hash table that doubles (up to twice that).
+pub const PID_ROW_BYTES: usize = 640;
 /// The row pids past `MAX_PIDS` fold into.
 pub const OTHER_PID: u32 = u32::MAX;
 /// Seconds of activity kept per pid.

@@ -94,8 +94,9 @@ pub enum Item {
     Checkpoint(Checkpoint),
     End(End),
     /// A fault decoded from the kernel log, as the recorder took it (before
-    /// the ledger): in arrival order among the events.
-    LogFault(crate::model::Fault),
+    /// the ledger): in arrival order among the events (boxed: a block's
+    /// 65 536 events wait as items, each as large as the largest kind).
+    LogFault(Box<crate::model::Fault>),
     /// A flight-recorder trigger that fired while the snapshot was written
     /// (rare: boxed, so the common items stay small).
     Trigger(Box<super::format::Trigger>),
@@ -583,7 +584,8 @@ impl<R: Read> TraceReader<R> {
                         faults.push(f);
                     }
                 }
-                self.pending.extend(faults.into_iter().map(Item::LogFault));
+                self.pending
+                    .extend(faults.into_iter().map(|f| Item::LogFault(Box::new(f))));
             }
             _ => {} // a second header: ignored
         }

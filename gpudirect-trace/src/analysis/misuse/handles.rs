@@ -17,9 +17,10 @@ use crate::memory_budget::{self, Keeper};
 /// Handles remembered as unmapped per device: older ones are forgotten
 /// (a later misuse of them is then "unknown", never a guess).
 pub const GONE_KEPT: usize = 1 << 16;
-/// What one slot costs the reader's memory budget: the call (~100 bytes),
-/// its index entries and, for a live mapping, its cacheline span.
-pub const SLOT_BYTES: usize = 256;
+/// What one slot costs the reader's memory budget: the slot (112 bytes
+/// live, 128 unmapped, in a Vec that doubles: up to twice that), its index
+/// entries and, for a live mapping, its cacheline span.
+pub const SLOT_BYTES: usize = 384;
 
 /// A mapping the trace saw made.
 #[derive(Clone, Debug)]
