@@ -122,24 +122,6 @@ impl DeviceStats {
     }
 }
 
-fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
-    let mut out = BTreeMap::new();
-    // op::LIFETIME is not a function: it shows as the DMA level's lifetimes.
-    for o in (0..op::COUNT).filter(|&o| o != op::LIFETIME) {
-        let name = op::NAMES[o as usize];
-        match (d.latency.get(&o), d.kernel_latency.get(&o)) {
-            (Some(l), _) if !l.hist.is_empty() => {
-                out.insert(name, LatencySnapshot::of_stream(l));
-            }
-            (_, Some(k)) if k.count > 0 => {
-                out.insert(name, LatencySnapshot::of_log2(k));
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 #[derive(Default)]
 pub struct Aggregator {
     pub devices: BTreeMap<Arc<str>, DeviceStats>,
@@ -516,7 +498,7 @@ impl Aggregator {
             });
             processes.truncate(TOP_PROCESSES);
             let gpu = self.gpus.iter().find(|g| *g.bus_id == **name).cloned();
-            let latency_ns = latency_snapshot(d);
+            let latency_ns = latency::snapshot_of(d);
             let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
             let translation =
                 budget::budget(&latency_ns, window_s, primary.bytes_mapped, d.inval.time());

@@ -17,6 +17,8 @@ use hdrhistogram::{
 };
 use serde_json::{json, Map, Value};
 
+#[cfg(test)]
+mod budget_tests;
 mod chrome;
 mod redact;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::varint::{put_varint, put_varint128, unzigzag, zigzag, Cursor};
+pub use super::varint::{put_varint, put_varint128, unzigzag, zigzag, Cursor, Malformed};
 
 /// First 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
@@ -281,17 +281,6 @@ pub struct End {
     pub lost_total: u64,
     /// Exit status of the traced command, if any (signals as 128 + n).
     pub exit_status: Option<i32>,
-}
-
-/// A payload that passed its checksum but does not decode (writer bug or a
-/// crafted file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Malformed(pub &'static str);
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "malformed block payload: {}", self.0)
-    }
 }
 
 /// Frames `payload` as one block.

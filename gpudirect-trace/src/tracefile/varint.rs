@@ -1,7 +1,16 @@
 //! Varints and a cursor over payload bytes (docs/trace-format.md: unsigned
 //! LEB128, zigzag for signed values): the encodings every block uses.
 
-use super::format::Malformed;
+/// A payload that passed its checksum but does not decode (writer bug or a
+/// crafted file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Malformed(pub &'static str);
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed block payload: {}", self.0)
+    }
+}
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {

@@ -5,7 +5,8 @@
 //! keeper hits it with a small file; the real binary under the real budget
 //! is measured by the host test `hostile_budget`.
 //!
-//! `cargo test -p gpudirect-trace --lib report::tests_budget`
+//! `cargo test -p gpudirect-trace --lib report::budget_tests` (export:
+//! `export::budget_tests`)
 
 use std::{path::Path, sync::Arc};
 
@@ -15,7 +16,7 @@ use super::{json, replay, text, Window};
 use crate::{
     aggregate::ProcName,
     decode::Record,
-    memory_budget::{self, Keeper},
+    memory_budget,
     model::{misuse::CheckSetup, misuse::StackFrames, Fault, Source},
     tracefile::{tests::header, Checkpoint, CounterRow, End, Header, Loss, TraceWriter},
 };
@@ -242,46 +243,4 @@ fn the_page_s_series_and_checkpoint_rows_stay_within() {
     let last = r.series.checkpoints.iter().rev().find_map(|c| c.0.as_ref());
     let devices = last.map_or(0, |c| c.counters.len());
     assert!(devices <= super::MAX_DEVICES + 1, "{devices}");
-}
-
-#[test]
-fn export_keeps_open_spans_and_pseudonyms_within_and_loses_no_event() {
-    use crate::export::{self, ExportOptions, Format};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("spans.gdt");
-    let h = header();
-    let mut w = writer(&f, &h);
-    let n = 30_000u64;
-    for i in 0..n {
-        w.push(
-            &map(kind::DMA_MAP, h.start_ts_ns + i, 0x1000 + (i << 12), 7, 0),
-            "0000:01:00.0",
-        )
-        .expect("push");
-    }
-    w.finish(&End::default()).expect("finish");
-    let out = dir.path().join("out.json");
-    memory_budget::set_test_reader_limit(Some(SMALL));
-    export::run(&ExportOptions {
-        file: f.clone(),
-        format: Format::Chrome,
-        output: Some(out.clone()),
-        redact: true,
-        out: Default::default(),
-    })
-    .expect("export");
-    memory_budget::set_test_reader_limit(None);
-    assert!(memory_budget::dropped_by(Keeper::Spans) > 0);
-    assert!(memory_budget::dropped_by(Keeper::Pseudonyms) > 0);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).expect("out")).expect("json");
-    let ev = doc["traceEvents"].as_array().expect("events");
-    let spans = ev.iter().filter(|e| e["ph"] == "X").count() as u64;
-    let instants = ev
-        .iter()
-        .filter(|e| e["ph"] == "i" && e["name"] == "dma_map")
-        .count() as u64;
-    assert!(spans > 0 && instants > 0, "{spans} {instants}");
-    assert_eq!(spans + instants, n, "every map is a span or an instant");
-    assert!(doc.to_string().contains("p-more"));
 }
