@@ -29,19 +29,10 @@ const RSS_BOUND_KIB: u64 = 256 << 10;
 /// Runs `cmd` for at most `limit`, sampling its peak RSS (VmHWM); kills it
 /// then. Returns the peak in KiB and whether it was still running.
 fn peak_rss(mut child: Child, limit: Duration) -> (u64, bool) {
-    let status = format!("/proc/{}/status", child.id());
     let start = Instant::now();
     let mut peak = 0;
     let running = loop {
-        if let Ok(s) = fs::read_to_string(&status) {
-            if let Some(kib) = s
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak = peak.max(kib);
-            }
-        }
+        peak = peak.max(crate::hostile_budget::vm_hwm_kib(child.id() as i32));
         if child.try_wait().expect("wait").is_some() {
             break false;
         }

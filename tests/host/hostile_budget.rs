@@ -99,7 +99,7 @@ pub(crate) fn measured(cmd: &mut Command) -> (ExitStatus, String, u64) {
 }
 
 /// VmHWM of a live process, KiB (0 when unreadable).
-fn vm_hwm_kib(pid: i32) -> u64 {
+pub(crate) fn vm_hwm_kib(pid: i32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
