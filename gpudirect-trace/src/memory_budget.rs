@@ -34,8 +34,10 @@ use serde::Serialize;
 /// buffers (a 24 MiB block in a 48 MiB scan window, its decompressed
 /// payload, up to 65 536 decoded items: ~110 MiB at worst), the program and
 /// the output being built, under the 256 MiB every reader must stay within
-/// (docs/trace-format.md, "Limits"). Measured: a report whose keepers all
-/// hit it peaks at ~190 MiB (host test `hostile_budget`).
+/// (docs/trace-format.md, "Limits"). Measured (debug build, host test
+/// `hostile_budget -- --ignored`): the crafted files that hit it peak at
+/// 58-148 MiB of RSS in every reader; at 96 MiB, with smaller estimates of
+/// pid rows and misuse slots, a report peaked at 192 MiB.
 pub const READER_BUDGET: usize = 80 << 20;
 
 /// The keepers, each charged for what it holds.
@@ -52,8 +54,9 @@ pub enum Keeper {
     Processes,
     /// Unmaps remembered per device for fault correlation.
     Unmaps,
-    /// Rows keyed by a value from the file: invalidation classes, Xid
-    /// numbers, fault counts by cause, failed maps by caller.
+    /// Rows keyed by a value from the file: operations' latencies,
+    /// invalidation classes, Xid numbers, fault counts by cause, failed
+    /// maps by caller, checkpoint rows.
     Rows,
     /// Process names.
     Names,
@@ -86,7 +89,10 @@ impl Keeper {
             Keeper::Devices => "devices counted together as (other devices)",
             Keeper::Processes => "processes counted together in one row",
             Keeper::Unmaps => "unmaps not remembered for fault correlation",
-            Keeper::Rows => "rows not kept (classes, Xid numbers, causes, callers)",
+            Keeper::Rows => {
+                "rows not kept (operations' latencies, classes, Xid numbers, causes, callers, \
+                 checkpoint rows)"
+            }
             Keeper::Names => "process names not kept",
             Keeper::Stacks => "kernel stacks not kept",
             Keeper::Incidents => "incidents evicted early (counted)",

@@ -438,3 +438,48 @@ pub(crate) fn json_lists(path: &Path, entries: u32) {
     );
     w.finish(&End::default()).expect("finish");
 }
+
+/// Full EVENTS blocks that do not compress (random addresses, sizes, pids
+/// and 159-byte Xid messages, each Xid an incident), interleaved with maps
+/// never unmapped over 128 devices: the reader's own buffers at their
+/// largest while every keeper fills.
+pub(crate) fn xid_flood(path: &Path, n: u64) {
+    use gpudirect_trace_common::{XidEvent, XID_MSG_LEN};
+    let mut w = writer(path, &base_header());
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for i in 0..n {
+        let dev = format!("0000:{:02x}:00.0", i % 128);
+        let r = if i % 2 == 0 {
+            let mut msg = [0u8; XID_MSG_LEN];
+            for b in msg.iter_mut().take(XID_MSG_LEN - 1) {
+                *b = b'a' + (next() % 26) as u8;
+            }
+            Record::Xid(XidEvent {
+                event: Event {
+                    kind: kind::NV_XID,
+                    ts_ns: 2_000 + i * 1_000,
+                    pid: next() as u32,
+                    ..Default::default()
+                },
+                xid: (next() % 200) as u32,
+                msg_truncated: 0,
+                msg,
+            })
+        } else {
+            let mut e = map_event(kind::DMA_MAP, 2_000 + i * 1_000, next(), next() as u32, 0);
+            if let Record::Event(ev) = &mut e {
+                ev.size = next() >> 20;
+                ev.phys = next();
+            }
+            e
+        };
+        w.push(&r, &dev).expect("push");
+    }
+    w.finish(&End::default()).expect("finish");
+}

@@ -8,7 +8,7 @@
 //! files of issue 30's examples (seconds to minutes per reader in a debug
 //! build): `... hostile_budget -- --ignored` (`GDT_CRAFT_SCALE` multiplies
 //! them, `GDT_BUDGET_LOG=FILE` keeps each run's stderr,
-//! `GDT_KEEP_CRAFTED_DIR=DIR` the files).
+//! `GDT_KEEP_CRAFTED_DIR=DIR` the files, `GDT_CRAFT_ONLY=NAME` runs one).
 
 use std::{
     fs,
@@ -147,7 +147,11 @@ struct Case {
 fn run_cases(cases: &[Case], scale: u64) -> Vec<String> {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut failures = Vec::new();
-    for case in cases {
+    let only = std::env::var("GDT_CRAFT_ONLY").ok();
+    for case in cases
+        .iter()
+        .filter(|c| only.as_deref().is_none_or(|o| o == c.name))
+    {
         let file = dir.path().join(format!("{}.gdt", case.name));
         let t = std::time::Instant::now();
         (case.make)(&file, scale);
@@ -274,6 +278,13 @@ fn every_reader_stays_under_256_mib_on_large_crafted_files() {
                 ("report", "processes counted together"),
                 ("report", "maps not checked for misuse"),
             ],
+        },
+        // Incompressible full blocks (the reader's buffers at their
+        // largest) of Xids (each an incident) and maps never unmapped.
+        Case {
+            name: "xid-flood",
+            make: |f, s| crafted::xid_flood(f, 400_000 * s),
+            says: &[("report", "processes counted together")],
         },
         // 1.1 M maps never unmapped: export chrome kept 2.85 GB of spans.
         Case {

@@ -292,7 +292,7 @@ impl Aggregator {
                 let o = ev.aux as u32;
                 if let Some(l) = d.latency.get_mut(&o) {
                     l.record(ev.size);
-                } else if memory_budget::take_or_drop(Keeper::Histograms, latency::OP_BYTES) {
+                } else if memory_budget::take_or_drop(Keeper::Rows, latency::OP_BYTES) {
                     d.latency.entry(o).or_default().record(ev.size);
                 }
             }
