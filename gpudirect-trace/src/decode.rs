@@ -94,6 +94,14 @@ pub fn c_string(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// A NUL-terminated message from the kernel or a trace file (an Xid's) as
+/// one field: control characters shown as `\xNN` (`sanitize::text`), so a
+/// line feed in it cannot start a line of its own in any view.
+pub fn c_text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    crate::sanitize::bytes(&bytes[..end]).into_owned()
+}
+
 /// A process-exit record's (`kind::PROC_EXIT`) pid and name; control
 /// characters (a name is whatever prctl(PR_SET_NAME) set) become `?`. Its
 /// cgroup v2 id is the record's `size`.

@@ -27,6 +27,7 @@ pub mod gpu;
 pub mod hosttree;
 pub mod kernel;
 pub mod live;
+pub mod memory_budget;
 pub mod metrics;
 pub mod model;
 pub mod outfile;

@@ -27,6 +27,21 @@ pub fn write(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// `value` as one line of JSON, serialized straight to stdout (a large
+/// document is never held as a string).
+pub fn json_line(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = io::BufWriter::with_capacity(1 << 16, io::stdout().lock());
+    let result = serde_json::to_writer(&mut out, value)
+        .map_err(io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub fn line(text: &str) -> anyhow::Result<()> {
     write(&format!("{text}\n"))
 }

@@ -1,13 +1,18 @@
 //! `gpudirect-trace report`: a trace file replayed through the live view's
 //! aggregator and tables, for the whole recording or a time window.
 
+#[cfg(test)]
+mod budget_tests;
 pub mod html;
+mod json;
+mod keep;
 pub mod series;
 pub mod snapshot;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_golden;
+mod warnings;
 
 use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
 
@@ -16,6 +21,7 @@ use gpudirect_trace_common::{Counter, CounterKey};
 
 use crate::{
     analysis::Analysis,
+    memory_budget::Keeper,
     model::{Incident, TraceClock},
     tracefile::{self, Checkpoint, Header, Item, Loss, ReadStats},
 };
@@ -37,10 +43,14 @@ pub struct Window {
 /// series), measured with heaptrack on a crafted 4096-device file: 128 of
 /// them keep `report` of any file under its 256 MiB bound.
 pub const MAX_DEVICES: usize = 128;
-/// Growth of the aggregator's histograms in a report (aggregate::
-/// limit_hist_growth): with the device cap, what a crafted file can make
-/// them take stays under ~100 MiB.
-pub const HIST_GROWTH: usize = 32 << 20;
+/// What a kept loss record costs the reader's memory budget.
+const LOSS_BYTES: usize = 32;
+
+use self::keep::{keep, keep_name, release, CheckpointDevices};
+pub use self::{
+    json::{json, json_doc, ReportJson},
+    warnings::{clip_warnings, read_warnings, warnings},
+};
 
 /// Everything a report shows, from one pass over the file: the same
 /// analysis (tables and ledger) the live session built, fed the same
@@ -68,6 +78,14 @@ pub struct Replay {
     pub later_triggers: Vec<crate::tracefile::Trigger>,
     /// A snapshot's trigger device at the trigger (see `snapshot`).
     pub lead: Option<snapshot::Lead>,
+    /// The recording's last timestamp, whatever the window.
+    pub end_ns: u64,
+    /// Loss records past the reader's memory budget: not listed, their
+    /// losses counted here (`losses_total` includes them).
+    pub losses_unlisted: u64,
+    pub lost_unlisted: u64,
+    /// Checkpoint counter rows left out for the budget.
+    pub counter_rows_dropped: u64,
 }
 
 impl Replay {
@@ -75,7 +93,16 @@ impl Replay {
     pub fn losses_total(&self) -> u64 {
         self.losses
             .iter()
-            .fold(0u64, |a, l| a.saturating_add(l.lost))
+            .fold(self.lost_unlisted, |a, l| a.saturating_add(l.lost))
+    }
+
+    /// How long a flight-recorder snapshot's recording went on after its
+    /// trigger: what the file holds, at most the `--after` asked (a
+    /// recorder stopped early, by SIGTERM, holds less).
+    pub fn after_trigger_ns(&self) -> Option<(u64, u64)> {
+        let info = self.header.snapshot.as_ref()?;
+        let held = self.end_ns.saturating_sub(info.trigger.at_ns);
+        Some((held.min(info.after_ns), info.after_ns))
     }
 
     pub fn clock(&self) -> &TraceClock {
@@ -111,9 +138,9 @@ pub fn replay(file: &Path, window: &Window) -> anyhow::Result<Replay> {
 
 /// Replays an opened recording: the file is opened once, because it may be
 /// a FIFO whose bytes a second open would not see again.
-pub fn replay_from(
+pub fn replay_from<R: std::io::Read>(
     file: &Path,
-    mut reader: tracefile::TraceReader<std::io::BufReader<std::fs::File>>,
+    mut reader: tracefile::TraceReader<R>,
     window: &Window,
 ) -> anyhow::Result<Replay> {
     let header = reader.header().clone();
@@ -130,7 +157,10 @@ pub fn replay_from(
     if to.is_some() && to_ns <= from_ns {
         anyhow::bail!("--to must be later than --from");
     }
-    crate::aggregate::limit_hist_growth(HIST_GROWTH);
+    // Everything the replay keeps (tables, mappings, handles, incidents,
+    // names, stacks, series, ...) is within one budget, whatever the file
+    // asks (memory_budget).
+    crate::memory_budget::limit_reader();
     let mut analysis = Analysis::new(clock_of(&header));
     analysis.agg = crate::aggregate::Aggregator::with_max_devices(MAX_DEVICES);
     analysis.agg.gpus = header.gpus.clone();
@@ -159,7 +189,12 @@ pub fn replay_from(
         window: window.clone(),
         later_triggers: Vec::new(),
         lead: None,
+        end_ns: 0,
+        losses_unlisted: 0,
+        lost_unlisted: 0,
+        counter_rows_dropped: 0,
     };
+    let mut cp_devices = CheckpointDevices::default();
     // A snapshot: what led to its trigger, on the trigger's device.
     let trigger_at = r.header.snapshot.as_ref().map(|s| s.trigger.at_ns);
     if let Some(dev) = r
@@ -206,6 +241,14 @@ pub fn replay_from(
             Item::End(e) => drop(r.analysis.confirm(e.lost_total)),
             _ => {}
         }
+        // A checkpoint is kept (the window's first and last) with its rows
+        // folded to the devices a report keeps, within the budget.
+        let item = match item {
+            Item::Checkpoint(cp) => {
+                Item::Checkpoint(cp_devices.fold(cp, &r.analysis.agg, &mut r.counter_rows_dropped))
+            }
+            other => other,
+        };
         match item {
             Item::Event { record, device } => {
                 if !in_window(ts) {
@@ -232,26 +275,37 @@ pub fn replay_from(
             }
             Item::Loss(l) if in_window(l.ts_ns) => {
                 r.last_ns = r.last_ns.max(l.ts_ns);
-                r.losses.push(l);
+                if crate::memory_budget::take_or_drop(Keeper::Losses, LOSS_BYTES) {
+                    r.losses.push(l);
+                } else {
+                    r.losses_unlisted += 1;
+                    r.lost_unlisted = r.lost_unlisted.saturating_add(l.lost);
+                }
             }
-            Item::Checkpoint(cp) if cp.ts_ns < lo_ns => base = Some(cp),
+            Item::Checkpoint(cp) if cp.ts_ns < lo_ns => keep(&mut base, cp),
             Item::Checkpoint(cp) if is_snapshot && from.is_none() && base.is_none() => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
-                base = Some(cp);
+                keep(&mut base, cp);
             }
             Item::Checkpoint(cp) if to.is_none() || cp.ts_ns < to_ns => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
                 r.series.checkpoint(&cp);
-                last = Some(cp);
+                keep(&mut last, cp);
             }
+            Item::Checkpoint(cp) => release(&cp),
             Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
             Item::LogFault(f) if f.timestamp_ns.is_none_or(in_window) => {
-                r.analysis.log_fault(f);
+                r.analysis.log_fault(*f);
             }
-            Item::Trigger(t) => r.later_triggers.push(*t),
+            Item::Trigger(t) => {
+                let bytes = serde_json::to_vec(&t).map_or(0, |v| v.len()) + 64;
+                if crate::memory_budget::take_or_drop(Keeper::Triggers, bytes) {
+                    r.later_triggers.push(*t);
+                }
+            }
             Item::Names(names) => {
                 for n in names {
-                    r.analysis.agg.names.insert(n.pid, n);
+                    keep_name(&mut r.analysis.agg.names, n);
                 }
                 r.analysis.name_incidents();
             }
@@ -266,6 +320,8 @@ pub fn replay_from(
         }
     }
     r.stats = reader.stats().clone();
+    // (A file of a header alone ends where it starts.)
+    r.end_ns = end_seen.max(r.header.start_ts_ns);
     r.analysis.fill_stacks();
     if let (Some(at), Some(lead), false) = (trigger_at, r.lead.as_mut(), captured) {
         let incidents: Vec<&Incident> = r.analysis.ledger.incidents().iter().collect();
@@ -326,77 +382,6 @@ fn counter_delta(
         .collect()
 }
 
-/// Warnings about the file itself (truncation, damage, unclean end).
-pub fn read_warnings(path: &str, stats: &ReadStats, file_len: u64) -> Vec<String> {
-    let mut w = Vec::new();
-    if let Some(at) = stats.truncated_at {
-        w.push(format!(
-            "{path} is cut short: readable up to byte offset {at} of {file_len} \
-             (recorder killed or disk full?); the rest is ignored"
-        ));
-    } else if !stats.clean_end {
-        w.push(format!(
-            "{path} has no end block: the recorder did not finish (read all {file_len} bytes)"
-        ));
-    }
-    if stats.corrupt_regions > 0 {
-        w.push(format!(
-            "{} damaged region(s) ({} bytes) skipped",
-            stats.corrupt_regions, stats.skipped_bytes
-        ));
-    }
-    if stats.unknown_blocks > 0 {
-        w.push(format!(
-            "{} block(s) of a newer format version skipped",
-            stats.unknown_blocks
-        ));
-    }
-    if stats.undecodable_blocks > 0 {
-        w.push(format!(
-            "{} block(s) with a valid checksum did not decode and were skipped",
-            stats.undecodable_blocks
-        ));
-    }
-    w
-}
-
-/// The report's JSON: the window's devices, incidents and faults as the
-/// live session's final `--json` object has them, plus what the file said.
-pub fn json(
-    path: &str,
-    r: &Replay,
-    devices: &[crate::aggregate::DeviceSnapshot],
-) -> serde_json::Value {
-    let incidents: Vec<&Incident> = r.incidents().collect();
-    let faults: Vec<_> = incidents.iter().filter_map(|i| i.fault.as_ref()).collect();
-    let lost = r.losses_total();
-    serde_json::json!({
-        "file": path,
-        "header": r.header,
-        "clock": r.clock(),
-        "window": {"from_s": r.seconds(r.from_ns), "to_s": r.seconds(r.last_ns)},
-        "devices": devices,
-        "iommu_invalidations": r.analysis.agg.unit_rows(),
-        "lost_events": lost,
-        "losses": r.losses,
-        "kernel_events": r.kernel_hits,
-        "incidents": incidents,
-        "incidents_evicted": r.analysis.ledger.evicted(),
-        "device_timelines": r.analysis.timelines(),
-        "faults": faults,
-        "fault_counts": r.analysis.ledger.counts().iter().map(|(k, n)| serde_json::json!({
-            "device": k.device, "source": k.source, "cause": k.cause, "count": n})).collect::<Vec<_>>(),
-        "counters": r.counters,
-        "misuse": r.analysis.checker.as_ref().map(|c| &c.stats),
-        "gpus": r.analysis.agg.gpus,
-        "nvml": {"first": r.analysis.nvml_first, "latest": r.analysis.nvml_latest},
-        "lead": r.lead,
-        "later_triggers": r.later_triggers,
-        "read": r.stats,
-        "warnings": read_warnings(path, &r.stats, r.file_len),
-    })
-}
-
 /// The report as text: the live view's tables and incident list for the
 /// window, then what the file itself said (losses, counter source).
 pub fn text(
@@ -432,6 +417,7 @@ pub fn text(
             r.lead.as_ref(),
             &incidents,
             r.clock(),
+            r.after_trigger_ns(),
         ));
         for t in &r.later_triggers {
             s.push_str(&format!(
@@ -495,9 +481,18 @@ pub fn text(
         for l in r.losses.iter().take(20) {
             let _ = writeln!(s, "  at {:>10.3}s  {:>10} lost", r.seconds(l.ts_ns), l.lost);
         }
-        if r.losses.len() > 20 {
-            let _ = writeln!(s, "  ... {} more loss records", r.losses.len() - 20);
+        let more = (r.losses.len() as u64).saturating_sub(20) + r.losses_unlisted;
+        if more > 0 {
+            let _ = writeln!(s, "  ... {more} more loss records");
         }
+    }
+    // What the file made the report drop or cut, in the report itself too.
+    let cuts: Vec<String> = clip_warnings(&r.stats)
+        .into_iter()
+        .chain(crate::memory_budget::note())
+        .collect();
+    for c in cuts {
+        let _ = writeln!(s, "\nnote: {c}");
     }
     s
 }

@@ -100,3 +100,97 @@ fn too_few_file_descriptors_is_said_as_such() {
         );
     }
 }
+
+/// Issue 30: a line feed inside a trace's strings (host, boot id, command,
+/// comm, GPU and device names, fault text, Xid message) forged whole lines
+/// in `report`, and `export --format hdr` wrote ESC/OSC/CSI/DEL into its
+/// `#` and `Tag=` lines. Every string of the crafted file carries them; no
+/// output of any reader may hold a raw control byte or a line that starts
+/// with what followed a line feed.
+#[test]
+fn no_string_of_a_trace_forges_a_line_or_reaches_an_output_raw() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("forge.gdt");
+    crate::crafted::forging_strings(&trace);
+    let html = dir.path().join("r.html");
+    let cases: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
+        ("report", vec!["report".into(), trace.clone().into()]),
+        (
+            "report --html",
+            vec![
+                "report".into(),
+                trace.clone().into(),
+                "--html".into(),
+                html.clone().into(),
+            ],
+        ),
+        (
+            "report --json",
+            vec!["report".into(), trace.clone().into(), "--json".into()],
+        ),
+        (
+            "export hdr",
+            vec![
+                "export".into(),
+                trace.clone().into(),
+                "--format".into(),
+                "hdr".into(),
+            ],
+        ),
+        (
+            "export jsonl",
+            vec![
+                "export".into(),
+                trace.clone().into(),
+                "--format".into(),
+                "jsonl".into(),
+            ],
+        ),
+        (
+            "export chrome",
+            vec![
+                "export".into(),
+                trace.clone().into(),
+                "--format".into(),
+                "chrome".into(),
+            ],
+        ),
+    ];
+    for (what, args) in cases {
+        let out = run(bin().args(&args));
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            let text = String::from_utf8_lossy(bytes);
+            assert!(
+                !has_raw_controls(bytes) && !bytes.contains(&0x7f) && !bytes.contains(&b'\r'),
+                "{what} {stream}: {text}"
+            );
+            let forged = text
+                .lines()
+                .find(|l| l.trim_start().trim_start_matches('"').starts_with("FORGED"));
+            assert!(forged.is_none(), "{what} {stream}: forged line {forged:?}");
+        }
+    }
+    // The text report shows the strings, escaped where they stand.
+    let out = run(bin().arg("report").arg(&trace));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for field in ["host", "boot", "cmd", "comm", "0000:01:00.0", "reason"] {
+        assert!(
+            text.contains(&format!("{field}ok\\x0aFORGED line\\x0d\\x1b[2J")),
+            "{field}: {text}"
+        );
+    }
+    let page = fs::read_to_string(&html).expect("page");
+    assert!(
+        !page.contains('\u{1b}') && !page.contains("\nFORGED"),
+        "the page"
+    );
+    // The hdr log's comment and tags: one line each, escaped.
+    let out = run(bin().arg("export").arg(&trace).args(["--format", "hdr"]));
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(log.contains("host hostok\\x0aFORGED"), "{log}");
+    assert!(
+        log.contains("Tag=0000:01:00.0ok\\x0aFORGED_line\\x0d\\x1b[2J"),
+        "{log}"
+    );
+}

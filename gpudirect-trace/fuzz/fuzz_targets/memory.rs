@@ -1,5 +1,8 @@
-//! The readers' memory bound (issue 19): whatever the bytes, the trace
-//! reader and `explain`'s line reader never hold more than 256 MiB at once.
+//! The readers' memory bound (issues 19 and 30): whatever the bytes, the
+//! trace reader, a report's replay of it (everything it keeps: tables,
+//! mappings, handles, incidents, names, stacks, series, within the readers'
+//! memory budget) and `explain`'s line reader never hold more than 256 MiB
+//! at once.
 //! A counting global allocator measures the peak of live heap bytes while
 //! one input is read; crossing the bound aborts the run with the input.
 //!
@@ -19,7 +22,11 @@ use std::{
     sync::atomic::{AtomicUsize, Ordering},
 };
 
-use gpudirect_trace::{faults::explain::collect_from, tracefile::TraceReader};
+use gpudirect_trace::{
+    faults::explain::collect_from,
+    report::{replay_from, Window},
+    tracefile::TraceReader,
+};
 use libfuzzer_sys::fuzz_target;
 
 struct Counting;
@@ -122,6 +129,18 @@ fuzz_target!(|data: &[u8]| {
     assert!(
         trace_peak < BOUND,
         "trace reader held {trace_peak} bytes"
+    );
+    // The replay `report` makes of it, with all it keeps.
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    let base = LIVE.load(Ordering::Relaxed);
+    if let Ok(reader) = TraceReader::new(source(data)) {
+        let path = std::path::Path::new("fuzz-input");
+        let _ = replay_from(path, reader, &Window::default());
+    }
+    let replay_peak = PEAK.load(Ordering::Relaxed) - base;
+    assert!(
+        replay_peak < BOUND,
+        "a report's replay held {replay_peak} bytes"
     );
     PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
     let base = LIVE.load(Ordering::Relaxed);

@@ -21,6 +21,32 @@ use gpudirect_trace_common::{flags, inval, Counter, Event, LatHist};
 use serde::Serialize;
 
 use super::{latency::OpLatency, Aggregator, LatencySnapshot, UNATTRIBUTED};
+use crate::memory_budget::{self, Keeper};
+
+/// What a class's row costs the reader's memory budget: its latency
+/// histogram (16 KiB before it grows) and counts.
+const CLASS_ROW_BYTES: usize = 17 << 10;
+/// A row of counts only (cache-tag flushes, descriptors, re-routed).
+pub(super) const COUNT_ROW_BYTES: usize = 64;
+
+/// The row of `class` in `rows`, a new one only within the reader's memory
+/// budget (classes come from the file: a crafted one may name 2^32 of
+/// them); None, counted, without room.
+pub(super) fn class_row<V: Default>(
+    rows: &mut BTreeMap<u32, V>,
+    class: u32,
+    bytes: usize,
+) -> Option<&mut V> {
+    if !rows.contains_key(&class) && !memory_budget::take_or_drop(Keeper::Rows, bytes) {
+        return None;
+    }
+    Some(rows.entry(class).or_default())
+}
+
+/// `class_row` for count-only rows.
+pub(super) fn count_row<V: Default>(rows: &mut BTreeMap<u32, V>, class: u32) -> Option<&mut V> {
+    class_row(rows, class, COUNT_ROW_BYTES)
+}
 
 impl Aggregator {
     /// A streamed submission: routed to its device (the kernel's, or one
@@ -195,7 +221,9 @@ impl Units {
         let Some(to) = found else {
             return (device.clone(), via);
         };
-        let r = self.rerouted.entry(ev.dir).or_default();
+        let Some(r) = count_row(&mut self.rerouted, ev.dir) else {
+            return (to, via);
+        };
         r.0 += 1;
         r.1 = r.1.saturating_add(ev.size);
         if inval::nested(ev.dir) {
@@ -206,10 +234,9 @@ impl Units {
 
     pub fn record(&mut self, ev: &Event) {
         let nested = inval::nested(ev.dir);
-        self.by_class
-            .entry(row_class(ev.dir))
-            .or_default()
-            .record(ev, nested);
+        if let Some(r) = class_row(&mut self.by_class, row_class(ev.dir), CLASS_ROW_BYTES) {
+            r.record(ev, nested);
+        }
     }
 
     /// The unattributed row's kernel counts less what was re-routed.
@@ -222,10 +249,9 @@ impl Units {
 impl DeviceInval {
     pub fn record(&mut self, ev: &Event, via: Via) {
         let nested = inval::nested(ev.dir);
-        self.by_class
-            .entry(row_class(ev.dir))
-            .or_default()
-            .record(ev, nested);
+        if let Some(r) = class_row(&mut self.by_class, row_class(ev.dir), CLASS_ROW_BYTES) {
+            r.record(ev, nested);
+        }
         self.via.dma_api += via.dma_api;
         self.via.domain += via.domain;
         self.via.domain_id += via.domain_id;
@@ -239,7 +265,9 @@ impl DeviceInval {
             acc.kernel = None;
         }
         for (&class, &(n, ns)) in rows {
-            let acc = self.by_class.entry(row_class(class)).or_default();
+            let Some(acc) = class_row(&mut self.by_class, row_class(class), CLASS_ROW_BYTES) else {
+                continue;
+            };
             let k = acc.kernel.get_or_insert((0, 0, 0));
             k.0 = k.0.saturating_add(n);
             k.1 = k.1.saturating_add(ns);

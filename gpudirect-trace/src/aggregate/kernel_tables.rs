@@ -21,11 +21,15 @@ impl Aggregator {
     /// stream-derived.
     pub fn apply_kernel_counters(&mut self, counters: &[(Arc<str>, CounterKey, Counter)]) {
         let mut per_dev: BTreeMap<Arc<str>, Vec<(CounterKey, Counter)>> = BTreeMap::new();
+        let held = self.units.descriptors.len() * super::inval::COUNT_ROW_BYTES;
+        crate::memory_budget::give(crate::memory_budget::Keeper::Rows, held);
         self.units.descriptors.clear();
         for (name, k, c) in counters {
             // Descriptors are counted per unit, not per device.
             if k.event_kind() == kind::QI_DESCRIPTOR {
-                let d = self.units.descriptors.entry(k.dir).or_default();
+                let Some(d) = super::inval::count_row(&mut self.units.descriptors, k.dir) else {
+                    continue;
+                };
                 d.count = d.count.saturating_add(c.count);
                 d.bytes = d.bytes.saturating_add(c.bytes);
                 continue;
@@ -46,7 +50,9 @@ impl Aggregator {
                         r.1 = r.1.saturating_add(c.bytes);
                     }
                     kind::CACHE_TAG_FLUSH => {
-                        let t = tags.entry(k.dir).or_default();
+                        let Some(t) = super::inval::count_row(&mut tags, k.dir) else {
+                            continue;
+                        };
                         t.count = t.count.saturating_add(c.count);
                         t.bytes = t.bytes.saturating_add(c.bytes);
                     }
@@ -60,6 +66,8 @@ impl Aggregator {
             }
             let d = self.device(&name);
             d.inval.set_kernel(&inval_rows);
+            let held = d.inval.tags.len() * super::inval::COUNT_ROW_BYTES;
+            crate::memory_budget::give(crate::memory_budget::Keeper::Rows, held);
             d.inval.tags = tags;
             // Saturating sums: the counters may come from a crafted file.
             let mut dma = (0u64, 0u64, 0u64, 0u64);

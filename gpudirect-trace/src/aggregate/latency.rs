@@ -3,7 +3,9 @@
 //! log2 histograms in aggregate-only mode (percentiles then are bucket upper
 //! bounds, i.e. within a factor of 2, and max is exact).
 
-use gpudirect_trace_common::{LatHist, LAT_BUCKETS};
+use std::collections::BTreeMap;
+
+use gpudirect_trace_common::{op, LatHist, LAT_BUCKETS};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -15,6 +17,10 @@ pub struct OpLatency {
     /// Exact total of the durations.
     pub sum: u64,
 }
+
+/// What a new operation's histogram costs the reader's memory budget
+/// before it grows (2048 counts of 8 bytes).
+pub const OP_BYTES: usize = (16 << 10) + 64;
 
 impl Default for OpLatency {
     fn default() -> Self {
@@ -112,6 +118,26 @@ pub fn sum_log2<'a>(per_cpu: impl Iterator<Item = &'a LatHist>) -> LatHist {
         out.max_ns = out.max_ns.max(h.max_ns);
         for (o, i) in out.buckets.iter_mut().zip(h.buckets.iter()) {
             *o += i;
+        }
+    }
+    out
+}
+
+/// A device's latency per operation: streamed where there was a stream,
+/// else the kernel's log2 histograms.
+pub(super) fn snapshot_of(d: &super::DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
+    let mut out = BTreeMap::new();
+    // op::LIFETIME is not a function: it shows as the DMA level's lifetimes.
+    for o in (0..op::COUNT).filter(|&o| o != op::LIFETIME) {
+        let name = op::NAMES[o as usize];
+        match (d.latency.get(&o), d.kernel_latency.get(&o)) {
+            (Some(l), _) if !l.hist.is_empty() => {
+                out.insert(name, LatencySnapshot::of_stream(l));
+            }
+            (_, Some(k)) if k.count > 0 => {
+                out.insert(name, LatencySnapshot::of_log2(k));
+            }
+            _ => {}
         }
     }
     out

@@ -2,12 +2,17 @@
 //! bytes, mapped-size distribution, outstanding mappings, their lifetimes
 //! and the oldest ones (leak suspects).
 
-use std::{cell::Cell, collections::BTreeMap};
+use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::{procs::Procs, MAX_TRACKED};
+use crate::memory_budget::{self, Keeper};
+
+/// What one tracked mapping costs the reader's memory budget: its key and
+/// value (32 bytes) and its share of B-tree nodes.
+pub const MAPPING_BYTES: usize = 64;
 
 /// A mapping seen mapped and not yet unmapped.
 #[derive(Clone, Copy, Debug)]
@@ -102,7 +107,11 @@ impl Level {
             self.procs.map(pid, size, ts_ns, false);
             return;
         }
-        if self.outstanding.len() >= MAX_TRACKED {
+        // Past the table's cap or the reader's memory budget, a mapping is
+        // counted as outstanding but not tracked (its unmap then unmatched).
+        if self.outstanding.len() >= MAX_TRACKED
+            || !memory_budget::take_or_drop(Keeper::Mappings, MAPPING_BYTES)
+        {
             self.untracked += 1;
             self.procs.map(pid, size, ts_ns, false);
             return;
@@ -110,6 +119,7 @@ impl Level {
         self.procs.map(pid, size, ts_ns, true);
         let m = Mapping { size, ts_ns, pid };
         if let Some(old) = self.outstanding.insert(addr, m) {
+            memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
             // Re-mapped without an unmap we saw: keep bytes consistent.
             self.outstanding_bytes = self.outstanding_bytes.saturating_sub(old.size);
             self.procs.unmapped(old.pid, old.size, ts_ns);
@@ -126,6 +136,7 @@ impl Level {
         self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
         match self.outstanding.remove(&addr) {
             Some(m) => {
+                memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
                 self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
                 self.procs.unmapped(m.pid, m.size, ts_ns);
                 let life = ts_ns.saturating_sub(m.ts_ns);
@@ -147,6 +158,7 @@ impl Level {
         let mut oldest: Option<u64> = None;
         for a in starts {
             if let Some(m) = self.outstanding.remove(&a) {
+                memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
                 self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
                 self.procs.unmapped(m.pid, m.size, ts_ns);
                 oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
@@ -177,6 +189,7 @@ impl Level {
         }
         for a in starts {
             if let Some(m) = self.outstanding.remove(&a) {
+                memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
                 self.unmaps += 1;
                 self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
                 self.procs.unmapped(m.pid, m.size, ts_ns);
@@ -194,6 +207,7 @@ impl Level {
             return;
         }
         self.unmaps_skipped = true;
+        memory_budget::give(Keeper::Mappings, self.outstanding.len() * MAPPING_BYTES);
         for (_, m) in std::mem::take(&mut self.outstanding) {
             self.procs.forget(m.pid, m.size);
         }
@@ -220,12 +234,20 @@ impl Level {
         if self.unmaps_skipped {
             return;
         }
+        memory_budget::give(Keeper::Mappings, self.outstanding.len() * MAPPING_BYTES);
         self.outstanding.clear();
         self.outstanding_bytes = 0;
         let mut by_pid: std::collections::HashMap<u32, (u64, u64)> = Default::default();
         for (addr, size, ts_ns, pid) in maps {
             self.outstanding_bytes = self.outstanding_bytes.saturating_add(size);
-            self.outstanding.insert(addr, Mapping { size, ts_ns, pid });
+            // The kernel's table is bounded by the kernel (live only).
+            if self
+                .outstanding
+                .insert(addr, Mapping { size, ts_ns, pid })
+                .is_none()
+            {
+                memory_budget::charge(Keeper::Mappings, MAPPING_BYTES);
+            }
             let e = by_pid.entry(pid).or_default();
             e.0 += 1;
             e.1 += size;
@@ -336,61 +358,24 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Bytes that histograms may grow by on this thread, all together, once
-/// `limit_hist_growth` set it (commands that read files: a 3-significant-
-/// digit histogram takes 8 KiB more per power of two of its range, ~420 KiB
-/// at the top of u64, and a 3 KB crafted trace feeding u64-range values to
-/// 26 histograms of each of 256 devices made `report` use 2.9 GB). Live
-/// tracing is not limited: real ranges (sizes to GiBs, times to hours)
-/// stay far below that. Per thread: a command runs on one, tests on many.
-struct HistBudget {
-    left: Cell<usize>,
-    clamped: Cell<u64>,
-}
-
-thread_local! {
-    static HIST: HistBudget = const {
-        HistBudget {
-            left: Cell::new(usize::MAX),
-            clamped: Cell::new(0),
-        }
-    };
-}
-
-/// Lets histograms on this thread grow by at most `bytes` from now on.
-pub fn limit_hist_growth(bytes: usize) {
-    HIST.with(|h| h.left.set(bytes));
-}
-
-/// Values recorded on this thread at their histogram's current top because
-/// growing it would pass the budget of `limit_hist_growth` (still counted;
-/// maxima stay exact).
-pub fn hist_clamped() -> u64 {
-    HIST.with(|h| h.clamped.get())
-}
-
 /// Records into an auto-resizing histogram (saturating_record would clamp to
-/// the current, initially tiny, range instead of growing it), growing it
-/// only within the budget of `limit_hist_growth`.
+/// the current, initially tiny, range instead of growing it). Growth is
+/// charged to the reader's memory budget (`memory_budget`, keeper
+/// `Histograms`): a 3-significant-digit histogram takes 8 KiB more per power
+/// of two of its range, ~420 KiB at the top of u64, and a 3 KB crafted trace
+/// feeding u64-range values to 26 histograms of each of 256 devices made
+/// `report` use 2.9 GB. Without room, the value is recorded at the
+/// histogram's current top and counted (counts and maxima stay exact). Live
+/// tracing has no budget: real ranges (sizes to GiBs, times to hours) stay
+/// far below that.
 pub fn record(h: &mut Histogram<u64>, value: u64) {
-    HIST.with(|b| {
-        let mut left = b.left.get();
-        record_within(h, value, &mut left);
-        b.left.set(left);
-    });
-}
-
-/// Like `record`, growing `h` only while `left` bytes remain (taken from
-/// it); past that the value is recorded at the histogram's current top and
-/// counted in `hist_clamped`.
-pub fn record_within(h: &mut Histogram<u64>, value: u64, left: &mut usize) {
     let v = value.max(1);
     if v <= h.high() {
         h.saturating_record(v);
         return;
     }
-    if *left == 0 {
-        HIST.with(|b| b.clamped.set(b.clamped.get() + 1));
+    if !memory_budget::has_room(Keeper::Histograms) {
+        memory_budget::dropped(Keeper::Histograms, 1);
         h.saturating_record(v);
         return;
     }
@@ -398,6 +383,7 @@ pub fn record_within(h: &mut Histogram<u64>, value: u64, left: &mut usize) {
     if h.record(v).is_err() {
         h.saturating_record(v);
     }
+    // Its counts grow as a Vec does: up to twice what they hold.
     let grown = h.distinct_values().saturating_sub(before) * std::mem::size_of::<u64>();
-    *left = left.saturating_sub(grown);
+    memory_budget::charge(Keeper::Histograms, 2 * grown);
 }

@@ -28,16 +28,14 @@ use gpudirect_trace_common::{flags, kind, op, Event, LatHist};
 
 use crate::{
     gpu::GpuIdentity,
+    memory_budget::{self, Keeper},
     model::{task_of, MapLevel, MappingState, Process, INTERRUPT_PID},
 };
 
 pub use self::{
     dma_api::{DmaApiStats, IovaSnapshot},
     latency::{sum_log2, LatencySnapshot, OpLatency},
-    level::{
-        hist_clamped, limit_hist_growth, record, record_within, Level, LevelSnapshot, LongLived,
-        Percentiles,
-    },
+    level::{record, Level, LevelSnapshot, LongLived, Percentiles, MAPPING_BYTES},
     snapshot::{DeviceSnapshot, ProcName, ProcessRow, TOP_PROCESSES},
 };
 use crate::decode::Record;
@@ -104,10 +102,21 @@ pub struct Unmapped {
 
 /// Unmaps remembered per device for fault correlation.
 pub const RECENT_UNMAPS: usize = 4096;
+/// What one remembered unmap costs the reader's memory budget.
+const UNMAP_BYTES: usize = 48;
+/// What a device kept apart costs the reader's memory budget before it
+/// grows: its tables and six histograms of 16 KiB each.
+pub const DEVICE_BYTES: usize = 128 << 10;
+/// What a row keyed by a value from the file costs (an Xid number's count).
+const XID_ROW_BYTES: usize = 64;
 
 impl DeviceStats {
     fn note_unmap(&mut self, ev: &Event, size: u64, level: MapLevel) {
-        if self.recent_unmaps.len() == RECENT_UNMAPS {
+        // Without room in the reader's budget the history stays shorter.
+        if self.recent_unmaps.len() == RECENT_UNMAPS
+            || (!memory_budget::take_or_drop(Keeper::Unmaps, UNMAP_BYTES)
+                && !self.recent_unmaps.is_empty())
+        {
             self.recent_unmaps.pop_front();
         }
         self.recent_unmaps.push_back(Unmapped {
@@ -118,24 +127,6 @@ impl DeviceStats {
             level,
         });
     }
-}
-
-fn latency_snapshot(d: &DeviceStats) -> BTreeMap<&'static str, LatencySnapshot> {
-    let mut out = BTreeMap::new();
-    // op::LIFETIME is not a function: it shows as the DMA level's lifetimes.
-    for o in (0..op::COUNT).filter(|&o| o != op::LIFETIME) {
-        let name = op::NAMES[o as usize];
-        match (d.latency.get(&o), d.kernel_latency.get(&o)) {
-            (Some(l), _) if !l.hist.is_empty() => {
-                out.insert(name, LatencySnapshot::of_stream(l));
-            }
-            (_, Some(k)) if k.count > 0 => {
-                out.insert(name, LatencySnapshot::of_log2(k));
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 #[derive(Default)]
@@ -190,7 +181,8 @@ impl Aggregator {
     /// keep per-device state of their own (a report's series, the ledger)
     /// use it so that they are bounded alike.
     pub fn admit(&mut self, name: &Arc<str>) -> Arc<str> {
-        let room = self.max_devices.is_none_or(|n| self.devices.len() < n);
+        let room = self.max_devices.is_none_or(|n| self.devices.len() < n)
+            && memory_budget::fits(Keeper::Devices, DEVICE_BYTES);
         if room || self.devices.contains_key(name) || &**name == FOLDED_DEVICES {
             return name.clone();
         }
@@ -211,7 +203,9 @@ impl Aggregator {
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
         if !self.devices.contains_key(name) {
             let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);
-            if full && &**name != FOLDED_DEVICES {
+            if &**name != FOLDED_DEVICES
+                && (full || !memory_budget::take_or_drop(Keeper::Devices, DEVICE_BYTES))
+            {
                 self.folded += 1;
                 return self.devices.entry(Arc::from(FOLDED_DEVICES)).or_default();
             }
@@ -317,7 +311,12 @@ impl Aggregator {
             // Only the ops that exist: one histogram per distinct op, and a
             // crafted file could name 2^32 of them.
             kind::LATENCY if ev.aux < u64::from(op::COUNT) => {
-                d.latency.entry(ev.aux as u32).or_default().record(ev.size)
+                let o = ev.aux as u32;
+                if let Some(l) = d.latency.get_mut(&o) {
+                    l.record(ev.size);
+                } else if memory_budget::take_or_drop(Keeper::Rows, latency::OP_BYTES) {
+                    d.latency.entry(o).or_default().record(ev.size);
+                }
             }
             kind::LATENCY => return false,
             kind::DMA_MAP_ERR => {
@@ -338,8 +337,14 @@ impl Aggregator {
         let d = self.device(device);
         if let Some(x) = xid {
             d.xids = d.xids.saturating_add(n);
-            let c = d.xid_counts.entry(x).or_default();
-            *c = c.saturating_add(n);
+            // Per number within the reader's budget (a crafted file may name
+            // 2^32 of them); the total above is always exact.
+            if d.xid_counts.contains_key(&x)
+                || memory_budget::take_or_drop(Keeper::Rows, XID_ROW_BYTES)
+            {
+                let c = d.xid_counts.entry(x).or_default();
+                *c = c.saturating_add(n);
+            }
         } else {
             d.faults = d.faults.saturating_add(n);
         }
@@ -516,7 +521,7 @@ impl Aggregator {
             });
             processes.truncate(TOP_PROCESSES);
             let gpu = self.gpus.iter().find(|g| *g.bus_id == **name).cloned();
-            let latency_ns = latency_snapshot(d);
+            let latency_ns = latency::snapshot_of(d);
             let window_s = d.last_ts.saturating_sub(d.first_ts) as f64 / 1e9;
             let translation =
                 budget::budget(&latency_ns, window_s, primary.bytes_mapped, d.inval.time());

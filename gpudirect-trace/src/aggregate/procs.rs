@@ -8,7 +8,12 @@
 
 use std::collections::HashMap;
 
+use crate::memory_budget::{self, Keeper};
+
 pub const MAX_PIDS: usize = 4096;
+/// What one pid's row costs the reader's memory budget: `PidStats` (296
+/// bytes) and its key in a hash table that doubles (up to twice that).
+pub const PID_ROW_BYTES: usize = 640;
 /// The row pids past `MAX_PIDS` fold into.
 pub const OTHER_PID: u32 = u32::MAX;
 /// Seconds of activity kept per pid.
@@ -61,9 +66,14 @@ pub struct Procs {
 
 impl Procs {
     fn row(&mut self, pid: u32) -> &mut PidStats {
-        // The length test first: below the cap (the usual case) a row costs
-        // one hash, not two.
-        if self.by_pid.len() >= MAX_PIDS && !self.by_pid.contains_key(&pid) {
+        // The tests that need a lookup first: below the cap and without a
+        // memory budget (live, the usual case) a row costs one hash, not two.
+        let capped = self.by_pid.len() >= MAX_PIDS;
+        if (capped || memory_budget::is_on())
+            && pid != OTHER_PID
+            && !self.by_pid.contains_key(&pid)
+            && (capped || !memory_budget::take_or_drop(Keeper::Processes, PID_ROW_BYTES))
+        {
             self.folded += 1;
             return self.by_pid.entry(OTHER_PID).or_default();
         }

@@ -293,12 +293,14 @@ fn crafted_input_is_bounded() {
 
     // On a thread of its own: the budget is per thread.
     std::thread::spawn(|| {
-        limit_hist_growth(0);
+        use crate::memory_budget::{self, Keeper};
+        memory_budget::limit(0);
         let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("histogram");
         let size = h.distinct_values();
         record(&mut h, u64::MAX >> 1);
         assert_eq!(h.distinct_values(), size, "no growth past the budget");
-        assert_eq!((h.len(), hist_clamped()), (1, 1));
+        let clamped = memory_budget::dropped_by(Keeper::Histograms);
+        assert_eq!((h.len(), clamped), (1, 1));
     })
     .join()
     .expect("budget thread");

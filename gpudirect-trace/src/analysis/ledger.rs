@@ -21,6 +21,7 @@ use serde::Serialize;
 
 use crate::{
     faults::explain::cause_label,
+    memory_budget::{self, Keeper},
     model::{
         incident::{Category, Incident, IommuChange, MapError},
         Channel, Fault, MappingState, Process, ProcessOrigin, Source, TraceClock,
@@ -90,6 +91,9 @@ struct Open {
 pub struct Ledger {
     clock: TraceClock,
     incidents: VecDeque<Incident>,
+    /// What each kept incident was charged to the reader's memory budget
+    /// (0 without one), in the same order.
+    charged: VecDeque<usize>,
     next_id: u64,
     evicted: u64,
     counts: BTreeMap<FaultCountKey, u64>,
@@ -101,6 +105,7 @@ impl Ledger {
         Self {
             clock,
             incidents: VecDeque::new(),
+            charged: VecDeque::new(),
             next_id: 1,
             evicted: 0,
             counts: BTreeMap::new(),
@@ -143,16 +148,54 @@ impl Ledger {
         self.incidents.get_mut(i).filter(|x| x.id == id)
     }
 
+    fn evict_oldest(&mut self) {
+        if self.incidents.pop_front().is_some() {
+            self.evicted += 1;
+        }
+        if let Some(bytes) = self.charged.pop_front() {
+            memory_budget::give(Keeper::Incidents, bytes);
+        }
+    }
+
     fn push(&mut self, mut incident: Incident) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         incident.id = id;
         if self.incidents.len() == INCIDENTS_KEPT {
-            self.incidents.pop_front();
-            self.evicted += 1;
+            self.evict_oldest();
+        }
+        // Within the reader's memory budget, older incidents make room (a
+        // crafted file's are as long as its strings allow); the newest is
+        // kept whatever it costs (one incident's strings are clipped).
+        let bytes = incident_bytes(&incident);
+        while !memory_budget::take(Keeper::Incidents, bytes) {
+            if self.incidents.is_empty() {
+                memory_budget::charge(Keeper::Incidents, bytes);
+                break;
+            }
+            self.evict_oldest();
+            memory_budget::dropped(Keeper::Incidents, 1);
         }
         self.incidents.push_back(incident);
+        self.charged.push_back(bytes);
         id
+    }
+
+    /// Charges the growth of incident `id` (a merge, stacks filled in).
+    pub fn recharge(&mut self, id: u64) {
+        let Some(first) = self.incidents.front().map(|i| i.id) else {
+            return;
+        };
+        let Some(i) = id.checked_sub(first).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        let (Some(inc), Some(old)) = (self.incidents.get(i), self.charged.get(i).copied()) else {
+            return;
+        };
+        let now = incident_bytes(inc);
+        memory_budget::give(Keeper::Incidents, old);
+        memory_budget::charge(Keeper::Incidents, now);
+        self.charged[i] = now;
     }
 
     /// Adds a fault seen on channel `ch`, or merges it into the report of
@@ -188,6 +231,9 @@ impl Ledger {
                         refresh(inc);
                     }
                 }
+                if memory_budget::is_on() {
+                    self.recharge(id);
+                }
                 return Outcome::Merged(id);
             }
         }
@@ -208,7 +254,21 @@ impl Ledger {
             source: f.source,
             cause: cause_label(&f),
         };
-        *self.counts.entry(count_key).or_default() += f.count.max(1);
+        // Keyed by text from the input: new keys within the reader's
+        // memory budget, the rest counted together.
+        let count_key = if self.counts.contains_key(&count_key)
+            || memory_budget::take_or_drop(Keeper::Rows, count_key_bytes(&count_key))
+        {
+            count_key
+        } else {
+            FaultCountKey {
+                device: crate::aggregate::FOLDED_DEVICES.into(),
+                source: count_key.source,
+                cause: "(other causes)".into(),
+            }
+        };
+        let n = self.counts.entry(count_key).or_default();
+        *n = n.saturating_add(f.count.max(1));
         let category = match f.source {
             Source::NvidiaXid => Category::Xid,
             Source::Aer => Category::Aer,
@@ -238,6 +298,11 @@ impl Ledger {
                 ts_ns: ts,
                 channels: vec![ch],
             });
+            // An open incident older than the kept ones cannot take a
+            // merge: a flood within the window stays bounded (and linear).
+            if self.open.len() > INCIDENTS_KEPT {
+                self.open.pop_front();
+            }
         }
         Outcome::New(id)
     }
@@ -331,6 +396,19 @@ impl Ledger {
         };
         self.push(inc)
     }
+}
+
+/// What an incident costs the reader's memory budget: its JSON length
+/// (about its text) and its struct; 0 without a budget (live), unmeasured.
+fn incident_bytes(i: &Incident) -> usize {
+    if !memory_budget::is_on() {
+        return 0;
+    }
+    serde_json::to_vec(i).map_or(0, |v| v.len()) + std::mem::size_of::<Incident>()
+}
+
+fn count_key_bytes(k: &FaultCountKey) -> usize {
+    96 + k.device.len() + k.cause.len()
 }
 
 /// The incident's own fields from its fault.

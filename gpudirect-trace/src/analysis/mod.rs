@@ -16,9 +16,10 @@ use gpudirect_trace_common::kind;
 pub use self::ledger::{FaultCountKey, Ledger, Outcome, INCIDENTS_KEPT};
 use crate::{
     aggregate::Aggregator,
-    decode::{c_string, dir_name, Record},
+    decode::{c_text, dir_name, Record},
     faults::tracepoint,
     gpu::Sample,
+    memory_budget::{self, Keeper},
     model::{
         incident::{Context, IommuChange, MapError},
         pci::Topology,
@@ -154,6 +155,16 @@ impl Analysis {
     /// Symbolized stacks (taken live, or a trace file's STACKS blocks).
     pub fn add_stacks(&mut self, list: &[crate::model::misuse::StackFrames]) {
         for s in list {
+            // Within the reader's memory budget (a file's stacks are as
+            // many and as long as it likes); live has none.
+            if memory_budget::is_on() {
+                if self.stacks.contains_key(&s.id) {
+                    continue;
+                }
+                if !memory_budget::take_or_drop(Keeper::Stacks, frames_bytes(&s.frames)) {
+                    continue;
+                }
+            }
             self.stacks.insert(s.id, s.frames.clone());
         }
     }
@@ -166,7 +177,14 @@ impl Analysis {
             let Some(m) = i.misuse.as_mut() else { continue };
             for c in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
                 if let Some(f) = c.stack_id.and_then(|id| stacks.get(&id)) {
-                    c.stack = f.clone();
+                    // Each finding holds its own copy: a reader's within
+                    // its memory budget.
+                    if !memory_budget::is_on()
+                        || (c.stack.is_empty()
+                            && memory_budget::take_or_drop(Keeper::Stacks, frames_bytes(f)))
+                    {
+                        c.stack = f.clone();
+                    }
                 }
             }
         }
@@ -258,7 +276,7 @@ impl Analysis {
             c.record(record, device);
         }
         let fault = match record {
-            Record::Xid(x) => Some(tracepoint::from_xid_event(device, x.xid, &c_string(&x.msg))),
+            Record::Xid(x) => Some(tracepoint::from_xid_event(device, x.xid, &c_text(&x.msg))),
             _ => match ev.kind {
                 kind::IO_PAGE_FAULT => Some(tracepoint::from_io_page_fault(
                     "",
@@ -430,6 +448,11 @@ impl Analysis {
         }
         out
     }
+}
+
+/// What a stack's frames cost the reader's memory budget.
+fn frames_bytes(frames: &[String]) -> usize {
+    64 + frames.iter().map(|f| f.len() + 24).sum::<usize>()
 }
 
 /// The faulting address in the device's mapping history. An Xid's address

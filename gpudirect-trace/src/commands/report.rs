@@ -58,23 +58,10 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         .map(|d| d.to_string())
         .collect();
     output::warn_unmatched(&devices, &seen);
-    let path = args.file.display().to_string();
-    for w in report::read_warnings(&path, &r.stats, r.file_len) {
+    // One field wherever it is shown (a file name may hold a line feed).
+    let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
+    for w in report::warnings(&path, &r) {
         output::warn(&w);
-    }
-    let clamped = crate::aggregate::hist_clamped();
-    if clamped > 0 {
-        output::warn(&format!(
-            "{clamped} values past the histograms' memory limit were recorded at their \
-             histogram's top (counts and maxima stay exact; percentiles above it do not)"
-        ));
-    }
-    if r.analysis.agg.folded > 0 {
-        output::warn(&format!(
-            "the file names more than {} devices: the others are counted together as {}",
-            report::MAX_DEVICES,
-            crate::aggregate::FOLDED_DEVICES
-        ));
     }
     let window_s = (r.last_ns.saturating_sub(r.from_ns)) as f64 / 1e9;
     let devices = r.analysis.agg.snapshot(window_s, &devices);
@@ -97,7 +84,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         output::note(&format!("wrote {}", out.display()));
     }
     let result = if args.json {
-        output::line(&serde_json::to_string(&report::json(&path, &r, &devices))?)
+        output::json_line(&report::json_doc(&path, &r, &devices))
     } else {
         // A trace file is untrusted input: no control character of its
         // names or messages reaches the terminal.

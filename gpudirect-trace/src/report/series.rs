@@ -20,9 +20,20 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use gpudirect_trace_common::kind;
 
-use crate::{aggregate::Aggregator, decode::Record, model::task_of, tracefile::Checkpoint};
+use crate::{
+    aggregate::Aggregator,
+    decode::Record,
+    memory_budget::{self, Keeper},
+    model::task_of,
+    tracefile::Checkpoint,
+};
 
 pub const MAX_BUCKETS: usize = 512;
+/// What a latency histogram of one bucket costs the reader's memory
+/// budget (256 counts of 4 bytes, boxed).
+const QHIST_BYTES: usize = std::mem::size_of::<QHist>() + 256 * 4 + 16;
+/// What a checkpoint's per-device row costs within a bucket.
+const CP_ROW_BYTES: usize = 128;
 pub const FIRST_WIDTH_NS: u64 = 10_000_000;
 /// (device, pid) pairs counted one by one; events of further pairs are
 /// summed per device under `Series::other_processes` (counted, not lost).
@@ -243,13 +254,22 @@ pub struct Series {
     pub processes: BTreeMap<(Arc<str>, u32), ProcStats>,
     /// Per device, the events of processes beyond `MAX_PROCESSES`.
     pub other_processes: BTreeMap<Arc<str>, ProcStats>,
+    /// What the series were charged to the reader's memory budget.
+    charged: usize,
 }
 
-fn put<T: Merge>(v: &mut Vec<T>, i: usize) -> &mut T {
+/// Bucket `i` of `v`, growing it within the reader's memory budget
+/// (`charged` keeps the count); None, counted, without room.
+fn put<'a, T: Merge>(v: &'a mut Vec<T>, i: usize, charged: &mut usize) -> Option<&'a mut T> {
     if v.len() <= i {
+        let bytes = (i + 1 - v.len()) * std::mem::size_of::<T>();
+        if !memory_budget::take_or_drop(Keeper::Series, bytes) {
+            return None;
+        }
+        *charged += bytes;
         v.resize(i + 1, T::default());
     }
-    &mut v[i]
+    Some(&mut v[i])
 }
 
 /// Merges neighbours: bucket `i` of the result is buckets `i*factor ..`.
@@ -280,6 +300,32 @@ impl Series {
             checkpoints: Vec::new(),
             processes: BTreeMap::new(),
             other_processes: BTreeMap::new(),
+            charged: 0,
+        }
+    }
+
+    /// What the series hold now, as the budget counts it.
+    fn footprint(&self) -> usize {
+        let mut n = self.checkpoints.len() * std::mem::size_of::<CpBucket>();
+        for c in self.checkpoints.iter().flat_map(|c| &c.0) {
+            n += c.counters.len() * CP_ROW_BYTES;
+        }
+        for d in self.devices.values() {
+            n += d.buckets.len() * std::mem::size_of::<Bucket>();
+            for l in d.latency.values() {
+                n += l.len() * std::mem::size_of::<LatBucket>();
+                n += l.iter().filter(|b| b.0.is_some()).count() * QHIST_BYTES;
+            }
+        }
+        n
+    }
+
+    /// After buckets merged: gives back what they no longer hold.
+    fn settle(&mut self) {
+        let now = self.footprint();
+        if now < self.charged {
+            memory_budget::give(Keeper::Series, self.charged - now);
+            self.charged = now;
         }
     }
 
@@ -297,6 +343,7 @@ impl Series {
             }
             self.checkpoints = coarsen(&self.checkpoints, 2);
             self.len = self.len.div_ceil(2);
+            self.settle();
         }
         let i = (off / self.width_ns) as usize;
         self.len = self.len.max(i + 1);
@@ -312,14 +359,23 @@ impl Series {
             self.devices.insert(device.clone(), DeviceSeries::default());
         }
         let d = self.devices.get_mut(device).expect("inserted above");
-        if ev.kind == kind::LATENCY {
+        let charged = &mut self.charged;
+        // Only the operations that exist (a crafted file may name 2^32).
+        if ev.kind == kind::LATENCY && ev.aux < u64::from(gpudirect_trace_common::op::COUNT) {
             let l = d.latency.entry(ev.aux as u32).or_default();
-            put(l, i)
-                .0
-                .get_or_insert_with(QHist::default)
-                .record(ev.size);
+            if let Some(b) = put(l, i, charged) {
+                if b.0.is_none() && memory_budget::take_or_drop(Keeper::Series, QHIST_BYTES) {
+                    *charged += QHIST_BYTES;
+                    b.0 = Some(QHist::default());
+                }
+                if let Some(h) = b.0.as_mut() {
+                    h.record(ev.size);
+                }
+            }
         }
-        let b = put(&mut d.buckets, i);
+        let Some(b) = put(&mut d.buckets, i, charged) else {
+            return;
+        };
         b.events += 1;
         if ev.kind == kind::SWIOTLB_BOUNCED {
             b.bounces += 1;
@@ -372,7 +428,21 @@ impl Series {
             row[n] = row[n].saturating_add(c.count);
             row[b] = row[b].saturating_add(c.bytes);
         }
-        put(&mut self.checkpoints, i).0 = Some(CpPoint {
+        let rows = counters.len() * CP_ROW_BYTES;
+        if !memory_budget::take_or_drop(Keeper::Series, rows) {
+            return;
+        }
+        self.charged += rows;
+        let Some(slot) = put(&mut self.checkpoints, i, &mut self.charged) else {
+            return;
+        };
+        // The point it replaces (the bucket's earlier one) is let go.
+        if let Some(old) = &slot.0 {
+            let held = old.counters.len() * CP_ROW_BYTES;
+            memory_budget::give(Keeper::Series, held);
+            self.charged -= held.min(self.charged);
+        }
+        slot.0 = Some(CpPoint {
             ts_ns: cp.ts_ns,
             events_written: cp.events_written,
             lost_total: cp.lost_total,

@@ -98,12 +98,28 @@ pub fn capture(lead: &mut Lead, agg: &Aggregator, at_ns: u64, incidents: &[&Inci
         .collect();
 }
 
+/// How long recording went on after the trigger, as the file holds it:
+/// `(held, asked)` from `Replay::after_trigger_ns` (a recorder stopped by
+/// SIGTERM holds less than the `--after` its header asked for).
+pub fn went_on((held, asked): (u64, u64), fmt: impl Fn(u64) -> String) -> String {
+    if held < asked {
+        format!(
+            "recording went on {} after it (cut short: {} asked)",
+            fmt(held),
+            fmt(asked)
+        )
+    } else {
+        format!("recording went on {} after it", fmt(held))
+    }
+}
+
 /// The section the text report opens with.
 pub fn text(
     info: &SnapshotInfo,
     lead: Option<&Lead>,
     incidents: &[&Incident],
     clock: &crate::model::TraceClock,
+    after: Option<(u64, u64)>,
 ) -> String {
     let mut s = String::new();
     let t = &info.trigger;
@@ -111,7 +127,7 @@ pub fn text(
     let _ = writeln!(
         s,
         "flight-recorder snapshot: trigger {} ({}) at {:.6}s{}; the ring held the {} before it{}, \
-         and had already dropped {} older events; recording went on {} after it",
+         and had already dropped {} older events; {}",
         t.name,
         t.label,
         clock.rel_s(t.at_ns),
@@ -127,7 +143,7 @@ pub fn text(
             (None, None) => String::new(),
         },
         info.discarded_events,
-        ns(info.after_ns)
+        went_on(after.unwrap_or((info.after_ns, info.after_ns)), ns)
     );
     if let Some(fired) = &t.incident {
         // The trigger kept the incident as it was when it fired (an Xid's

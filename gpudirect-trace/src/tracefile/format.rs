@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::varint::{put_varint, put_varint128, unzigzag, zigzag, Cursor, Malformed};
+
 /// First 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
 /// Format version written. A reader refuses a newer major version and reads
@@ -13,9 +15,14 @@ pub const MAGIC: [u8; 8] = *b"GDTRACE\0";
 /// header fields or flags that older readers may ignore).
 pub const MAJOR: u16 = 1;
 /// 1.1: FAULTS blocks hold typed kernel-log faults only (1.0: untyped
-/// resolved faults, tracepoint ones included; see `legacy`).
-pub const MINOR: u16 = 2;
-/// Magic (8) + major (2) + minor (2) + reserved (4).
+/// resolved faults, tracepoint ones included; see `legacy`). 1.3: blocks
+/// are numbered (SEQ blocks, `sequence`), END says how many, and the
+/// preamble carries its own checksum.
+pub const MINOR: u16 = 3;
+/// The first minor version whose preamble carries a checksum.
+pub const MINOR_CHECKED: u16 = 3;
+/// Magic (8) + major (2) + minor (2) + crc32c of those 12 bytes (4; 0 and
+/// unchecked before 1.3).
 pub const PREAMBLE_LEN: usize = 16;
 /// Bytes before the payload: len u32, type u16, flags u16, crc32c u32.
 pub const BLOCK_HEAD: usize = 12;
@@ -38,6 +45,8 @@ pub const MAX_EVENT_BYTES: usize = 76 + 172;
 pub const MAX_DEVICES: usize = 1 << 16;
 /// Bytes of one device name at most (the kernel's are below 32).
 pub const MAX_DEVICE_NAME: usize = 256;
+/// Hit counts in one CHECKPOINT at most: one per event kind (a u16).
+pub const MAX_HIT_KINDS: usize = 1 << 16;
 /// Faults in one FAULTS block at most (the writer splits longer lists).
 pub const MAX_FAULTS_PER_BLOCK: usize = 4096;
 
@@ -59,6 +68,7 @@ pub const fn max_raw(typ: u16) -> usize {
         block::NAMES => 4 << 20,
         block::DRIVERS => 64 << 10,
         block::STACKS => 8 << 20,
+        block::SEQ => 64,
         _ => 0,
     }
 }
@@ -85,6 +95,9 @@ pub mod block {
     /// Kernel stacks the misuse findings name, symbolized when taken (JSON
     /// `[model::misuse::StackFrames]`), recorded with `--stacks`.
     pub const STACKS: u16 = 12;
+    /// The number of the block that follows and its checksum (1.3,
+    /// `tracefile::sequence`).
+    pub const SEQ: u16 = 13;
 }
 
 /// Bits of the block flags.
@@ -101,7 +114,33 @@ pub fn preamble() -> [u8; PREAMBLE_LEN] {
     p[..8].copy_from_slice(&MAGIC);
     p[8..10].copy_from_slice(&MAJOR.to_le_bytes());
     p[10..12].copy_from_slice(&MINOR.to_le_bytes());
+    let crc = crc32c::crc32c(&p[..12]);
+    p[12..].copy_from_slice(&crc.to_le_bytes());
     p
+}
+
+/// What a preamble's checksum says about its version field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreambleCheck {
+    /// The checksum matches.
+    Checked,
+    /// A version before checksums, reserved bytes 0: nothing to check.
+    Unchecked,
+    /// Wrong: the version field cannot be trusted.
+    Damaged,
+}
+
+pub fn check_preamble(p: &[u8; PREAMBLE_LEN]) -> PreambleCheck {
+    let stored = u32::from_le_bytes([p[12], p[13], p[14], p[15]]);
+    let minor = u16::from_le_bytes([p[10], p[11]]);
+    let major = u16::from_le_bytes([p[8], p[9]]);
+    if stored == crc32c::crc32c(&p[..12]) {
+        PreambleCheck::Checked
+    } else if stored == 0 && major == 1 && minor < MINOR_CHECKED {
+        PreambleCheck::Unchecked
+    } else {
+        PreambleCheck::Damaged
+    }
 }
 
 /// The file header (block type HEADER, zstd-compressed JSON).
@@ -247,17 +286,6 @@ pub struct End {
     pub exit_status: Option<i32>,
 }
 
-/// A payload that passed its checksum but does not decode (writer bug or a
-/// crafted file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Malformed(pub &'static str);
-
-impl std::fmt::Display for Malformed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "malformed block payload: {}", self.0)
-    }
-}
-
 /// Frames `payload` as one block.
 pub fn frame(out: &mut Vec<u8>, typ: u16, flags: u16, payload: &[u8]) {
     let len = u32::try_from(payload.len()).expect("block payloads stay below 4 GiB");
@@ -337,90 +365,6 @@ pub fn implausible_prefix(b: &[u8]) -> usize {
     i
 }
 
-// ---- varints -------------------------------------------------------------
-
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-pub fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-pub fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-pub fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-/// Reads varints and bytes from a payload, failing instead of panicking.
-pub struct Cursor<'a> {
-    b: &'a [u8],
-    pub pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    pub fn new(b: &'a [u8]) -> Self {
-        Self { b, pos: 0 }
-    }
-
-    pub fn remaining(&self) -> usize {
-        self.b.len() - self.pos
-    }
-
-    pub fn varint128(&mut self, max_bits: u32) -> Result<u128, Malformed> {
-        let mut v = 0u128;
-        let mut shift = 0;
-        loop {
-            let &byte = self.b.get(self.pos).ok_or(Malformed("varint past end"))?;
-            self.pos += 1;
-            if shift > 63 {
-                return Err(Malformed("varint too long"));
-            }
-            v |= u128::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                if v >> max_bits != 0 {
-                    return Err(Malformed("varint out of range"));
-                }
-                return Ok(v);
-            }
-            shift += 7;
-        }
-    }
-
-    pub fn varint(&mut self) -> Result<u64, Malformed> {
-        self.varint128(64).map(|v| v as u64)
-    }
-
-    pub fn varint_u32(&mut self) -> Result<u32, Malformed> {
-        u32::try_from(self.varint()?).map_err(|_| Malformed("value exceeds 32 bits"))
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
-        if n > self.remaining() {
-            return Err(Malformed("byte string past end"));
-        }
-        let s = &self.b[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    pub fn string(&mut self) -> Result<String, Malformed> {
-        let n = self.varint()? as usize;
-        Ok(String::from_utf8_lossy(self.bytes(n)?).into_owned())
-    }
-}
-
 // ---- small blocks ----------------------------------------------------------
 
 /// DEVICES: names `first..first + names.len()` of the file's device table.
@@ -451,7 +395,9 @@ pub fn decode_devices(payload: &[u8]) -> Result<(u32, Vec<String>), Malformed> {
         if len > MAX_DEVICE_NAME {
             return Err(Malformed("device name longer than the format allows"));
         }
-        names.push(String::from_utf8_lossy(c.bytes(len)?).into_owned());
+        // One field each, escaped (a name is shown on its own, in a line
+        // of a report, a tag of an export).
+        names.push(crate::sanitize::bytes(c.bytes(len)?).into_owned());
     }
     Ok((first, names))
 }
@@ -508,6 +454,11 @@ pub fn decode_checkpoint(
     if n > c.remaining() {
         return Err(Malformed("hit count larger than the payload"));
     }
+    // One per event kind (u16): more is no writer's (4 MiB of hits would
+    // take 32 MiB decoded).
+    if n > MAX_HIT_KINDS {
+        return Err(Malformed("more hit counts than there are event kinds"));
+    }
     cp.hits = (0..n).map(|_| c.varint()).collect::<Result<_, _>>()?;
     let n = c.varint()? as usize;
     if n > c.remaining() {
@@ -539,6 +490,26 @@ pub fn encode_end(e: &End) -> Vec<u8> {
         None => out.push(0),
     }
     out
+}
+
+/// END of a 1.3 writer: `encode_end`, then the count of numbered blocks
+/// (older readers stop before it).
+pub fn encode_end_counted(e: &End, numbered: u64) -> Vec<u8> {
+    let mut out = encode_end(e);
+    put_varint(&mut out, numbered);
+    out
+}
+
+/// The count of numbered blocks an END says were written, if it says.
+pub fn end_count(payload: &[u8]) -> Option<u64> {
+    let mut c = Cursor::new(payload);
+    for _ in 0..3 {
+        c.varint().ok()?;
+    }
+    if c.varint().ok()? == 1 {
+        c.varint().ok()?;
+    }
+    (c.remaining() > 0).then(|| c.varint().ok()).flatten()
 }
 
 pub fn decode_end(payload: &[u8]) -> Result<End, Malformed> {

@@ -11,6 +11,8 @@ pub mod columns;
 pub mod format;
 mod legacy;
 pub mod reader;
+pub mod sequence;
+pub mod varint;
 pub mod writer;
 
 #[cfg(test)]

@@ -71,6 +71,17 @@ pub struct ReadStats {
     pub truncated_at: Option<u64>,
     /// The END block was read: the recorder closed the file.
     pub clean_end: bool,
+    /// Strings of the file's JSON blocks clipped at
+    /// `sanitize::json::TEXT_MAX` bytes, and list elements left out past
+    /// `sanitize::json::LIST_MAX` (crafted files: no writer makes them).
+    pub clipped_strings: u64,
+    pub cut_list_items: u64,
+    /// The preamble's checksum (1.3) is wrong: its version field was not
+    /// trusted, the file was read as this reader's version.
+    pub preamble_damaged: bool,
+    /// What the blocks' sequence numbers said (1.3): missing, repeated,
+    /// reordered blocks.
+    pub sequence: super::sequence::SequenceStats,
 }
 
 #[derive(Clone, Debug)]
@@ -83,8 +94,9 @@ pub enum Item {
     Checkpoint(Checkpoint),
     End(End),
     /// A fault decoded from the kernel log, as the recorder took it (before
-    /// the ledger): in arrival order among the events.
-    LogFault(crate::model::Fault),
+    /// the ledger): in arrival order among the events (boxed: a block's
+    /// 65 536 events wait as items, each as large as the largest kind).
+    LogFault(Box<crate::model::Fault>),
     /// A flight-recorder trigger that fired while the snapshot was written
     /// (rare: boxed, so the common items stay small).
     Trigger(Box<super::format::Trigger>),
@@ -96,6 +108,16 @@ pub enum Item {
     Stacks(Vec<crate::model::misuse::StackFrames>),
     /// An NVML reading of the GPUs.
     Nvml(Box<crate::gpu::Sample>),
+}
+
+/// A block as found: its type, flags, stored payload, stored checksum and
+/// offset in the file.
+struct RawBlock {
+    typ: u16,
+    flags: u16,
+    payload: Vec<u8>,
+    crc: u32,
+    offset: u64,
 }
 
 const READ_CHUNK: usize = 256 << 10;
@@ -122,6 +144,10 @@ pub struct TraceReader<R: Read> {
     done: bool,
     /// Reused for every compressed block.
     zstd: Option<zstd::bulk::Decompressor<'static>>,
+    /// The blocks' sequence numbers as read so far.
+    seq: super::sequence::Sequence,
+    /// The next block repeats one read before: skipped.
+    skip_next: bool,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -138,6 +164,8 @@ impl<R: Read> TraceReader<R> {
             stats: ReadStats::default(),
             done: false,
             zstd: None,
+            seq: Default::default(),
+            skip_next: false,
         };
         r.fill(format::PREAMBLE_LEN)?;
         if r.buf.is_empty() {
@@ -153,24 +181,46 @@ impl<R: Read> TraceReader<R> {
                 r.buf.len()
             )));
         }
-        let major = u16::from_le_bytes([r.buf[8], r.buf[9]]);
-        let minor = u16::from_le_bytes([r.buf[10], r.buf[11]]);
+        let mut major = u16::from_le_bytes([r.buf[8], r.buf[9]]);
+        let mut minor = u16::from_le_bytes([r.buf[10], r.buf[11]]);
+        let mut pre = [0u8; format::PREAMBLE_LEN];
+        pre.copy_from_slice(&r.buf[..format::PREAMBLE_LEN]);
+        if format::check_preamble(&pre) == format::PreambleCheck::Damaged {
+            // The version field cannot be trusted: read as this reader's
+            // version (one before checksums where the checksum is 0), and
+            // say so.
+            r.stats.preamble_damaged = true;
+            major = format::MAJOR;
+            minor = if pre[12..] == [0; 4] {
+                format::MINOR_CHECKED - 1
+            } else {
+                format::MINOR
+            };
+        }
         if major > format::MAJOR {
             return Err(OpenError::NewerMajor { major, minor });
         }
         r.stats.version = (major, minor);
         r.pos = format::PREAMBLE_LEN;
         match r.block_at_pos()? {
-            Some((block::HEADER, flags, payload)) => {
+            Some(RawBlock {
+                typ: block::HEADER,
+                flags,
+                payload,
+                ..
+            }) => {
                 let raw = r
                     .payload_bytes(block::HEADER, flags, &payload)
                     .map_err(|e| OpenError::BadHeader(e.to_string()))?;
-                r.header = serde_json::from_slice(&raw)
+                let json = r
+                    .clean_json(&raw)
+                    .map_err(|e| OpenError::BadHeader(e.to_string()))?;
+                r.header = serde_json::from_slice(&json)
                     .map_err(|e| OpenError::BadHeader(format!("header JSON: {e}")))?;
                 r.stats.blocks += 1;
                 Ok(r)
             }
-            Some((typ, ..)) => Err(OpenError::BadHeader(format!(
+            Some(RawBlock { typ, .. }) => Err(OpenError::BadHeader(format!(
                 "the first block has type {typ}, not the header"
             ))),
             None => Err(OpenError::BadHeader(format!(
@@ -256,7 +306,7 @@ impl<R: Read> TraceReader<R> {
     /// While scanning, `pos` moves one byte at a time past the damage (so
     /// the buffer can drop what was scanned); `start_off` remembers where
     /// the damage began.
-    fn block_at_pos(&mut self) -> io::Result<Option<(u16, u16, Vec<u8>)>> {
+    fn block_at_pos(&mut self) -> io::Result<Option<RawBlock>> {
         self.fill(format::BLOCK_HEAD)?;
         if self.pos == self.buf.len() {
             return Ok(None);
@@ -267,13 +317,26 @@ impl<R: Read> TraceReader<R> {
                 Check::Valid { typ, flags, total } => {
                     let at = self.pos;
                     let payload = self.buf[at + format::BLOCK_HEAD..at + total - 4].to_vec();
-                    let skipped = self.buf_off + at as u64 - start_off;
+                    let crc = u32::from_le_bytes([
+                        self.buf[at + 8],
+                        self.buf[at + 9],
+                        self.buf[at + 10],
+                        self.buf[at + 11],
+                    ]);
+                    let offset = self.buf_off + at as u64;
+                    let skipped = offset - start_off;
                     if skipped > 0 {
                         self.stats.corrupt_regions += 1;
                         self.stats.skipped_bytes += skipped;
                     }
                     self.pos = at + total;
-                    return Ok(Some((typ, flags, payload)));
+                    return Ok(Some(RawBlock {
+                        typ,
+                        flags,
+                        payload,
+                        crc,
+                        offset,
+                    }));
                 }
                 Check::NeedMore(_) | Check::Invalid => {
                     // No block here: scan on. At the end of the file, the
@@ -353,11 +416,38 @@ impl<R: Read> TraceReader<R> {
             if self.done {
                 return Ok(None);
             }
-            let Some((typ, flags, payload)) = self.block_at_pos()? else {
+            let Some(RawBlock {
+                typ,
+                flags,
+                payload,
+                crc,
+                offset,
+            }) = self.block_at_pos()?
+            else {
                 self.done = true;
+                self.stats.sequence = self.seq.finish();
                 return Ok(None);
             };
             self.stats.blocks += 1;
+            if typ == block::SEQ {
+                match super::sequence::decode(&payload) {
+                    Ok((n, named)) => {
+                        let from_start = self.header.snapshot.is_none();
+                        self.skip_next = !self.seq.seq(n, named, offset, from_start);
+                    }
+                    Err(_) => self.stats.undecodable_blocks += 1,
+                }
+                continue;
+            }
+            if std::mem::take(&mut self.skip_next) {
+                // A copy of a block read before: no phantom events.
+                continue;
+            }
+            self.seq.block(typ, crc);
+            if typ == block::END {
+                let raw = self.payload_bytes(typ, flags, &payload).unwrap_or_default();
+                self.seq.end(format::end_count(&raw), offset);
+            }
             if flags & !flag::KNOWN != 0 {
                 self.stats.unknown_blocks += 1;
                 continue;
@@ -376,6 +466,7 @@ impl<R: Read> TraceReader<R> {
                     | block::NVML
                     | block::DRIVERS
                     | block::STACKS
+                    | block::SEQ
             );
             if !known {
                 self.stats.unknown_blocks += 1;
@@ -395,8 +486,31 @@ impl<R: Read> TraceReader<R> {
         }
     }
 
+    /// A JSON block's bytes with every string escaped and clipped and every
+    /// list cut (`sanitize::json`): nothing a file names reaches a view raw
+    /// or unbounded.
+    fn clean_json(&mut self, raw: &[u8]) -> Result<Vec<u8>, Malformed> {
+        let mut cut = crate::sanitize::json::Cut::default();
+        let json = crate::sanitize::json::clean(raw, &mut cut)
+            .map_err(|_| Malformed("JSON nested too deep"))?;
+        self.stats.clipped_strings += cut.strings;
+        self.stats.cut_list_items += cut.list_items;
+        Ok(json)
+    }
+
     fn process(&mut self, typ: u16, flags: u16, payload: &[u8]) -> Result<(), Malformed> {
-        let raw = self.payload_bytes(typ, flags, payload)?;
+        let mut raw = self.payload_bytes(typ, flags, payload)?;
+        if matches!(
+            typ,
+            block::FAULTS
+                | block::TRIGGER
+                | block::NAMES
+                | block::NVML
+                | block::STACKS
+                | block::DRIVERS
+        ) {
+            raw = self.clean_json(&raw)?;
+        }
         match typ {
             block::DEVICES => {
                 // decode_devices bounds `first + names` by MAX_DEVICES.
@@ -470,7 +584,8 @@ impl<R: Read> TraceReader<R> {
                         faults.push(f);
                     }
                 }
-                self.pending.extend(faults.into_iter().map(Item::LogFault));
+                self.pending
+                    .extend(faults.into_iter().map(|f| Item::LogFault(Box::new(f))));
             }
             _ => {} // a second header: ignored
         }

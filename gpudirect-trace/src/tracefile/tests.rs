@@ -278,15 +278,48 @@ fn header_round_trips_and_newer_major_is_refused() {
     let bytes = write_file(&[], 1);
     let r = TraceReader::new(&bytes[..]).expect("readable");
     assert_eq!(r.header(), &header());
-    let mut newer = bytes.clone();
-    newer[8..10].copy_from_slice(&(format::MAJOR + 1).to_le_bytes());
+    // A preamble as a newer writer makes it: its checksum over the rest.
+    let with_version = |major: u16, minor: u16| {
+        let mut b = bytes.clone();
+        b[8..10].copy_from_slice(&major.to_le_bytes());
+        b[10..12].copy_from_slice(&minor.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..12]);
+        b[12..16].copy_from_slice(&crc.to_le_bytes());
+        b
+    };
+    let newer = with_version(format::MAJOR + 1, 0);
     let err = TraceReader::new(&newer[..]).err().expect("refused");
     assert!(matches!(err, OpenError::NewerMajor { .. }), "{err}");
     assert!(err.to_string().contains("newer"), "{err}");
     // A newer minor version of our major reads.
-    let mut minor = bytes;
-    minor[10..12].copy_from_slice(&(format::MINOR + 1).to_le_bytes());
-    assert!(TraceReader::new(&minor[..]).is_ok());
+    let minor = with_version(format::MAJOR, format::MINOR + 1);
+    let r = TraceReader::new(&minor[..]).expect("reads");
+    assert!(!r.stats().preamble_damaged);
+}
+
+/// Issue 30: the preamble was not checksummed, so a damaged version field
+/// was believed. Now it is said, and the file read as this version; a
+/// 1.2 file (reserved bytes 0) is read as it always was.
+#[test]
+fn a_damaged_preamble_is_named_and_an_unchecked_old_one_reads() {
+    let bytes = write_file(&[], 1);
+    assert_eq!(
+        format::check_preamble(&bytes[..16].try_into().expect("16 bytes")),
+        format::PreambleCheck::Checked
+    );
+    // The major version flipped to 3: not "newer", damaged.
+    let mut flipped = bytes.clone();
+    flipped[8] ^= 2;
+    let r = TraceReader::new(&flipped[..]).expect("read as this version");
+    assert!(r.stats().preamble_damaged);
+    assert_eq!(r.stats().version, (format::MAJOR, format::MINOR));
+    // A 1.2 preamble: no checksum, read unchecked.
+    let mut old = bytes;
+    old[10..12].copy_from_slice(&2u16.to_le_bytes());
+    old[12..16].fill(0);
+    let r = TraceReader::new(&old[..]).expect("1.2 reads");
+    assert!(!r.stats().preamble_damaged);
+    assert_eq!(r.stats().version, (1, 2));
 }
 
 #[test]

@@ -20,7 +20,8 @@ fn file_with(blocks: &[(u16, u16, Vec<u8>)]) -> Vec<u8> {
         .finish(&End::default())
         .expect("finish");
     // Drop the END block (16 + payload) to append the crafted ones first.
-    let end_len = format::BLOCK_OVERHEAD + format::encode_end(&End::default()).len();
+    // The writer's END says how many numbered blocks came before (none).
+    let end_len = format::BLOCK_OVERHEAD + format::encode_end_counted(&End::default(), 0).len();
     bytes.truncate(bytes.len() - end_len);
     for (typ, flags, payload) in blocks {
         format::frame(&mut bytes, *typ, *flags, payload);
@@ -253,7 +254,8 @@ fn memory_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let bomb = zstd::bulk::compress(&zero_events(24_000_000), 19).expect("compress");
     let bomb_file = file_with(&[(block::EVENTS, flag::ZSTD, bomb)]);
     let header_only = file_with(&[]);
-    let head = &header_only[..header_only.len() - 16 - format::encode_end(&End::default()).len()];
+    let end_len = format::encode_end_counted(&End::default(), 0).len();
+    let head = &header_only[..header_only.len() - 16 - end_len];
     let mut damaged = head.to_vec();
     damaged.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
     let storm = "[ 1.0] DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x9c000 \

@@ -10,6 +10,7 @@ use std::{collections::HashMap, io, io::Write, sync::Arc};
 use super::{
     columns::EventBatch,
     format::{self, block, flag, Checkpoint, End, Header, Loss},
+    sequence,
 };
 use crate::decode::Record;
 
@@ -53,6 +54,8 @@ pub struct TraceWriter<W: BlockOut> {
     last_device: Option<(Arc<str>, u32)>,
     batch: EventBatch,
     scratch: Vec<u8>,
+    /// The number of the next numbered block (`sequence`).
+    next_number: u64,
     bytes_written: u64,
     events_written: u64,
 }
@@ -68,6 +71,7 @@ impl<W: BlockOut> TraceWriter<W> {
             last_device: None,
             batch: EventBatch::default(),
             scratch: Vec::new(),
+            next_number: 0,
             bytes_written: 0,
             events_written: 0,
         };
@@ -100,13 +104,25 @@ impl<W: BlockOut> TraceWriter<W> {
     }
 
     fn block(&mut self, typ: u16, payload: &[u8], compress: bool, events: u64) -> io::Result<()> {
-        self.scratch.clear();
         if compress {
             let z = self.compressor.compress(payload)?;
-            format::frame(&mut self.scratch, typ, flag::ZSTD, &z);
+            self.put_numbered(typ, flag::ZSTD, &z, events)
         } else {
-            format::frame(&mut self.scratch, typ, 0, payload);
+            self.put_numbered(typ, 0, payload, events)
         }
+    }
+
+    /// Frames one block and hands it over, a numbered type with its SEQ
+    /// block in front, in the same write (a ring keeps the pair whole).
+    fn put_numbered(&mut self, typ: u16, flags: u16, body: &[u8], events: u64) -> io::Result<()> {
+        self.scratch.clear();
+        if sequence::numbered(typ) {
+            let crc = format::block_crc(typ, flags, body);
+            let seq = sequence::encode(self.next_number, crc);
+            format::frame(&mut self.scratch, block::SEQ, 0, &seq);
+            self.next_number += 1;
+        }
+        format::frame(&mut self.scratch, typ, flags, body);
         self.out.put(typ, &self.scratch, events)?;
         self.bytes_written += self.scratch.len() as u64;
         Ok(())
@@ -243,19 +259,41 @@ impl<W: BlockOut> TraceWriter<W> {
     /// Writes what is pending and the END block; returns the sink.
     pub fn finish(mut self, end: &End) -> io::Result<W> {
         self.write_events()?;
-        self.block(block::END, &format::encode_end(end), false, 0)?;
+        let payload = format::encode_end_counted(end, self.next_number);
+        self.block(block::END, &payload, false, 0)?;
         self.out.flush_out()?;
         Ok(self.out)
     }
 
     /// NAMES: names of pids seen.
     pub fn names(&mut self, names: &[crate::aggregate::ProcName]) -> io::Result<()> {
-        if names.is_empty() {
+        self.json_lists(block::NAMES, names)
+    }
+
+    /// A JSON list as blocks of `typ`, each within half what a reader
+    /// accepts of the type (`format::max_raw`): a long list (a fork storm's
+    /// names) is split, never written as one block every reader refuses.
+    fn json_lists<T: serde::Serialize>(&mut self, typ: u16, items: &[T]) -> io::Result<()> {
+        if items.is_empty() {
             return Ok(());
         }
         self.write_events()?;
-        let json = serde_json::to_vec(names)?;
-        self.block(block::NAMES, &json, true, 0)
+        let limit = format::max_raw(typ) / 2;
+        let mut json = vec![b'['];
+        for item in items {
+            let one = serde_json::to_vec(item)?;
+            if json.len() > 1 && json.len() + one.len() + 1 > limit {
+                json.push(b']');
+                self.block(typ, &json, true, 0)?;
+                json.truncate(1);
+            }
+            if json.len() > 1 {
+                json.push(b',');
+            }
+            json.extend_from_slice(&one);
+        }
+        json.push(b']');
+        self.block(typ, &json, true, 0)
     }
 
     /// DRIVERS: a driver bound to or let go of a device, after the events
@@ -268,12 +306,7 @@ impl<W: BlockOut> TraceWriter<W> {
 
     /// STACKS: symbolized kernel stacks the findings name.
     pub fn stacks(&mut self, list: &[crate::model::misuse::StackFrames]) -> io::Result<()> {
-        if list.is_empty() {
-            return Ok(());
-        }
-        self.write_events()?;
-        let json = serde_json::to_vec(list)?;
-        self.block(block::STACKS, &json, true, 0)
+        self.json_lists(block::STACKS, list)
     }
 
     /// NVML: one reading of the GPUs.
@@ -304,11 +337,7 @@ impl<W: BlockOut> TraceWriter<W> {
     /// forward compatibility).
     pub fn raw_block(&mut self, typ: u16, flags: u16, payload: &[u8]) -> io::Result<()> {
         self.write_events()?;
-        self.scratch.clear();
-        format::frame(&mut self.scratch, typ, flags, payload);
-        self.out.put(typ, &self.scratch, 0)?;
-        self.bytes_written += self.scratch.len() as u64;
-        Ok(())
+        self.put_numbered(typ, flags, payload, 0)
     }
 }
 

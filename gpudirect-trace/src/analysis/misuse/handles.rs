@@ -12,10 +12,15 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::DmaCall;
+use crate::memory_budget::{self, Keeper};
 
 /// Handles remembered as unmapped per device: older ones are forgotten
 /// (a later misuse of them is then "unknown", never a guess).
 pub const GONE_KEPT: usize = 1 << 16;
+/// What one slot costs the reader's memory budget: the slot (112 bytes
+/// live, 128 unmapped, in a Vec that doubles: up to twice that), its index
+/// entries and, for a live mapping, its cacheline span.
+pub const SLOT_BYTES: usize = 384;
 
 /// A mapping the trace saw made.
 #[derive(Clone, Debug)]
@@ -89,11 +94,38 @@ pub struct Handles {
     /// (handle, seq) in unmap order, for forgetting the oldest.
     gone_order: VecDeque<(u64, u64)>,
     next_seq: u64,
+    /// What the slots were charged to the reader's memory budget (given
+    /// back when the table goes: a loss resets the checker).
+    charged: usize,
+}
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        memory_budget::give(Keeper::Handles, self.charged);
+    }
 }
 
 impl Handles {
     pub fn live_count(&self) -> usize {
         self.live_count
+    }
+
+    /// Whether a new slot of `slab` fits: a free one, or a new one within
+    /// the reader's memory budget (counted when not).
+    fn room<T>(slab: &Slab<T>, charged: &mut usize) -> bool {
+        if !slab.free.is_empty() {
+            return true;
+        }
+        if !memory_budget::take_or_drop(Keeper::Handles, SLOT_BYTES) {
+            return false;
+        }
+        *charged += SLOT_BYTES;
+        true
+    }
+
+    /// Whether a new live mapping can be kept (`insert`).
+    pub fn room_for_live(&mut self) -> bool {
+        Self::room(&self.slots, &mut self.charged)
     }
 
     pub fn insert(&mut self, l: Live) {
@@ -170,6 +202,18 @@ impl Handles {
             seq,
         };
         self.forget_gone(addr);
+        // Without room in the reader's budget, the oldest unmapped handle
+        // makes way (or, with none, this one is not remembered).
+        while !Self::room(&self.gone_slots, &mut self.charged) {
+            let Some((a, s)) = self.gone_order.pop_front() else {
+                return;
+            };
+            if let Some(&i) = self.gone.get(&a) {
+                if self.gone_slots.get(i).seq == s {
+                    self.forget_gone(a);
+                }
+            }
+        }
         let slot = self.gone_slots.put(g);
         self.gone.insert(addr, slot);
         self.gone_order.push_back((addr, seq));

@@ -21,9 +21,10 @@ use std::{
 
 use gpudirect_trace_common::{aux_stack, flags, kind};
 
-use super::{Checker, DmaCall, MapFailures, Op};
+use super::{handles::SLOT_BYTES, Checker, DmaCall, Op};
 use crate::{
     decode::Record,
+    memory_budget::{self, Keeper},
     model::{
         misuse::{ApiClass, Check},
         task_of,
@@ -47,9 +48,36 @@ pub(super) struct DeviceIova {
     links: BTreeMap<u64, DmaCall>,
     freed: HashMap<u64, (u32, DmaCall)>,
     freed_order: VecDeque<u64>,
+    /// What the entries were charged to the reader's memory budget.
+    charged: usize,
+}
+
+impl Drop for DeviceIova {
+    fn drop(&mut self) {
+        memory_budget::give(Keeper::Handles, self.charged);
+    }
 }
 
 impl DeviceIova {
+    /// Whether one more entry fits the reader's memory budget (counted
+    /// when not: the space, link or free is then not tracked).
+    fn room(&mut self) -> bool {
+        if !memory_budget::take_or_drop(Keeper::Handles, SLOT_BYTES) {
+            return false;
+        }
+        self.charged += SLOT_BYTES;
+        true
+    }
+
+    /// Gives back what entries no longer held were charged.
+    fn settle(&mut self) {
+        let held = (self.allocs.len() + self.links.len() + self.freed.len()) * SLOT_BYTES;
+        if held < self.charged {
+            memory_budget::give(Keeper::Handles, self.charged - held);
+            self.charged = held;
+        }
+    }
+
     /// The allocation `addr` is in, if the trace saw it.
     fn alloc_of(&self, addr: u64) -> Option<(u64, &Alloc)> {
         let (&base, a) = self.allocs.range(..=addr).next_back()?;
@@ -92,6 +120,9 @@ impl DeviceIova {
             if let Some(old) = self.freed_order.pop_front() {
                 self.freed.remove(&old);
             }
+        }
+        if !self.freed.contains_key(&base) && !self.room() {
+            return;
         }
         self.freed_order.push_back(base);
         self.freed.insert(base, (state, call));
@@ -153,7 +184,9 @@ impl Checker {
                     size: c.size,
                     call: c.clone(),
                 };
-                d.allocs.insert(c.addr, a);
+                if d.allocs.contains_key(&c.addr) || d.room() {
+                    d.allocs.insert(c.addr, a);
+                }
             }
             kind::DMA_MAP_ERR => self.iova_link_failed(device, c, api),
             kind::DMA_MAP => {
@@ -170,7 +203,10 @@ impl Checker {
                     let m = self.finding(Check::IovaOutside, device, map.as_ref(), &c, detail);
                     self.push(device, m);
                 }
-                self.iova_dev(device).links.insert(c.addr, c);
+                let d = self.iova_dev(device);
+                if d.links.contains_key(&c.addr) || d.room() {
+                    d.links.insert(c.addr, c);
+                }
             }
             kind::DMA_UNMAP if ev.flags & flags::IOVA_DESTROY != 0 => {
                 self.iova_destroy(device, c, ev.phys)
@@ -178,6 +214,9 @@ impl Checker {
             kind::DMA_UNMAP | kind::IOVA_SYNC => self.iova_range_call(device, c, outside),
             kind::IOVA_FREE => self.iova_free(device, c, ev.phys, state, ev.flags),
             _ => {}
+        }
+        if let Some(d) = self.iova.get_mut(device) {
+            d.settle();
         }
     }
 
@@ -189,23 +228,7 @@ impl Checker {
     }
 
     fn iova_link_failed(&mut self, device: &Arc<str>, c: DmaCall, api: &'static str) {
-        let rows = self
-            .stats
-            .map_failures
-            .entry(device.to_string())
-            .or_default();
-        match rows
-            .iter_mut()
-            .find(|r| r.api == api && r.stack_id == c.stack)
-        {
-            Some(r) => r.count += 1,
-            None => rows.push(MapFailures {
-                api,
-                stack_id: c.stack,
-                caller: None,
-                count: 1,
-            }),
-        }
+        self.map_failed(device, api, c.stack);
     }
 
     fn iova_range_detail(&self, c: &DmaCall, alloc: Option<&(u64, Alloc)>) -> String {

@@ -43,6 +43,7 @@ use self::{
 };
 use crate::{
     decode::Record,
+    memory_budget::{self, Keeper},
     model::{
         misuse::{ApiClass, Call, Check, ImageRange, Misuse},
         Process, TraceClock,
@@ -54,6 +55,9 @@ use crate::{
 pub const MAX_LIVE: usize = 1 << 20;
 /// Findings held until the next loss check (their counts are always kept).
 pub const PENDING_KEPT: usize = 4096;
+/// Callers of failed maps kept apart per device (a host has a few); the
+/// rest count as an unknown caller.
+pub const MAX_FAILURE_ROWS: usize = 1024;
 
 /// What the checker could not check, and what it found, in counts.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -105,7 +109,9 @@ pub struct Checker {
     image: Vec<ImageRange>,
     drivers: HashMap<String, String>,
     pending: Vec<Misuse>,
-    pending_counts: Vec<(String, Check)>,
+    /// Findings since the last loss check, by device and check (a count
+    /// each: a file may hold any number between two checks).
+    pending_counts: BTreeMap<(String, Check), u64>,
     lost_seen: u64,
     pub stats: CheckStats,
 }
@@ -148,25 +154,7 @@ impl Checker {
             Op::Map => self.map(c, device),
             Op::Unmap => self.unmap(c, device),
             Op::Sync { for_cpu } => self.sync(c, for_cpu, device),
-            Op::MapFailed => {
-                let rows = self
-                    .stats
-                    .map_failures
-                    .entry(device.to_string())
-                    .or_default();
-                match rows
-                    .iter_mut()
-                    .find(|r| r.api == c.api && r.stack_id == c.stack)
-                {
-                    Some(r) => r.count += 1,
-                    None => rows.push(MapFailures {
-                        api: c.api,
-                        stack_id: c.stack,
-                        caller: None,
-                        count: 1,
-                    }),
-                }
-            }
+            Op::MapFailed => self.map_failed(device, c.api, c.stack),
         }
     }
 
@@ -206,7 +194,7 @@ impl Checker {
     pub fn confirm(&mut self, lost_total: u64) -> Vec<Misuse> {
         if lost_total > self.lost_seen {
             self.lost_seen = lost_total;
-            self.stats.unproven += self.pending_counts.len() as u64;
+            self.stats.unproven += self.pending_counts.values().sum::<u64>();
             self.pending.clear();
             self.pending_counts.clear();
             self.devices.clear();
@@ -215,14 +203,14 @@ impl Checker {
             self.stats.resets += 1;
             return Vec::new();
         }
-        for (device, check) in self.pending_counts.drain(..) {
+        for ((device, check), n) in std::mem::take(&mut self.pending_counts) {
             *self
                 .stats
                 .findings
                 .entry(device)
                 .or_default()
                 .entry(check)
-                .or_default() += 1;
+                .or_default() += n;
         }
         std::mem::take(&mut self.pending)
     }
@@ -273,7 +261,8 @@ impl Checker {
             }
         }
         let h = self.handles(device);
-        if h.live_count() >= MAX_LIVE {
+        // Past the table's cap or the reader's memory budget: unknown.
+        if h.live_count() >= MAX_LIVE || !h.room_for_live() {
             h.forget_gone(c.addr);
             self.stats.untracked_maps += 1;
             return;
@@ -493,8 +482,44 @@ impl Checker {
         }
     }
 
+    /// A failed map, counted by device, API and calling stack.
+    fn map_failed(&mut self, device: &str, api: &'static str, stack: Option<u32>) {
+        let rows = self
+            .stats
+            .map_failures
+            .entry(device.to_string())
+            .or_default();
+        if let Some(r) = rows
+            .iter_mut()
+            .find(|r| r.api == api && r.stack_id == stack)
+        {
+            r.count += 1;
+            return;
+        }
+        // Callers past the cap or the reader's memory budget (a crafted
+        // file may name any number of stacks) count as unknown callers.
+        let room = rows.len() < MAX_FAILURE_ROWS
+            && memory_budget::take_or_drop(Keeper::Rows, std::mem::size_of::<MapFailures>());
+        let stack_id = if room { stack } else { None };
+        match rows
+            .iter_mut()
+            .find(|r| r.api == api && r.stack_id == stack_id)
+        {
+            Some(r) => r.count += 1,
+            None => rows.push(MapFailures {
+                api,
+                stack_id,
+                caller: None,
+                count: 1,
+            }),
+        }
+    }
+
     fn push(&mut self, device: &str, m: Misuse) {
-        self.pending_counts.push((device.to_owned(), m.check));
+        *self
+            .pending_counts
+            .entry((device.to_owned(), m.check))
+            .or_default() += 1;
         if self.pending.len() < PENDING_KEPT {
             self.pending.push(m);
         }

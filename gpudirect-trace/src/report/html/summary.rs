@@ -72,15 +72,19 @@ fn row(s: &mut String, k: &str, v: &str) {
 fn trigger(ctx: &Ctx) -> Option<String> {
     let info = ctx.r.header.snapshot.as_ref()?;
     let t = &info.trigger;
-    let mut s = format!(
+    let mut s =
+        format!(
         "{} ({}) at {:.6}s; the ring held the {:.3}s before it and had dropped {} older events; \
-         recording went on {:.3}s after it",
+         {}",
         esc(&t.name),
         esc(&t.label),
         ctx.r.seconds(t.at_ns),
         t.at_ns.saturating_sub(info.ring_from_ns) as f64 / 1e9,
         info.discarded_events,
-        info.after_ns as f64 / 1e9
+        crate::report::snapshot::went_on(
+            ctx.r.after_trigger_ns().unwrap_or((info.after_ns, info.after_ns)),
+            |n| format!("{:.3}s", n as f64 / 1e9)
+        )
     );
     if let Some(i) = &t.incident {
         let _ = write!(s, ": {}", esc(&i.to_string()));
@@ -161,7 +165,7 @@ pub fn section(ctx: &Ctx) -> String {
     }
     let _ = write!(ev, "; file {}", bytes(r.file_len));
     row(&mut s, "events", &ev);
-    let warnings = super::super::read_warnings(ctx.path, &r.stats, r.file_len);
+    let warnings = super::super::warnings(ctx.path, r);
     let mut loss = if lost == 0 {
         "<span class=\"ok\">no events lost</span>".to_owned()
     } else {

@@ -2,11 +2,10 @@
 //! trace-event JSON, or HdrHistogram interval logs (V2) of mapped sizes.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::BTreeMap,
     io::{self, BufWriter, Write},
     path::PathBuf,
     process::ExitCode,
-    sync::Arc,
     time::{Duration, UNIX_EPOCH},
 };
 
@@ -18,10 +17,17 @@ use hdrhistogram::{
 };
 use serde_json::{json, Map, Value};
 
+#[cfg(test)]
+mod budget_tests;
+mod chrome;
+mod redact;
+
+pub use self::redact::{Redactor, MAX_PSEUDONYMS};
 use crate::{
-    aggregate::record_within as hist_record,
-    decode::{c_string, dir_name, kind_name, Record},
-    outfile,
+    aggregate::record as hist_record,
+    decode::{c_text, dir_name, kind_name, Record},
+    memory_budget::{self, Keeper},
+    outfile, sanitize,
     tracefile::{self, Header, Item, Loss},
 };
 
@@ -50,8 +56,12 @@ pub struct ExportOptions {
 }
 
 pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
+    // Everything an export keeps (open spans, tracks, pseudonyms,
+    // histograms) is within one budget, whatever the file asks.
+    memory_budget::limit_reader();
     let mut reader = tracefile::open(&args.file)?;
-    let path = args.file.display().to_string();
+    // One field wherever it is shown (a file name may hold a line feed).
+    let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
     // Like recordings: unredacted exports hold physical addresses (0600).
     let mut file = match &args.output {
         Some(p) => Some(outfile::create(p, args.out)?),
@@ -63,10 +73,11 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     };
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let header = reader.header().clone();
+    let mut red = Redactor::for_header(args.redact, &header);
     let mut items = std::iter::from_fn(|| reader.next_item().transpose());
     let result = match args.format {
-        Format::Jsonl => jsonl(&header, &mut items, &mut out, args.redact),
-        Format::Chrome => chrome(&header, &mut items, &mut out, args.redact),
+        Format::Jsonl => jsonl(&header, &mut items, &mut out, &mut red),
+        Format::Chrome => chrome::chrome(&header, &mut items, &mut out, &mut red),
         Format::Hdr => hdr(&header, &mut items, &mut out),
     }
     .and_then(|()| out.flush());
@@ -83,46 +94,16 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     for w in crate::report::read_warnings(&path, reader.stats(), len) {
         crate::output::warn(&w);
     }
-    let clamped = crate::aggregate::hist_clamped();
-    if clamped > 0 {
-        crate::output::warn(&format!(
-            "{clamped} sizes past the histograms' memory limit were recorded at their \
-             histogram's top"
-        ));
+    for w in crate::report::clip_warnings(reader.stats()) {
+        crate::output::warn(&w);
+    }
+    if let Some(n) = red.note() {
+        crate::output::warn(&n);
+    }
+    if let Some(n) = memory_budget::note() {
+        crate::output::warn(&n);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Distinct physical addresses given their own pseudonym (~48 MiB).
-pub const MAX_PSEUDONYMS: usize = 1 << 20;
-
-/// Stable per-file pseudonyms for physical addresses.
-#[derive(Default)]
-pub struct Redactor {
-    on: bool,
-    ids: HashMap<u64, u64>,
-}
-
-impl Redactor {
-    pub fn new(on: bool) -> Self {
-        Self {
-            on,
-            ids: HashMap::new(),
-        }
-    }
-
-    pub fn phys(&mut self, v: u64) -> String {
-        if !self.on || v == 0 {
-            return format!("{v:#x}");
-        }
-        // Bounded (a crafted file may hold any number of distinct addresses):
-        // past the limit new ones share one pseudonym, never their value.
-        if self.ids.len() >= MAX_PSEUDONYMS && !self.ids.contains_key(&v) {
-            return "p-more".to_owned();
-        }
-        let next = self.ids.len() as u64 + 1;
-        format!("p{}", self.ids.entry(v).or_insert(next))
-    }
 }
 
 fn hex(v: u64) -> String {
@@ -148,7 +129,7 @@ pub fn event_json(h: &Header, r: &Record, device: &str, red: &mut Redactor) -> M
     }
     m.insert("dir".into(), json!(dir_name(e.dir)));
     m.insert("flags".into(), json!(e.flags));
-    m.insert("addr".into(), json!(hex(e.addr)));
+    m.insert("addr".into(), json!(red.addr(device, e.kind, e.addr)));
     m.insert("phys".into(), json!(red.phys(e.phys)));
     m.insert("size".into(), json!(e.size));
     m.insert("aux".into(), json!(e.aux));
@@ -168,7 +149,7 @@ pub fn event_json(h: &Header, r: &Record, device: &str, red: &mut Redactor) -> M
         }
         Record::Xid(x) => {
             m.insert("xid".into(), json!(x.xid));
-            m.insert("msg".into(), json!(c_string(&x.msg)));
+            m.insert("msg".into(), json!(c_text(&x.msg)));
             m.insert("msg_truncated".into(), json!(x.msg_truncated != 0));
         }
         Record::Event(_) => {}
@@ -203,13 +184,15 @@ fn fault_json(h: &Header, f: &crate::model::Fault) -> Value {
 
 type Items<'a> = dyn Iterator<Item = io::Result<Item>> + 'a;
 
-fn jsonl(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) -> io::Result<()> {
-    let mut red = Redactor::new(redact);
+fn jsonl(
+    h: &Header,
+    items: &mut Items<'_>,
+    out: &mut impl Write,
+    red: &mut Redactor,
+) -> io::Result<()> {
     for item in items {
         let v = match item? {
-            Item::Event { record, device } => {
-                Value::Object(event_json(h, &record, &device, &mut red))
-            }
+            Item::Event { record, device } => Value::Object(event_json(h, &record, &device, red)),
             Item::Loss(l) => loss_json(h, &l),
             Item::LogFault(f) => fault_json(h, &f),
             Item::Stacks(l) => json!({"kind": "stacks", "stacks": l}),
@@ -231,117 +214,17 @@ fn span_level(k: u16) -> Option<(u8, bool)> {
     crate::aggregate::span_of(k)
 }
 
-const MAX_OPEN_SPANS: usize = 1 << 20;
-
-/// Mappings seen but not yet unmapped: (track, level, address) to the map's
-/// time and arguments.
-type OpenSpans = HashMap<(usize, u8, u64), (u64, Map<String, Value>)>;
-
-fn chrome(h: &Header, items: &mut Items<'_>, out: &mut impl Write, redact: bool) -> io::Result<()> {
-    let mut red = Redactor::new(redact);
-    let us = |ts: u64| ts.saturating_sub(h.start_ts_ns) as f64 / 1e3;
-    let mut tids: HashMap<Arc<str>, usize> = HashMap::new();
-    let mut open: OpenSpans = HashMap::new();
-    let mut first = true;
-    let mut emit = |out: &mut dyn Write, v: Value| -> io::Result<()> {
-        out.write_all(if first { b"\n" } else { b",\n" })?;
-        first = false;
-        serde_json::to_writer(&mut *out, &v).map_err(io::Error::from)
-    };
-    write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":")?;
-    serde_json::to_writer(
-        &mut *out,
-        &json!({"host": h.hostname, "kernel": h.kernel_release, "clock": h.clock, "boot_id": h.boot_id}),
-    )?;
-    write!(out, ",\"traceEvents\":[")?;
-    emit(
-        out,
-        json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": format!("DMA on {}", h.hostname)}}),
-    )?;
-    let mut last_ts = h.start_ts_ns;
-    for item in items {
-        let (record, device) = match item? {
-            Item::Event { record, device } => (record, device),
-            Item::Loss(l) => {
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(l.ts_ns),
-                    "name": format!("{} events lost", l.lost), "args": {"lost": l.lost, "total": l.total}}),
-                )?;
-                continue;
-            }
-            Item::LogFault(f) => {
-                let ts = f.timestamp_ns.unwrap_or(h.start_ts_ns);
-                let name = format!("fault: {}", f.reason);
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(ts),
-                    "name": name, "args": f}),
-                )?;
-                continue;
-            }
-            _ => continue,
-        };
-        let next = tids.len() + 1;
-        let tid = match tids.get(&device) {
-            Some(&t) => t,
-            None => {
-                tids.insert(device.clone(), next);
-                emit(
-                    out,
-                    json!({"ph": "M", "pid": 1, "tid": next, "name": "thread_name", "args": {"name": &*device}}),
-                )?;
-                next
-            }
-        };
-        let e = *record.event();
-        last_ts = last_ts.max(e.ts_ns);
-        let args = event_json(h, &record, &device, &mut red);
-        match span_level(e.kind) {
-            Some((level, true)) if open.len() < MAX_OPEN_SPANS => {
-                open.insert((tid, level, e.addr), (e.ts_ns, args));
-            }
-            Some((level, false)) if open.contains_key(&(tid, level, e.addr)) => {
-                let (start, margs) = open.remove(&(tid, level, e.addr)).expect("checked");
-                let name = format!(
-                    "{} {}",
-                    margs["kind"].as_str().unwrap_or("map"),
-                    crate::output::bytes(e.size)
-                );
-                emit(
-                    out,
-                    json!({"ph": "X", "pid": 1, "tid": tid, "ts": us(start),
-                    "dur": e.ts_ns.saturating_sub(start) as f64 / 1e3, "name": name, "cat": "mapping", "args": margs}),
-                )?;
-            }
-            _ => {
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "pid": 1, "tid": tid, "ts": us(e.ts_ns),
-                    "name": kind_name(e.kind), "args": args}),
-                )?;
-            }
-        }
-    }
-    // Mappings still open at the end: spans to the end of the trace.
-    let mut rest: Vec<_> = open.into_iter().collect();
-    rest.sort_by_key(|(_, (ts, _))| *ts);
-    for ((tid, _, _), (start, margs)) in rest {
-        let name = format!("{} (not unmapped)", margs["kind"].as_str().unwrap_or("map"));
-        emit(
-            out,
-            json!({"ph": "X", "pid": 1, "tid": tid, "ts": us(start),
-            "dur": last_ts.saturating_sub(start) as f64 / 1e3, "name": name, "cat": "mapping", "args": margs}),
-        )?;
-    }
-    writeln!(out, "\n]}}")
+/// Interval-log tags may not contain spaces or commas; a device name is
+/// one field, escaped as everywhere (`sanitize::text`).
+pub fn hdr_tag(device: &str, op: &str) -> String {
+    sanitize::text(&format!("{device}/{op}")).replace([' ', ','], "_")
 }
 
-/// Interval-log tags may not contain spaces or commas.
-pub fn hdr_tag(device: &str, op: &str) -> String {
-    format!("{device}/{op}")
-        .replace([' ', ','], "_")
-        .replace(['\r', '\n'], "")
+/// What one histogram holds, as charged to the reader's memory budget.
+/// (Twice its counts: growth is charged so, `aggregate::record`, and a
+/// fresh one alike, so what an interval gives back is what it took.)
+fn hist_bytes(h: &Histogram<u64>) -> usize {
+    2 * h.distinct_values() * std::mem::size_of::<u64>()
 }
 
 fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()> {
@@ -351,7 +234,8 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
     let mut log = interval_log::IntervalLogWriterBuilder::new()
         .add_comment(&format!(
             "gpudirect-trace mapped sizes in bytes per device/operation, host {}, kernel {}",
-            h.hostname, h.kernel_release
+            sanitize::text(&h.hostname),
+            sanitize::text(&h.kernel_release)
         ))
         .with_start_time(start)
         .with_base_time(start)
@@ -359,11 +243,10 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
     // Bounded per interval (the file may name any number of devices and
     // feed u64-range sizes: 23.4 GB for a 138 KB file of 65 536 devices):
     // at most HDR_TAGS histograms, the rest folded into one per operation,
-    // and HDR_GROWTH bytes of histogram growth.
+    // all of them and their growth within the reader's memory budget (given
+    // back when an interval is written).
     const HDR_TAGS: usize = 1024;
-    const HDR_GROWTH: usize = 64 << 20;
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
-    let mut growth_left = HDR_GROWTH;
     let mut interval = 0u64;
     let mut flush =
         |hists: &mut BTreeMap<String, Histogram<u64>>, interval: u64| -> io::Result<()> {
@@ -375,6 +258,7 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
                     interval_log::Tag::new(tag),
                 )
                 .map_err(|e| io::Error::other(e.to_string()))?;
+                memory_budget::give(Keeper::Histograms, hist_bytes(hist) + tag.len());
             }
             hists.clear();
             Ok(())
@@ -395,24 +279,30 @@ fn hdr(h: &Header, items: &mut Items<'_>, out: &mut impl Write) -> io::Result<()
         let i = e.ts_ns.saturating_sub(h.start_ts_ns) / INTERVAL_NS;
         if i > interval {
             flush(&mut hists, interval)?;
-            growth_left = HDR_GROWTH;
             interval = i;
         }
         let mut tag = hdr_tag(&device, op);
-        if hists.len() >= HDR_TAGS && !hists.contains_key(&tag) {
-            tag = hdr_tag(crate::aggregate::FOLDED_DEVICES, op);
+        if !hists.contains_key(&tag) {
+            let fresh = Histogram::new(3).expect("3 significant digits is valid");
+            if hists.len() >= HDR_TAGS
+                || !memory_budget::take_or_drop(Keeper::Histograms, hist_bytes(&fresh) + tag.len())
+            {
+                tag = hdr_tag(crate::aggregate::FOLDED_DEVICES, op);
+            }
+            if !hists.contains_key(&tag) {
+                memory_budget::charge(Keeper::Histograms, hist_bytes(&fresh) + tag.len());
+                hists.insert(tag.clone(), fresh);
+            }
         }
-        let hist = hists
-            .entry(tag)
-            .or_insert_with(|| Histogram::new(3).expect("3 significant digits is valid"));
+        let hist = hists.get_mut(&tag).expect("inserted above");
         match &record {
             Record::Sg(sg) => {
                 let n = (sg.n_lens as usize).min(sg.lens.len());
                 for &l in sg.lens[..n].iter().filter(|&&l| l > 0) {
-                    hist_record(hist, u64::from(l), &mut growth_left);
+                    hist_record(hist, u64::from(l));
                 }
             }
-            _ => hist_record(hist, e.size, &mut growth_left),
+            _ => hist_record(hist, e.size),
         }
     }
     flush(&mut hists, interval)
