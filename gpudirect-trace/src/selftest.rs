@@ -97,7 +97,7 @@ pub fn snapshot_write(dir: &std::path::Path, events: u64) -> anyhow::Result<(Val
             after: Duration::ZERO,
             max_snapshots: None,
             min_spacing: Duration::ZERO,
-            dir_budget: None,
+            retention: Default::default(),
         },
     )?;
     let device: Arc<str> = Arc::from("0000:00:04.0");

@@ -54,7 +54,7 @@ fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
             after: Duration::ZERO,
             max_snapshots: None,
             min_spacing: Duration::from_secs(10),
-            dir_budget: None,
+            retention: Default::default(),
         },
         &[],
     )

@@ -133,7 +133,7 @@ impl FlightArgs {
         &self,
         dir: PathBuf,
         has_command: bool,
-        dir_budget: Option<u64>,
+        retention: crate::flight::snapshot::Retention,
     ) -> Option<FlightOptions> {
         let ring = self.ring?;
         let triggers = if self.triggers.is_empty() {
@@ -165,7 +165,7 @@ impl FlightArgs {
             after: self.after,
             max_snapshots: self.max_snapshots,
             min_spacing: self.min_spacing,
-            dir_budget,
+            retention,
         })
     }
 }

@@ -53,9 +53,11 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         command: args.command.clone(),
         ..Default::default()
     };
-    let flight = args
-        .flight
-        .options(args.output.clone(), !args.command.is_empty(), None);
+    let flight = args.flight.options(
+        args.output.clone(),
+        !args.command.is_empty(),
+        Default::default(),
+    );
     let to_stdout = crate::outfile::is_stdout(&args.output);
     if to_stdout && flight.is_some() {
         anyhow::bail!("with --ring, -o names the directory snapshots go to: - cannot hold them");

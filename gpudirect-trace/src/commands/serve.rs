@@ -46,6 +46,15 @@ pub struct ServeArgs {
     /// wrote there (DIR/.gdt-snapshots) are counted or deleted.
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "snapshot_dir")]
     pub snapshot_max_bytes: Option<u64>,
+    /// Keep at most this many snapshots in --snapshot-dir; the oldest are
+    /// deleted first (only this tool's, as for --snapshot-max-bytes).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..),
+          requires = "snapshot_dir")]
+    pub snapshot_max_count: Option<u64>,
+    /// Delete this tool's snapshots in --snapshot-dir once they are older
+    /// than this (7d, 12h; checked at each snapshot and once a minute).
+    #[arg(long, value_name = "AGE", value_parser = parse_age, requires = "snapshot_dir")]
+    pub snapshot_max_age: Option<std::time::Duration>,
     #[command(flatten)]
     pub flight: FlightArgs,
 }
@@ -54,6 +63,14 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("expected IP:PORT, such as 127.0.0.1:9435, 0.0.0.0:9435 or [::1]:9435 (got {s:?})")
     })
+}
+
+fn parse_age(s: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d >= std::time::Duration::from_secs(1) => Ok(d),
+        Ok(_) => Err("expected at least 1s".to_owned()),
+        Err(e) => Err(format!("{e} (examples: 12h, 7d, 30min)")),
+    }
 }
 
 fn parse_max_devices(s: &str) -> Result<usize, String> {
@@ -78,8 +95,15 @@ pub fn exec(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("serve --ring needs --snapshot-dir DIR: where snapshots go");
     }
     let flight = args.snapshot_dir.as_ref().and_then(|dir| {
-        args.flight
-            .options(dir.clone(), false, args.snapshot_max_bytes)
+        args.flight.options(
+            dir.clone(),
+            false,
+            crate::flight::snapshot::Retention {
+                max_bytes: args.snapshot_max_bytes,
+                max_count: args.snapshot_max_count,
+                max_age: args.snapshot_max_age,
+            },
+        )
     });
     // A directory that cannot be used (another user's, writable by
     // others, a link) is said before the programs are loaded.

@@ -96,7 +96,7 @@ fn opts(dir: &std::path::Path) -> FlightOptions {
         after: Duration::ZERO,
         max_snapshots: None,
         min_spacing: Duration::ZERO,
-        dir_budget: None,
+        retention: Default::default(),
     }
 }
 

@@ -55,8 +55,9 @@ pub struct FlightOptions {
     pub max_snapshots: Option<u64>,
     /// No new snapshot within this long of the previous one's trigger.
     pub min_spacing: Duration,
-    /// The snapshots in `dir` may take this many bytes; oldest deleted first.
-    pub dir_budget: Option<u64>,
+    /// How much of this tool's snapshots `dir` keeps (size, count, age);
+    /// the oldest are deleted first.
+    pub retention: snapshot::Retention,
 }
 
 /// What the recorder did, for the metrics and the final summary.
@@ -96,6 +97,8 @@ pub struct Recorder {
     lost_seen: u64,
     last_fired_ns: Option<u64>,
     snapshots: u64,
+    /// When the retention bounds were last applied (monotonic ns).
+    retention_checked_ns: u64,
 }
 
 impl Recorder {
@@ -142,6 +145,7 @@ impl Recorder {
             lost_seen: 0,
             last_fired_ns: None,
             snapshots: 0,
+            retention_checked_ns: 0,
         })
     }
 
@@ -199,9 +203,40 @@ impl Recorder {
         Ok(())
     }
 
+    /// Deletes the snapshots over the directory's retention bounds (after
+    /// each snapshot, and once a minute for the age bound: a quiet node's
+    /// old snapshots age out without a new one).
+    fn apply_retention(&mut self, keep: Option<&std::path::Path>) {
+        if !self.opts.retention.is_set() {
+            return;
+        }
+        self.retention_checked_ns = kernel::monotonic_ns();
+        let now = std::time::SystemTime::now();
+        match snapshot::enforce_retention(&self.opts.dir, &self.opts.retention, keep, now) {
+            Ok(gone) => {
+                for g in &gone {
+                    output::note(&format!(
+                        "flight recorder: deleted {} ({})",
+                        g.path.display(),
+                        g.why
+                    ));
+                }
+                self.stats.deleted += gone.len() as u64;
+            }
+            Err(e) => output::warn(&format!(
+                "flight recorder: the snapshots' retention was not applied (nothing deleted): {e}"
+            )),
+        }
+    }
+
     /// Checkpoint, flush into the ring, feed the open snapshot, close it
     /// when its time is up.
     pub fn tick(&mut self, s: &mut Session) -> anyhow::Result<SelfStats> {
+        if self.opts.retention.max_age.is_some()
+            && kernel::monotonic_ns().saturating_sub(self.retention_checked_ns) >= 60_000_000_000
+        {
+            self.apply_retention(None);
+        }
         s.resolve_names(&mut |o| self.observe(&o))?;
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
         s.confirm_findings(self.lost_seen, &mut |o| self.observe(&o))?;
@@ -401,24 +436,7 @@ impl Recorder {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_nanos() as u64),
                 );
-                if let Some(budget) = self.opts.dir_budget {
-                    match snapshot::enforce_budget(&self.opts.dir, budget, &path) {
-                        Ok(gone) => {
-                            for g in &gone {
-                                output::note(&format!(
-                                    "flight recorder: deleted {} (snapshots over {} in all)",
-                                    g.display(),
-                                    output::bytes(budget)
-                                ));
-                            }
-                            self.stats.deleted += gone.len() as u64;
-                        }
-                        Err(e) => output::warn(&format!(
-                            "flight recorder: the snapshots' disk budget was not applied \
-                             (nothing deleted): {e}"
-                        )),
-                    }
-                }
+                self.apply_retention(Some(&path));
                 self.stats.last_path = Some(path);
             }
             Err(e) => {

@@ -269,42 +269,115 @@ pub fn remember(dir: &Path, name: &str, id: FileId) -> io::Result<()> {
     write_index(dir, &entries)
 }
 
-/// An index entry's file, if it is still the one we wrote: its bytes on
-/// disk (blocks used).
-fn ours(dir: &Path, e: &Entry) -> Option<u64> {
-    let m = fs::symlink_metadata(dir.join(&e.name)).ok()?;
-    (m.is_file() && m.uid() == euid() && FileId::of(&m) == e.id).then(|| m.blocks() * 512)
+/// An index entry's file as it stands.
+struct Kept {
+    /// Blocks used, in bytes.
+    bytes: u64,
+    modified: std::time::SystemTime,
 }
 
-/// Deletes the oldest of our snapshots in `dir` until those left use at
-/// most `max_bytes` of disk; returns the ones deleted. Files the index
-/// does not name (another user's, an older version's) are neither counted
-/// nor touched; `keep` (the snapshot just written) is never deleted.
-pub fn enforce_budget(dir: &Path, max_bytes: u64, keep: &Path) -> io::Result<Vec<PathBuf>> {
+/// An index entry's file, if it is still the one we wrote: its bytes on
+/// disk (blocks used) and when it was last written.
+fn ours(dir: &Path, e: &Entry) -> Option<Kept> {
+    let m = fs::symlink_metadata(dir.join(&e.name)).ok()?;
+    (m.is_file() && m.uid() == euid() && FileId::of(&m) == e.id).then(|| Kept {
+        bytes: m.blocks() * 512,
+        modified: m.modified().unwrap_or(std::time::UNIX_EPOCH),
+    })
+}
+
+/// How much of our snapshots a directory keeps (`serve --snapshot-max-*`):
+/// the oldest go first, until every bound that is set holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Disk the snapshots use in all (blocks, so a sparse file counts what
+    /// it takes).
+    pub max_bytes: Option<u64>,
+    /// Snapshots kept.
+    pub max_count: Option<u64>,
+    /// A snapshot older than this (since it was last written) is deleted.
+    pub max_age: Option<std::time::Duration>,
+}
+
+impl Retention {
+    pub fn is_set(&self) -> bool {
+        self.max_bytes.is_some() || self.max_count.is_some() || self.max_age.is_some()
+    }
+}
+
+/// A snapshot deleted, and the bound it was over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deleted {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// Deletes the oldest of our snapshots in `dir` until those left hold to
+/// `r`; returns the ones deleted. Files the index does not name (another
+/// user's, an older version's) are neither counted nor touched; `keep`
+/// (the snapshot just written) is never deleted.
+pub fn enforce(
+    dir: &Path,
+    r: &Retention,
+    keep: Option<&Path>,
+    now: std::time::SystemTime,
+) -> io::Result<Vec<Deleted>> {
     let _lock = lock_dir(dir)?;
-    let mut files: Vec<(Entry, u64)> = read_index(dir)?
+    let mut files: Vec<(Entry, Kept)> = read_index(dir)?
         .into_iter()
         .filter_map(|e| ours(dir, &e).map(|b| (e, b)))
         .collect();
     // The names start with the UTC time: name order is age order.
     files.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     files.dedup_by(|a, b| a.0.name == b.0.name);
-    let mut total: u64 = files.iter().map(|f| f.1).sum();
-    let keep_name = keep.file_name().and_then(|n| n.to_str());
+    let mut total: u64 = files.iter().map(|f| f.1.bytes).sum();
+    let mut count = files.len() as u64;
+    let keep_name = keep.and_then(|k| k.file_name()).and_then(|n| n.to_str());
     let mut deleted = Vec::new();
     let mut left = Vec::new();
-    for (e, blocks) in files {
-        let path = dir.join(&e.name);
-        if total > max_bytes && Some(e.name.as_str()) != keep_name && fs::remove_file(&path).is_ok()
-        {
-            total -= blocks;
-            deleted.push(path);
+    for (e, kept) in files {
+        let age = now.duration_since(kept.modified).unwrap_or_default();
+        let why = if r.max_bytes.is_some_and(|m| total > m) {
+            Some(format!(
+                "snapshots over {} in all",
+                crate::output::bytes(r.max_bytes.unwrap_or(0))
+            ))
+        } else if r.max_count.is_some_and(|m| count > m) {
+            Some(format!("more than {} snapshots", r.max_count.unwrap_or(0)))
+        } else if r.max_age.is_some_and(|m| age > m) {
+            Some(format!(
+                "older than {}",
+                humantime::format_duration(r.max_age.unwrap_or_default())
+            ))
         } else {
-            left.push(e);
+            None
+        };
+        let path = dir.join(&e.name);
+        match why {
+            Some(why) if Some(e.name.as_str()) != keep_name && fs::remove_file(&path).is_ok() => {
+                total -= kept.bytes;
+                count -= 1;
+                deleted.push(Deleted { path, why });
+            }
+            _ => left.push(e),
         }
     }
     write_index(dir, &left)?;
     Ok(deleted)
+}
+
+/// Deletes the oldest of our snapshots in `dir` until those left use at
+/// most `max_bytes` of disk (`enforce` with the size bound alone).
+#[cfg(test)]
+pub fn enforce_budget(dir: &Path, max_bytes: u64, keep: &Path) -> io::Result<Vec<PathBuf>> {
+    let r = Retention {
+        max_bytes: Some(max_bytes),
+        ..Retention::default()
+    };
+    Ok(enforce(dir, &r, Some(keep), std::time::SystemTime::now())?
+        .into_iter()
+        .map(|d| d.path)
+        .collect())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::{
     path::Path,
 };
 
-use super::{enforce_budget, prepare_dir, read_index, INDEX};
+use super::{enforce, enforce_budget, prepare_dir, read_index, Retention, INDEX};
 use crate::flight::snapshot::SnapshotFile;
 
 fn chmod(p: &Path, mode: u32) {
@@ -132,4 +132,52 @@ fn a_restarted_recorder_counts_its_predecessors_snapshots() {
     let new = snapshot(&dir, "gdt-20261202T000001Z-h-b.gdt", 64 << 10);
     let gone = enforce_budget(&dir, 80 << 10, &new).expect("budget");
     assert_eq!(gone, [old]);
+}
+
+/// Issue 29: a fleet node keeps its snapshots for a bounded count and age
+/// too; each deletion says which bound it was over.
+#[test]
+fn count_and_age_bounds_delete_the_oldest_of_ours_and_say_why() {
+    use std::time::{Duration, SystemTime};
+    let top = tempfile::tempdir().expect("tempdir");
+    let dir = top.path().join("snaps");
+    prepare_dir(&dir).expect("dir");
+    let names = [
+        "gdt-20261201T000001Z-h-a.gdt",
+        "gdt-20261201T000002Z-h-b.gdt",
+        "gdt-20261201T000003Z-h-c.gdt",
+        "gdt-20261201T000004Z-h-d.gdt",
+    ];
+    let paths: Vec<_> = names.iter().map(|n| snapshot(&dir, n, 4 << 10)).collect();
+    // Another user's file named like the oldest snapshot: never counted.
+    let stranger = dir.join("gdt-20000101T000000Z-x-stranger.gdt");
+    fs::write(&stranger, b"not ours").expect("write");
+    let now = SystemTime::now();
+    let count = Retention {
+        max_count: Some(2),
+        ..Retention::default()
+    };
+    let gone = enforce(&dir, &count, Some(&paths[3]), now).expect("count");
+    let gone_paths: Vec<_> = gone.iter().map(|d| d.path.clone()).collect();
+    assert_eq!(gone_paths, [paths[0].clone(), paths[1].clone()]);
+    assert!(
+        gone.iter().all(|d| d.why == "more than 2 snapshots"),
+        "{gone:?}"
+    );
+    // Age: two hours on, c and d are older than an hour; d, just written,
+    // stays (a changed mtime would change the ctime: no longer ours).
+    let later = now + Duration::from_secs(7200);
+    let age = Retention {
+        max_age: Some(Duration::from_secs(3600)),
+        ..Retention::default()
+    };
+    let gone = enforce(&dir, &age, Some(&paths[3]), later).expect("age");
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].path, paths[2]);
+    assert_eq!(gone[0].why, "older than 1h");
+    assert!(paths[3].exists() && stranger.exists());
+    // Nothing set: nothing goes.
+    assert!(enforce(&dir, &Retention::default(), None, now)
+        .expect("none")
+        .is_empty());
 }

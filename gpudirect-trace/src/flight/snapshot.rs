@@ -155,11 +155,17 @@ impl Drop for SnapshotFile {
     }
 }
 
-/// Deletes the oldest of this tool's snapshots in `dir` until they use at
-/// most `max_bytes` of disk (see [`super::snapdir`]); returns the ones
-/// deleted.
-pub fn enforce_budget(dir: &Path, max_bytes: u64, keep: &Path) -> io::Result<Vec<PathBuf>> {
-    super::snapdir::enforce_budget(dir, max_bytes, keep)
+pub use super::snapdir::Retention;
+
+/// Deletes the oldest of this tool's snapshots in `dir` until those left
+/// hold to `r` (see [`super::snapdir`]); returns the ones deleted.
+pub fn enforce_retention(
+    dir: &Path,
+    r: &Retention,
+    keep: Option<&Path>,
+    now: std::time::SystemTime,
+) -> io::Result<Vec<super::snapdir::Deleted>> {
+    super::snapdir::enforce(dir, r, keep, now)
 }
 
 #[cfg(test)]

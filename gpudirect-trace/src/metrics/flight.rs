@@ -41,8 +41,8 @@ pub const SNAPSHOTS_DELETED_TOTAL: Metric = Metric {
     kind: Counter,
     unit: None,
     labels: &[],
-    help: "Old snapshots deleted to keep the directory within --snapshot-max-bytes.",
-    doc: "old snapshots deleted to stay within --snapshot-max-bytes",
+    help: "Old snapshots deleted to keep the directory within --snapshot-max-bytes, --snapshot-max-count and --snapshot-max-age.",
+    doc: "old snapshots deleted to stay within --snapshot-max-bytes, --snapshot-max-count and --snapshot-max-age",
 };
 
 pub const FLIGHT_RING_BYTES: Metric = Metric {
