@@ -3,6 +3,7 @@
 
 #[cfg(test)]
 mod budget_tests;
+pub mod fleet;
 pub mod html;
 mod json;
 mod keep;

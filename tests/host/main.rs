@@ -18,6 +18,7 @@ mod bench_sg;
 mod counters;
 mod crafted;
 mod deploy;
+mod fleet_report;
 mod flight;
 mod gpu_metrics;
 mod hostile;

@@ -13,8 +13,12 @@ use crate::{
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Trace file written by `gpudirect-trace record`.
-    pub file: PathBuf,
+    /// Trace file written by `gpudirect-trace record` (or a snapshot). Give
+    /// several files or a directory (its `*.gdt`, 4 levels down: a fleet's
+    /// collected snapshots) for one summary over all of them: hosts, GPUs,
+    /// incidents by kind, each host's first cause, what hosts share.
+    #[arg(value_name = "FILE|DIR", required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     /// Show only this device: a PCI bus id, a GPU index (0, GPU0) or UUID
     /// (GPU-4f39...), or a device name; repeat for several.
     #[arg(long = "device", value_name = "BDF")]
@@ -41,15 +45,20 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if page_to_stdout && args.json {
         anyhow::bail!("--html - and --json both want standard output: give --html a file name");
     }
+    let many = args.files.len() > 1 || args.files[0].is_dir();
+    if many {
+        return fleet(args, page_to_stdout);
+    }
+    let file = &args.files[0];
     // Opened once: the file may be a FIFO.
-    let reader = crate::tracefile::open(&args.file)?;
+    let reader = crate::tracefile::open(file)?;
     let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus)?;
     let window = Window {
         from: args.from,
         to: args.to,
         devices: devices.clone(),
     };
-    let mut r = report::replay_from(&args.file, reader, &window)?;
+    let mut r = report::replay_from(file, reader, &window)?;
     let seen: Vec<String> = r
         .analysis
         .agg
@@ -59,7 +68,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         .collect();
     output::warn_unmatched(&devices, &seen);
     // One field wherever it is shown (a file name may hold a line feed).
-    let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
+    let path = crate::sanitize::text(&file.display().to_string()).into_owned();
     for w in report::warnings(&path, &r) {
         output::warn(&w);
     }
@@ -68,7 +77,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     if let Some(out) = &args.html {
         let page = html::page(&path, &r, &devices);
         // Never the recording being read (`--html f.gdt --force` replaced it).
-        let opts = crate::outfile::Options::from(args.out).reading(&args.file);
+        let opts = crate::outfile::Options::from(args.out).reading(file);
         let mut f = crate::outfile::create(out, opts)?;
         let written = std::io::Write::write_all(f.file(), page.as_bytes());
         match written {
@@ -90,6 +99,73 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         // names or messages reaches the terminal.
         output::line(&crate::sanitize::multiline(&report::text(
             &path, &r, &devices, window_s,
+        )))
+    };
+    match result {
+        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e),
+        Ok(()) => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `report FILE FILE...` or `report DIR`: the fleet summary.
+fn fleet(args: &ReportArgs, page_to_stdout: bool) -> anyhow::Result<ExitCode> {
+    if args.from.is_some() || args.to.is_some() || !args.devices.is_empty() {
+        anyhow::bail!(
+            "--from, --to and --device are for one file's report: over many files the summary \
+             covers each file whole (give one file to look into it)"
+        );
+    }
+    let (files, skipped, over) = report::fleet::expand(&args.files);
+    if files.is_empty() {
+        anyhow::bail!("no trace files (*.gdt) found in what was given");
+    }
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut fleet = report::fleet::summarize(&files, |i, n, path| {
+        if tty {
+            output::eprint(&format!("\rreading {}/{n}: {path}\x1b[K", i + 1));
+        }
+    });
+    if tty {
+        output::eprint("\r\x1b[K");
+    }
+    fleet.entries_skipped = skipped;
+    fleet.files_not_read = over;
+    for r in fleet.files.iter().filter(|r| r.error.is_some()) {
+        output::warn(&format!(
+            "{}: not read: {}",
+            r.path,
+            r.error.as_deref().unwrap_or("")
+        ));
+    }
+    if let Some(out) = &args.html {
+        let page = report::fleet::html::page(&fleet);
+        if let Ok(m) = std::fs::metadata(out) {
+            use std::os::unix::fs::MetadataExt as _;
+            let same = |f: &PathBuf| {
+                std::fs::metadata(f).is_ok_and(|i| (i.dev(), i.ino()) == (m.dev(), m.ino()))
+            };
+            if files.iter().any(same) {
+                anyhow::bail!(
+                    "{} is one of the files being read: give --html another name",
+                    crate::outfile::display(out)
+                );
+            }
+        }
+        let mut f = crate::outfile::create(out, crate::outfile::Options::from(args.out))?;
+        std::io::Write::write_all(f.file(), page.as_bytes())
+            .with_context(|| format!("writing {}", crate::outfile::display(out)))?;
+        f.commit()?;
+        if page_to_stdout {
+            return Ok(ExitCode::SUCCESS);
+        }
+        output::note(&format!("wrote {}", out.display()));
+    }
+    let result = if args.json {
+        output::json_line(&fleet)
+    } else {
+        output::line(&crate::sanitize::multiline(&report::fleet::text::text(
+            &fleet,
         )))
     };
     match result {

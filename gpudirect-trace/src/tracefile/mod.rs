@@ -123,3 +123,32 @@ pub fn host_header(
         snapshot: None,
     }
 }
+
+/// A copy of the trace `bytes` with its header edited and every other byte
+/// as it was (the header block is unnumbered, so the blocks' sequence
+/// still checks): the tests' synthetic fleet hosts are real recordings
+/// under other host names and boot ids.
+pub fn with_header(bytes: &[u8], edit: impl FnOnce(&mut Header)) -> anyhow::Result<Vec<u8>> {
+    let mut header = TraceReader::new(bytes)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .header()
+        .clone();
+    edit(&mut header);
+    let p = format::PREAMBLE_LEN;
+    let len = bytes
+        .get(p..p + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or_else(|| anyhow::anyhow!("no header block"))?;
+    let rest = bytes
+        .get(p + len + format::BLOCK_OVERHEAD..)
+        .ok_or_else(|| anyhow::anyhow!("the header block is cut short"))?;
+    let mut out = bytes[..p].to_vec();
+    format::frame(
+        &mut out,
+        format::block::HEADER,
+        0,
+        &serde_json::to_vec(&header)?,
+    );
+    out.extend_from_slice(rest);
+    Ok(out)
+}
