@@ -153,9 +153,9 @@ impl Recorder {
         let mut s = self.stats.clone();
         let ring = self.writer.out();
         s.ring_bytes = ring.bytes();
-        s.ring_seconds = ring
-            .span_ns()
-            .map_or(0.0, |(a, b)| b.saturating_sub(a) as f64 / 1e9);
+        s.ring_seconds = ring.span_ns().map_or(0.0, |(from, newest)| {
+            newest.saturating_sub(from.unwrap_or(self.header.start_ts_ns)) as f64 / 1e9
+        });
         s.ring_dropped_events = ring.dropped_events;
         s
     }
@@ -336,7 +336,11 @@ impl Recorder {
         // The trigger's own event is still in the writer's batch.
         self.writer.flush()?;
         let ring = self.writer.out();
-        let from = ring.span_ns().map_or(t.at_ns, |(a, _)| a.min(t.at_ns));
+        let from = ring
+            .span_ns()
+            .and_then(|(from, _)| from)
+            .unwrap_or(self.header.start_ts_ns)
+            .min(t.at_ns);
         let mut header = self.header.clone();
         // The snapshot's clock starts at its oldest data.
         header.start_unix_ns = (header.start_unix_ns as i128 + from as i128

@@ -28,6 +28,10 @@ pub struct Ring {
     /// Blocks dropped to stay within the bounds, and the events they held.
     pub dropped_blocks: u64,
     pub dropped_events: u64,
+    /// The newest dropped block's time: the oldest kept block holds the
+    /// events from then on (it was produced one flush later). Before
+    /// anything is dropped, the recording's start.
+    dropped_until_ns: Option<u64>,
     /// While a snapshot is being written: the blocks put since it started,
     /// which the recorder appends to it.
     tee: Option<Vec<(u16, Vec<u8>, u64)>>,
@@ -44,6 +48,7 @@ impl Ring {
             max_age_ns,
             dropped_blocks: 0,
             dropped_events: 0,
+            dropped_until_ns: None,
             tee: None,
             now,
         }
@@ -54,9 +59,15 @@ impl Ring {
         self.bytes
     }
 
-    /// The time span the ring holds, as (oldest block's time, newest's).
-    pub fn span_ns(&self) -> Option<(u64, u64)> {
-        Some((self.blocks.front()?.at_ns, self.blocks.back()?.at_ns))
+    /// The time span the ring's events cover, as (where its oldest block's
+    /// events start, the newest block's time). The oldest block's events
+    /// start where the block dropped before it ended: counting from the
+    /// block's own time said 3.94 s for a ring of 5 s on a loaded host,
+    /// whose flushes came 1.06 s apart (issue 30). None: nothing dropped
+    /// yet (the events go back to the recording's start).
+    pub fn span_ns(&self) -> Option<(Option<u64>, u64)> {
+        let newest = self.blocks.back()?.at_ns;
+        Some((self.dropped_until_ns, newest))
     }
 
     pub fn blocks(&self) -> impl Iterator<Item = &Stored> {
@@ -90,6 +101,7 @@ impl Ring {
                 self.bytes -= old.bytes.len() as u64;
                 self.dropped_blocks += 1;
                 self.dropped_events += old.events;
+                self.dropped_until_ns = Some(old.at_ns);
             }
         }
     }
@@ -152,11 +164,40 @@ mod tests {
         NOW.store(60_000, Ordering::Relaxed);
         r.put(block::CHECKPOINT, &[0; 10], 0).expect("put");
         assert_eq!(r.blocks().count(), 1);
-        assert_eq!(r.span_ns(), Some((60_000, 60_000)));
+        // Its events start where the last block dropped ended.
+        assert_eq!(r.span_ns(), Some((Some(5_000), 60_000)));
         r.set_tee(true);
         r.put(block::EVENTS, &[0; 10], 1).expect("put");
         r.put(block::DEVICES, &[2; 10], 0).expect("put");
         assert_eq!(r.take_tee().len(), 2, "a snapshot gets every new block");
         assert!(r.take_tee().is_empty());
+    }
+
+    /// Issue 30: flushes 1.06 s apart (a loaded host) made a 5 s ring say
+    /// 3.94 s. Counted from where the oldest kept block's events start, the
+    /// span is never less than asked once the ring has dropped anything.
+    #[test]
+    fn late_flushes_still_hold_what_was_asked() {
+        static LATE: AtomicU64 = AtomicU64::new(0);
+        fn late() -> u64 {
+            LATE.load(Ordering::Relaxed)
+        }
+        let sec = 1_000_000_000u64;
+        for spacing in [sec, sec + 60_000_000, 2 * sec + 500_000_000] {
+            let mut r = Ring::with_clock(None, Some(5 * sec), late);
+            for i in 1..=40u64 {
+                LATE.store(i * spacing, Ordering::Relaxed);
+                r.put(block::EVENTS, &[0; 10], 1).expect("put");
+                if let Some((Some(from), newest)) = r.span_ns() {
+                    assert!(
+                        newest - from >= 5 * sec,
+                        "spacing {spacing}: {}",
+                        newest - from
+                    );
+                    assert!(newest - from <= 5 * sec + spacing, "spacing {spacing}");
+                }
+            }
+            assert!(r.dropped_blocks > 0);
+        }
     }
 }

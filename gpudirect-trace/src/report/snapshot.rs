@@ -113,6 +113,27 @@ pub fn went_on((held, asked): (u64, u64), fmt: impl Fn(u64) -> String) -> String
     }
 }
 
+/// Why the ring held less time before the trigger than its age bound
+/// asked: the byte bound dropped older blocks, or recording had not been
+/// going that long.
+pub fn short_of_asked(info: &SnapshotInfo, held: u64) -> Option<String> {
+    let asked = info.ring_max_ns?;
+    if held >= asked {
+        return None;
+    }
+    Some(match info.ring_max_bytes {
+        Some(b) if info.discarded_events > 0 => format!(
+            "less than the {} asked: the {} bound dropped older blocks",
+            ns(asked),
+            bytes(b)
+        ),
+        _ => format!(
+            "less than the {} asked: recording had been going only that long",
+            ns(asked)
+        ),
+    })
+}
+
 /// The section the text report opens with.
 pub fn text(
     info: &SnapshotInfo,
@@ -136,7 +157,10 @@ pub fn text(
             .map(|w| format!(" ({w})"))
             .unwrap_or_default(),
         ns(held),
-        match (info.ring_max_ns, info.ring_max_bytes) {
+        match short_of_asked(info, held) {
+            Some(why) => format!(" ({why})"),
+            None => String::new(),
+        } + &match (info.ring_max_ns, info.ring_max_bytes) {
             (Some(a), Some(b)) => format!(" (bounds {} / {})", ns(a), bytes(b)),
             (Some(a), None) => format!(" (bound {})", ns(a)),
             (None, Some(b)) => format!(" (bound {})", bytes(b)),

@@ -35,10 +35,12 @@ pub fn flight_recorder(series: &str, lines: &[String]) -> Result<()> {
     let at = snap["trigger"]["at_ns"].as_u64().context("trigger time")?;
     let from = snap["ring_from_ns"].as_u64().context("ring_from_ns")?;
     let held = (at - from) as f64 / 1e9;
-    // The ring keeps whole 1-second blocks: up to one more second than asked.
+    // At least what was asked (issue 30: a loaded host's late flushes once
+    // gave 3.94 s of a 5 s ring); the ring keeps whole blocks, one flush
+    // apart (1 s, later under load): up to a few seconds more.
     ensure!(
-        (4.0..=6.5).contains(&held),
-        "the ring held {held:.2}s before the trigger, want about 5 s"
+        (4.95..=9.0).contains(&held),
+        "the ring held {held:.2}s before the trigger, want at least 5 s (and under 9 s)"
     );
     let d = device(&report, Device::Nvme.bdf())?;
     let maps = d["maps"].as_u64().unwrap_or(0);
