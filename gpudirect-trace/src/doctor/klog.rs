@@ -26,37 +26,50 @@ pub struct LogScan {
     pub swiotlb_full: Vec<String>,
 }
 
+/// Reads the kernel log through faults/'s decoder, the one `live` and
+/// `record` use (issue 31): syslog and journald prefixes, reports split
+/// over lines (VT-d's older two-line form, AER's detail lines) and every
+/// IOMMU's format are read one way everywhere. What is not a fault (the
+/// default domain, SWIOTLB exhaustion) is matched here.
 pub fn scan(text: &str) -> LogScan {
     let mut s = LogScan::default();
+    let mut decoder = crate::faults::Decoder::new();
     for line in text.lines() {
         let l = line.trim();
         if let Some(i) = l.find("iommu: Default domain type: ") {
             s.default_domain = Some(l[i + 28..].trim().to_string());
-        } else if (l.contains("DMAR: [DMA ") && l.contains("fault"))
-            || l.contains("IO_PAGE_FAULT")
-            || l.contains("arm-smmu") && l.contains("event")
-        {
-            s.iommu_faults.push(l.to_string());
-        } else if l.contains("AER:") && l.contains("Uncorrect") {
-            s.aer_uncorrected.push(l.to_string());
-        } else if l.contains("AER:") && l.contains("Corrected") {
-            s.aer_corrected += 1;
-        } else if let Some(i) = l.find("NVRM: Xid ") {
-            // `NVRM: Xid (PCI:0000:3b:00): 79, pid=..., GPU has fallen off the bus.`
-            let rest = &l[i..];
-            let num = rest
-                .split_once("): ")
-                .and_then(|(_, r)| r.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|n| n.parse::<u32>().ok());
-            if let Some(n) = num {
-                let e = s.xids.entry(n).or_insert((0, l.to_string()));
-                e.0 += 1;
-            }
         } else if l.contains("swiotlb buffer is full") {
             s.swiotlb_full.push(l.to_string());
         }
+        for f in decoder.feed(line) {
+            s.take(f);
+        }
+    }
+    for f in decoder.finish() {
+        s.take(f);
     }
     s
+}
+
+impl LogScan {
+    fn take(&mut self, f: crate::model::Fault) {
+        use crate::model::Source;
+        let raw = f.raw.trim().to_string();
+        match f.source {
+            Source::NvidiaXid => {
+                if let Some(n) = f.xid {
+                    let e = self.xids.entry(n).or_insert((0, raw));
+                    e.0 += f.count.max(1) as usize;
+                }
+            }
+            Source::Aer if f.reason.contains("Corrected") => self.aer_corrected += 1,
+            Source::Aer => self.aer_uncorrected.push(raw),
+            Source::IommuTracepoint => {}
+            Source::Vtd | Source::AmdVi | Source::Smmu | Source::VirtioIommu => {
+                self.iommu_faults.push(raw)
+            }
+        }
+    }
 }
 
 pub fn check(tree: &Tree, iommu: Option<bool>, f: &mut Findings) {
@@ -194,5 +207,19 @@ mod tests {
         assert_eq!(s.xids.get(&79).map(|x| x.0), Some(2));
         assert_eq!(s.xids.get(&13).map(|x| x.0), Some(1));
         assert_eq!(s.swiotlb_full.len(), 1);
+    }
+
+    /// The same decoder as `live`: journald's prefix, and VT-d's older form
+    /// split over two lines, count once each.
+    #[test]
+    fn prefixed_and_split_lines_are_read_as_live_reads_them() {
+        let log = "\
+Dec 03 10:00:01 node-a kernel: DMAR: DRHD: handling fault status reg 2
+Dec 03 10:00:01 node-a kernel: DMAR: [DMA Read] Request device [41:00.0] PASID ffffffff fault addr 7fe00000 [fault reason 06] PTE Read access is not set
+Dec 03 10:00:02 node-a kernel: NVRM: Xid (PCI:0000:41:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+";
+        let s = scan(log);
+        assert_eq!(s.iommu_faults.len(), 1, "{s:?}");
+        assert_eq!(s.xids.get(&79).map(|x| x.0), Some(1), "{s:?}");
     }
 }
