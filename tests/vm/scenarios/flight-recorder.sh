@@ -7,7 +7,9 @@
 set -e
 . /scenarios/common.lib
 mkdir -p /tmp/snaps
-gpudirect-trace record --ring 5s --trigger fault --after 1s -o /tmp/snaps --duration 20s \
+# No --duration: the reads end it (kill -INT below). Under load the 120
+# reads took 33 s, and a 20 s --duration ended the recorder before the fault.
+gpudirect-trace record --ring 5s --trigger fault --after 1s -o /tmp/snaps --duration 300s \
     2> /tmp/rec.err &
 rec=$!
 wait_for /tmp/rec.err "probes attached" $rec
