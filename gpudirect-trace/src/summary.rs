@@ -66,7 +66,7 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         // followed (families/pcie/timeline.rs).
         "device_timelines": s.analysis.timelines(),
         "faults": faults,
-        "fault_counts": fault_counts(s),
+        "fault_counts": s.analysis.ledger.fault_counts(),
         "misuse": s.analysis.checker.as_ref().map(|c| &c.stats),
         "long_lived": v.long_lived.iter().map(|(dev, lvl, m)| json!({
             "device": dev, "level": lvl, "address": m.address,
@@ -83,13 +83,4 @@ pub fn session_json(s: &Session, v: &View<'_>) -> Value {
         "kmsg_error": s.kmsg_error,
         "program_stats": s.tracer.program_stats(),
     })
-}
-
-pub fn fault_counts(s: &Session) -> Vec<Value> {
-    s.analysis
-        .ledger
-        .counts()
-        .iter()
-        .map(|(k, n)| json!({"device": k.device, "source": k.source, "cause": k.cause, "count": n}))
-        .collect()
 }

@@ -45,6 +45,17 @@ pub struct FaultCountKey {
     pub cause: String,
 }
 
+/// One row of `fault_counts`: live and record `--json`, report `--json` and
+/// serve's fault metrics all take the ledger's counts as these (fields in
+/// the order the JSON has always had them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FaultCount {
+    pub cause: String,
+    pub count: u64,
+    pub device: String,
+    pub source: Source,
+}
+
 /// What the ledger did with a fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -130,6 +141,19 @@ impl Ledger {
     /// Faults by device, family and cause, since the start.
     pub fn counts(&self) -> &BTreeMap<FaultCountKey, u64> {
         &self.counts
+    }
+
+    /// The counts as rows, in key order.
+    pub fn fault_counts(&self) -> Vec<FaultCount> {
+        self.counts
+            .iter()
+            .map(|(k, &count)| FaultCount {
+                cause: k.cause.clone(),
+                count,
+                device: k.device.clone(),
+                source: k.source,
+            })
+            .collect()
     }
 
     pub fn get(&self, id: u64) -> Option<&Incident> {

@@ -34,18 +34,7 @@ pub fn json_doc<'a>(
         counters: r.counters,
         device_timelines: r.analysis.timelines(),
         devices,
-        fault_counts: r
-            .analysis
-            .ledger
-            .counts()
-            .iter()
-            .map(|(k, &count)| FaultCount {
-                cause: &k.cause,
-                count,
-                device: &k.device,
-                source: k.source,
-            })
-            .collect(),
+        fault_counts: r.analysis.ledger.fault_counts(),
         faults,
         file: path,
         gpus: &r.analysis.agg.gpus,
@@ -82,7 +71,7 @@ pub struct ReportJson<'a> {
     /// One timeline per device with its first cause (PCIe family).
     device_timelines: Vec<crate::families::pcie::timeline::Timeline>,
     devices: &'a [crate::aggregate::DeviceSnapshot],
-    fault_counts: Vec<FaultCount<'a>>,
+    fault_counts: Vec<crate::analysis::ledger::FaultCount>,
     faults: Vec<&'a crate::model::Fault>,
     file: &'a str,
     gpus: &'a [crate::gpu::GpuIdentity],
@@ -102,14 +91,6 @@ pub struct ReportJson<'a> {
     read: &'a ReadStats,
     warnings: Vec<String>,
     window: WindowJson,
-}
-
-#[derive(serde::Serialize)]
-struct FaultCount<'a> {
-    cause: &'a str,
-    count: u64,
-    device: &'a str,
-    source: crate::model::Source,
 }
 
 #[derive(serde::Serialize)]

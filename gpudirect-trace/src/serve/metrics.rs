@@ -78,17 +78,10 @@ pub const LATENCY_BUCKETS_NS: &[u64] = &[
     1 << 27,
 ];
 
-/// Faults of one (device, source, reason): `Session::fault_counts`, i.e.
-/// the iommu:io_page_fault tracepoint and the kernel log decoders.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FaultCount {
-    pub device: String,
-    /// `faults::Source::as_str()`: vtd, amd-vi, smmu, iommu-tracepoint,
-    /// nvidia-xid, aer.
-    pub source: String,
-    pub reason: String,
-    pub count: u64,
-}
+/// Faults of one (device, source, cause): the ledger's rows, as the JSON
+/// documents have them (the iommu:io_page_fault tracepoint and the kernel
+/// log decoders).
+pub use crate::analysis::ledger::FaultCount;
 
 /// A classic histogram: per-bucket (not cumulative) counts, `+Inf` last.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -405,7 +398,7 @@ impl Model {
     pub fn add_faults(&mut self, faults: &[FaultCount], labels: &mut DeviceLabels) {
         for f in faults {
             let device = ("device", labels.label(&f.device).to_string());
-            let mut reason = f.reason.clone();
+            let mut reason = f.cause.clone();
             if reason.len() > MAX_REASON_LEN {
                 let mut cut = MAX_REASON_LEN;
                 while !reason.is_char_boundary(cut) {

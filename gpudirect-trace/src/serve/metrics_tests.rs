@@ -3,7 +3,7 @@ use std::sync::Arc;
 use gpudirect_trace_common::{kind, op, Event, LatHist, XidEvent, LAT_BUCKETS, XID_MSG_LEN};
 
 use super::*;
-use crate::{aggregate::UNATTRIBUTED, decode::Record, ebpf::Status};
+use crate::{aggregate::UNATTRIBUTED, decode::Record, ebpf::Status, model::Source};
 
 fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
     Record::Event(Event {
@@ -56,11 +56,11 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .map(|v| v.parse().expect("numeric sample"))
 }
 
-fn fault(source: &str, reason: &str, count: u64) -> FaultCount {
+fn fault(source: Source, reason: &str, count: u64) -> FaultCount {
     FaultCount {
         device: "0000:00:06.0".to_owned(),
-        source: source.to_owned(),
-        reason: reason.to_owned(),
+        source,
+        cause: reason.to_owned(),
         count,
     }
 }
@@ -120,13 +120,13 @@ fn prometheus_text_has_the_documented_series_and_values() {
     let mut labels = DeviceLabels::new(256);
     let faults = [
         fault(
-            "iommu-tracepoint",
+            Source::IommuTracepoint,
             "IOMMU page fault (report_iommu_fault)",
             1,
         ),
-        fault("vtd", "PTE Write access is not set", 3),
-        fault("aer", "Corrected: Receiver Error", 2),
-        fault("nvidia-xid", "Xid 79: GPU has fallen off the bus", 1),
+        fault(Source::Vtd, "PTE Write access is not set", 3),
+        fault(Source::Aer, "Corrected: Receiver Error", 2),
+        fault(Source::NvidiaXid, "Xid 79: GPU has fallen off the bus", 1),
     ];
     let model = Model::build(&agg, &stats(), &probes, &faults, &mut labels, true);
     let text = render(model, false).expect("encodes");
@@ -390,15 +390,18 @@ fn latency_comes_from_the_kernel_log2_histogram_else_the_stream() {
 fn faults_from_other_sources_keep_their_labels() {
     let mut labels = DeviceLabels::new(4);
     let mut model = Model::default();
-    let f = |source: &str, reason: &str, count| FaultCount {
+    let f = |source: Source, reason: &str, count| FaultCount {
         device: "0000:41:00.0".to_owned(),
-        source: source.to_owned(),
-        reason: reason.to_owned(),
+        source,
+        cause: reason.to_owned(),
         count,
     };
     let long = "x".repeat(200);
     model.add_faults(
-        &[f("smmu", "F_TRANSLATION", 2), f("amd-vi", &long, 1)],
+        &[
+            f(Source::Smmu, "F_TRANSLATION", 2),
+            f(Source::AmdVi, &long, 1),
+        ],
         &mut labels,
     );
     let text = render(model, false).expect("encodes");

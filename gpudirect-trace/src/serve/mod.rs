@@ -119,18 +119,7 @@ impl ServeSink {
         if self.recorder.is_none() {
             let _ = s.confirm_findings(stats.lost_events + stats.missed_events, &mut |_| Ok(()));
         }
-        let faults: Vec<FaultCount> = s
-            .analysis
-            .ledger
-            .counts()
-            .iter()
-            .map(|(k, &count)| FaultCount {
-                device: k.device.clone(),
-                source: k.source.as_str().to_owned(),
-                reason: k.cause.clone(),
-                count,
-            })
-            .collect();
+        let faults: Vec<FaultCount> = s.analysis.ledger.fault_counts();
         let mut model = Model::build(
             &s.analysis.agg,
             &stats,
