@@ -333,8 +333,12 @@ impl Recorder {
     /// Opens a snapshot: a fresh header saying why, the device tables, the
     /// ring; from now on new blocks go to it too.
     fn start(&mut self, t: format::Trigger) -> anyhow::Result<()> {
-        // The trigger's own event is still in the writer's batch.
-        self.writer.flush()?;
+        // The trigger's own event is still in the writer's batch; its block
+        // must not push out what the ring held before the trigger.
+        self.writer.out_mut().set_trimming(false);
+        let flushed = self.writer.flush();
+        self.writer.out_mut().set_trimming(true);
+        flushed?;
         let ring = self.writer.out();
         let from = ring
             .span_ns()
