@@ -33,10 +33,15 @@ const MAX_DEPTH: usize = 4;
 const MAX_KINDS: usize = 64;
 const MAX_TIMELINES: usize = 8;
 const MAX_OCCURRENCES: usize = 2_000;
+/// Incidents per file remembered by a hash of their identity, so that one
+/// boot's overlapping snapshots (a later snapshot's ring holds the earlier
+/// trigger) count each incident once; past this they are counted as they
+/// come (8 bytes each: 10,000 files keep at most 40 MB).
+const MAX_KEYS: usize = 512;
 
 /// A kind of incident: its category and its code (`Xid 79`, a fault
 /// reason, `link-down`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct Kind {
     pub category: &'static str,
     pub code: String,
@@ -92,6 +97,12 @@ pub struct FileRow {
     pub trigger: Option<String>,
     pub incidents: u64,
     pub by_kind: Vec<(Kind, u64)>,
+    /// The file's incidents by identity (time, kind, device), for the
+    /// host's count; the rest, past `MAX_KEYS`, by kind.
+    #[serde(skip)]
+    keys: Vec<(u64, Kind)>,
+    #[serde(skip)]
+    unkeyed: BTreeMap<Kind, u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first: Option<Brief>,
     pub timelines: Vec<String>,
@@ -127,6 +138,7 @@ pub struct HostRow {
     pub files: Vec<usize>,
     pub gpus: Vec<GpuRow>,
     pub devices: u64,
+    /// The host's incidents, each once however many of its files hold it.
     pub incidents: u64,
     pub by_kind: Vec<(Kind, u64)>,
     /// The earliest incident of all the host's files: its cascade's first
@@ -272,8 +284,8 @@ pub fn summarize(files: &[PathBuf], mut progress: impl FnMut(usize, usize, &str)
     fleet.hosts = hosts(&fleet.files, &host_gpus, &host_devices);
     fleet.gpus = fleet.hosts.iter().map(|h| h.gpus.len() as u64).sum();
     fleet.devices = fleet.hosts.iter().map(|h| h.devices).sum();
-    fleet.by_kind = by_kind(&fleet.files);
-    fleet.patterns = patterns(&fleet.files, &occurrences);
+    fleet.by_kind = by_kind(&fleet.hosts);
+    fleet.patterns = patterns(&fleet.files, &fleet.hosts, &occurrences);
     fleet
 }
 
@@ -288,6 +300,8 @@ fn empty_row(path: &str) -> FileRow {
         trigger: None,
         incidents: 0,
         by_kind: Vec::new(),
+        keys: Vec::new(),
+        unkeyed: BTreeMap::new(),
         first: None,
         timelines: Vec::new(),
         lost_events: 0,
@@ -355,6 +369,11 @@ fn read_one(index: usize, path: &Path, shown_path: &str) -> anyhow::Result<Read>
             continue;
         }
         *counts.entry(kind.clone()).or_default() += 1;
+        if row.keys.len() < MAX_KEYS {
+            row.keys.push((identity(inc, &kind), kind.clone()));
+        } else {
+            *row.unkeyed.entry(kind.clone()).or_default() += 1;
+        }
         let (m, driver) = model(&inc.device).map_or((None, None), |(m, d)| (Some(m), d));
         let brief = Brief {
             file: index,
@@ -390,6 +409,15 @@ fn read_one(index: usize, path: &Path, shown_path: &str) -> anyhow::Result<Read>
         .map(|t| t.summary)
         .collect();
     Ok((row, briefs, gpus, devices))
+}
+
+/// An incident's identity within one boot: its CLOCK_MONOTONIC time, kind
+/// and device.
+fn identity(i: &Incident, kind: &Kind) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (i.at.mono_ns, kind, &i.device).hash(&mut h);
+    h.finish()
 }
 
 fn gpu_label(g: &crate::gpu::GpuIdentity) -> String {
@@ -443,9 +471,15 @@ fn hosts(
         .map(|(key, mut idx)| {
             idx.sort_by(|&a, &b| files[a].start_unix_s.total_cmp(&files[b].start_unix_s));
             let mut counts: BTreeMap<Kind, u64> = BTreeMap::new();
+            let mut seen = std::collections::HashSet::new();
             let mut timelines = Vec::new();
             for &i in &idx {
-                for (k, n) in &files[i].by_kind {
+                for (h, k) in &files[i].keys {
+                    if seen.insert(*h) {
+                        *counts.entry(k.clone()).or_default() += 1;
+                    }
+                }
+                for (k, n) in &files[i].unkeyed {
                     *counts.entry(k.clone()).or_default() += n;
                 }
                 for t in &files[i].timelines {
@@ -463,7 +497,7 @@ fn hosts(
             let g = gpus.get(&key).cloned().unwrap_or_default();
             HostRow {
                 kernel: files[idx[0]].kernel.clone().unwrap_or_default(),
-                incidents: idx.iter().map(|&i| files[i].incidents).sum(),
+                incidents: counts.values().sum(),
                 devices: devices.get(&key).map_or(0, |d| d.len() as u64),
                 gpus: g
                     .into_iter()
@@ -485,13 +519,13 @@ fn hosts(
     rows
 }
 
-fn by_kind(files: &[FileRow]) -> Vec<KindRow> {
+fn by_kind(hosts: &[HostRow]) -> Vec<KindRow> {
     let mut m: BTreeMap<Kind, (u64, BTreeSet<&str>)> = BTreeMap::new();
-    for f in files {
-        for (k, n) in &f.by_kind {
+    for h in hosts {
+        for (k, n) in &h.by_kind {
             let e = m.entry(k.clone()).or_default();
             e.0 += n;
-            e.1.insert(f.host.as_deref().unwrap_or(""));
+            e.1.insert(h.host.as_str());
         }
     }
     let mut rows: Vec<KindRow> = m
@@ -507,7 +541,11 @@ fn by_kind(files: &[FileRow]) -> Vec<KindRow> {
 }
 
 /// Kinds seen on two hosts or more, with what the hit devices share.
-fn patterns(files: &[FileRow], occurrences: &BTreeMap<Kind, Vec<Brief>>) -> Vec<Pattern> {
+fn patterns(
+    files: &[FileRow],
+    hosts_rows: &[HostRow],
+    occurrences: &BTreeMap<Kind, Vec<Brief>>,
+) -> Vec<Pattern> {
     let mut out = Vec::new();
     for (kind, briefs) in occurrences {
         let host_of = |b: &Brief| files[b.file].host.clone().unwrap_or_default();
@@ -528,9 +566,9 @@ fn patterns(files: &[FileRow], occurrences: &BTreeMap<Kind, Vec<Brief>>) -> Vec<
             .iter()
             .filter_map(|b| files[b.file].kernel.clone())
             .collect();
-        let count = files
+        let count = hosts_rows
             .iter()
-            .flat_map(|f| f.by_kind.iter())
+            .flat_map(|h| h.by_kind.iter())
             .filter(|(k, _)| k == kind)
             .map(|(_, n)| n)
             .sum();

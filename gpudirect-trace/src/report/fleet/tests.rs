@@ -119,3 +119,26 @@ fn real_snapshots_as_three_hosts_give_hosts_first_causes_and_the_shared_xid() {
     assert_eq!(json["files"].as_array().map(Vec::len), Some(4));
     assert!(json["patterns"][0]["hosts"].is_array());
 }
+
+/// One boot's snapshots overlap (a later snapshot's ring holds the earlier
+/// trigger: on the H200 two snapshots of one boot showed one Xid twice):
+/// the host counts each incident once; each file still shows its own.
+#[test]
+fn overlapping_snapshots_of_one_boot_count_each_incident_once() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/gpu-host-h200-session3/flight-xid31.gdt"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = dir.path().join("a.gdt");
+    let b = dir.path().join("b.gdt");
+    std::fs::copy(fixture, &a).expect("copy");
+    std::fs::copy(fixture, &b).expect("copy");
+    let f = summarize(&[a, b], |_, _, _| {});
+    let per_file = f.files[0].incidents;
+    assert!(per_file > 0);
+    assert_eq!(f.files[1].incidents, per_file);
+    assert_eq!(f.hosts.len(), 1);
+    assert_eq!(f.hosts[0].incidents, per_file, "{:?}", f.hosts[0]);
+    assert_eq!(f.by_kind.iter().map(|k| k.count).sum::<u64>(), per_file);
+}
