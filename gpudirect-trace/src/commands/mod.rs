@@ -116,18 +116,21 @@ pub enum Command {
     ///   gpudirect-trace record -o nccl.gdt -- ./all_reduce_perf -b 8 -e 1G
     #[command(verbatim_doc_comment)]
     Record(record::RecordArgs),
-    /// Per-device tables, losses, faults and Xids of a trace file
+    /// Per-device tables, losses, faults and Xids of a trace file (or a fleet's)
     ///
     /// The same tables and incidents as `live`, for the whole recording or a
     /// window of it (--from/--to count from the start of the recording). A
     /// file cut short (recorder killed, disk full) is read up to its last
     /// complete block, with a warning naming the byte offset where the
-    /// readable part ends.
+    /// readable part ends. Over many files or a directory (a fleet's
+    /// snapshots, any number of hosts): one summary of hosts, GPUs,
+    /// incidents by kind, each host's first cause and what hosts share.
     ///
     /// Examples:
     ///   gpudirect-trace report dma.gdt
     ///   gpudirect-trace report dma.gdt --device 0000:41:00.0 --from 2s --to 5s
     ///   gpudirect-trace report dma.gdt --html dma.html   (self-contained page with plots)
+    ///   gpudirect-trace report /srv/snapshots/ --html fleet.html   (every *.gdt below)
     #[command(verbatim_doc_comment)]
     Report(report::ReportArgs),
     /// Convert a trace file: JSON lines, Chrome/Perfetto JSON, HdrHistogram logs
