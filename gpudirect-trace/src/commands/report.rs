@@ -78,21 +78,11 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         let page = html::page(&path, &r, &devices);
         // Never the recording being read (`--html f.gdt --force` replaced it).
         let opts = crate::outfile::Options::from(args.out).reading(file);
-        let mut f = crate::outfile::create(out, opts)?;
-        let written = std::io::Write::write_all(f.file(), page.as_bytes());
-        match written {
-            Err(e) if page_to_stdout && e.kind() == std::io::ErrorKind::BrokenPipe => {
-                return Ok(ExitCode::SUCCESS)
-            }
-            other => other.with_context(|| format!("writing {}", crate::outfile::display(out)))?,
-        }
-        f.commit()?;
-        if page_to_stdout {
+        if write_page(out, opts, &page, page_to_stdout)? {
             return Ok(ExitCode::SUCCESS);
         }
-        output::note(&format!("wrote {}", out.display()));
     }
-    let result = if args.json {
+    finish(if args.json {
         output::json_line(&report::json_doc(&path, &r, &devices))
     } else {
         // A trace file is untrusted input: no control character of its
@@ -100,8 +90,33 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         output::line(&crate::sanitize::multiline(&report::text(
             &path, &r, &devices, window_s,
         )))
-    };
-    match result {
+    })
+}
+
+/// Writes the HTML page to `out`; true when it went to standard output (and
+/// nothing else is to be printed). A reader that closed the pipe early ends
+/// the command quietly.
+fn write_page(
+    out: &std::path::Path,
+    opts: crate::outfile::Options,
+    page: &str,
+    page_to_stdout: bool,
+) -> anyhow::Result<bool> {
+    let mut f = crate::outfile::create(out, opts)?;
+    match std::io::Write::write_all(f.file(), page.as_bytes()) {
+        Err(e) if page_to_stdout && e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(true),
+        other => other.with_context(|| format!("writing {}", crate::outfile::display(out)))?,
+    }
+    f.commit()?;
+    if !page_to_stdout {
+        output::note(&format!("wrote {}", out.display()));
+    }
+    Ok(page_to_stdout)
+}
+
+/// The text or JSON printed: a closed standard output is not an error.
+fn finish(printed: anyhow::Result<()>) -> anyhow::Result<ExitCode> {
+    match printed {
         Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
         Err(e) => Err(e),
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -152,25 +167,16 @@ fn fleet(args: &ReportArgs, page_to_stdout: bool) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        let mut f = crate::outfile::create(out, crate::outfile::Options::from(args.out))?;
-        std::io::Write::write_all(f.file(), page.as_bytes())
-            .with_context(|| format!("writing {}", crate::outfile::display(out)))?;
-        f.commit()?;
-        if page_to_stdout {
+        let opts = crate::outfile::Options::from(args.out);
+        if write_page(out, opts, &page, page_to_stdout)? {
             return Ok(ExitCode::SUCCESS);
         }
-        output::note(&format!("wrote {}", out.display()));
     }
-    let result = if args.json {
+    finish(if args.json {
         output::json_line(&fleet)
     } else {
         output::line(&crate::sanitize::multiline(&report::fleet::text::text(
             &fleet,
         )))
-    };
-    match result {
-        Err(e) if e.is::<output::StdoutClosed>() => Ok(ExitCode::SUCCESS),
-        Err(e) => Err(e),
-        Ok(()) => Ok(ExitCode::SUCCESS),
-    }
+    })
 }
