@@ -149,26 +149,11 @@ pub mod runtime;
 /// `--dma-source hooks`). Set by the loader after attaching.
 pub mod hook_ops;
 
-/// Key of the in-kernel mapping table (`MAPPINGS`, a bounded hash), used for
-/// DMA-API mapping lifetimes in aggregate-only mode.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct MapKey {
-    pub dev: u64,
-    /// DMA address (first entry's for a scatterlist).
-    pub addr: u64,
-}
-
-/// Value of `MAPPINGS`: one outstanding DMA-API mapping.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MapValue {
-    pub ts_ns: u64,
-    pub size: u64,
-    pub pid: u32,
-    /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`.
-    pub kind: u32,
-}
+/// The in-kernel tables of outstanding DMA-API mappings (aggregate-only
+/// lifetimes): the slot table and the hash kept for kernels without BPF
+/// atomics.
+pub mod lifetime;
+pub use lifetime::{MapKey, MapSlot, MapValue};
 
 /// Value of `IOVA_STATES`: one live IOVA-API state (a driver's `struct
 /// dma_iova_state`), from dma_iova_try_alloc (or its first link seen, for
@@ -365,8 +350,9 @@ pub struct Config {
     pub wakeup_bytes: u64,
     /// 1: stream events to the ring buffer; 0: aggregate-only (maps only).
     pub stream: u32,
-    /// 1: keep DMA-API mappings in `MAPPINGS` for in-kernel lifetimes (the
-    /// aggregate-only mode's substitute for userspace mapping tracking).
+    /// Where DMA-API mappings are kept for in-kernel lifetimes (the
+    /// aggregate-only mode's substitute for userspace mapping tracking):
+    /// `lifetime::OFF`, `lifetime::SLOTS` or `lifetime::HASH`.
     pub track_lifetimes: u32,
     /// Kernel address of the `vmemmap_base` variable (x86_64, from
     /// kallsyms), for page_to_phys() in the dma_map_page_attrs hooks; 0 when
@@ -541,8 +527,6 @@ const _: () = assert!(core::mem::size_of::<CpuState>() == 32 + 32 * COUNTER_CACH
 const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);
 const _: () = assert!(core::mem::size_of::<LatHist>() == 24 + 8 * LAT_BUCKETS);
-const _: () = assert!(core::mem::size_of::<MapKey>() == 16);
-const _: () = assert!(core::mem::size_of::<MapValue>() == 24);
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);
 const _: () = assert!(core::mem::size_of::<IovaState>() == 56);
 
@@ -598,5 +582,6 @@ mod pod {
     unsafe impl aya::Pod for super::TaskState {}
     unsafe impl aya::Pod for super::MapKey {}
     unsafe impl aya::Pod for super::MapValue {}
+    unsafe impl aya::Pod for super::MapSlot {}
     unsafe impl aya::Pod for super::IovaState {}
 }

@@ -26,6 +26,9 @@ pub const LAT_HIST_CAP: u32 = 4096;
 /// Outstanding DMA-API mappings (aggregate-only lifetimes).
 pub const MAPPINGS: &str = "MAPPINGS";
 pub const MAPPINGS_CAP: u32 = 65536;
+/// Outstanding DMA-API mappings, the slot form (`lifetime::SLOTS`); one
+/// slot unless in use.
+pub const MAPPING_SLOTS: &str = "MAPPING_SLOTS";
 /// Scatter-gather records under construction, one per program.
 pub const SG_SCRATCH: &str = "SG_SCRATCH";
 /// Settings the loader writes after load (`runtime`).
@@ -60,8 +63,11 @@ pub const NEED_UNMAP_ARGS_CAP: u32 = 4096;
 /// not put into `MAPPINGS` (the kernel will not unmap them).
 pub const NO_UNMAP_DEVS: &str = "NO_UNMAP_DEVS";
 pub const NO_UNMAP_DEVS_CAP: u32 = 4096;
+/// One flag: whether `NO_UNMAP_DEVS` holds anything (the map path's cheap
+/// test before the hash).
+pub const NO_UNMAP_ANY: &str = "NO_UNMAP_ANY";
 /// Every map of the object.
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 25] = [
     EVENTS,
     STATS,
     HITS,
@@ -72,6 +78,7 @@ pub const ALL: [&str; 23] = [
     DOMAIN_DEVS,
     LAT_HIST,
     MAPPINGS,
+    MAPPING_SLOTS,
     SG_SCRATCH,
     RUNTIME,
     SG_CONT_T,
@@ -85,4 +92,5 @@ pub const ALL: [&str; 23] = [
     IOVA_STATES,
     NEED_UNMAP_ARGS,
     NO_UNMAP_DEVS,
+    NO_UNMAP_ANY,
 ];

@@ -54,9 +54,9 @@ pub fn cfg_stream() -> bool {
 }
 
 #[inline(always)]
-pub fn cfg_track_lifetimes() -> bool {
+pub fn cfg_track_lifetimes() -> u32 {
     // SAFETY: as in `config`.
-    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.track_lifetimes)) != 0 }
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.track_lifetimes)) }
 }
 
 #[inline(always)]

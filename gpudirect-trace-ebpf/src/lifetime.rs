@@ -1,35 +1,44 @@
 //! DMA-API mapping lifetimes kept in-kernel, for aggregate-only mode (in
-//! streaming mode userspace pairs maps with unmaps itself, exactly, and this
-//! table stays empty).
+//! streaming mode userspace pairs maps with unmaps itself, exactly, and
+//! these tables stay empty).
 //!
 //! Each dma_map_* / dma_map_sg puts (device, DMA address) -> (time, size,
-//! pid) into a bounded hash; the matching unmap removes it and adds the
+//! pid) into a bounded table; the matching unmap removes it and adds the
 //! map-to-unmap time to the device's `op::LIFETIME` log2 histogram.
 //! Userspace lists the table's oldest entries as long-lived mappings (leak
 //! suspects) and counts the outstanding ones per device.
 //!
-//! A plain hash, not an LRU: when it is full, new mappings are not tracked
-//! (`stat::MAPPINGS_FULL`) and the oldest ones, the leak suspects, stay,
-//! where an LRU would evict exactly those. It is also the cheaper of the two
-//! (GPU host, 32 CPUs: ~350 ns vs ~460 ns per dma_map with the table). An
-//! unmap whose mapping is not in the table is counted
+//! The table is `MAPPING_SLOTS` (open addressing in a shared array, slots
+//! claimed by compare-and-exchange) where the kernel has BPF atomics, else
+//! the hash `MAPPINGS`; `gpudirect_trace_common::lifetime` says why. Either
+//! way, when full, new mappings are not tracked (`stat::MAPPINGS_FULL`) and
+//! the oldest ones, the leak suspects, stay, where an LRU would evict
+//! exactly those. An unmap whose mapping is not in the table is counted
 //! (`stat::LIFETIME_UNMATCHED`), never guessed.
+
+use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::HashMap,
+    maps::{Array, HashMap},
 };
-use gpudirect_trace_common::{maps, op, stat, Event, MapKey, MapValue};
+use gpudirect_trace_common::{
+    lifetime::{self, slot_of, SLOT_COUNT, SLOT_PROBES},
+    maps, op, stat, Event, MapKey, MapSlot, MapValue,
+};
 
-use crate::{
-    emit::cfg_track_lifetimes,
-    stats::stat_inc,
-    timing::record_latency,
-};
+use crate::{emit::cfg_track_lifetimes, stats::stat_inc, timing::record_latency};
 
 #[map]
 static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(maps::MAPPINGS_CAP, 0);
+
+/// BPF_F_MMAPABLE: userspace reads the slots through an mmap.
+const MMAPABLE: u32 = 1 << 10;
+
+/// Sized by the loader: `SLOT_COUNT` slots with `lifetime::SLOTS`, else one.
+#[map]
+static MAPPING_SLOTS: Array<MapSlot> = Array::with_max_entries(SLOT_COUNT, MMAPABLE);
 
 /// Devices whose streaming mappings the kernel does not unmap
 /// (dma_need_unmap() said false, 6.17+): never tracked, or the table would
@@ -37,28 +46,36 @@ static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(maps::MAP
 #[map]
 static NO_UNMAP_DEVS: HashMap<u64, u32> = HashMap::with_max_entries(maps::NO_UNMAP_DEVS_CAP, 0);
 
+/// Whether `NO_UNMAP_DEVS` holds anything: a map looks the hash up (~28 ns,
+/// most of the slot table's cost) only after this one-entry array says so.
+#[map]
+static NO_UNMAP_ANY: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Notes that the kernel will not unmap `dev`'s mappings.
 #[inline(always)]
 pub fn unmaps_not_needed(dev: u64) {
-    if cfg_track_lifetimes() && NO_UNMAP_DEVS.get_ptr(&dev).is_none() {
+    if cfg_track_lifetimes() != lifetime::OFF && NO_UNMAP_DEVS.get_ptr(&dev).is_none() {
         let _ = NO_UNMAP_DEVS.insert(&dev, &1, 0);
+        if let Some(any) = NO_UNMAP_ANY.get_ptr_mut(0) {
+            // SAFETY: map value pointer; any writer writes the same 1.
+            unsafe { core::ptr::write_volatile(any, 1) };
+        }
     }
 }
 
-/// The table key of a DMA-API map or unmap event, when the table is in use
-/// and the event names its device.
 #[inline(always)]
-fn key_of(ev: &Event) -> Option<MapKey> {
-    (cfg_track_lifetimes() && ev.dev != 0).then_some(MapKey {
-        dev: ev.dev,
-        addr: ev.addr,
-    })
+fn unmap_not_needed(dev: u64) -> bool {
+    // SAFETY: map value pointer, read once.
+    let any = NO_UNMAP_ANY
+        .get_ptr(0)
+        .is_some_and(|p| unsafe { core::ptr::read_volatile(p) } != 0);
+    any && NO_UNMAP_DEVS.get_ptr(&dev).is_some()
 }
 
 #[inline(always)]
 pub fn mapped(ev: &Event) {
-    let Some(key) = key_of(ev) else { return };
-    if NO_UNMAP_DEVS.get_ptr(&ev.dev).is_some() {
+    let form = cfg_track_lifetimes();
+    if form == lifetime::OFF || ev.dev == 0 || unmap_not_needed(ev.dev) {
         return;
     }
     let value = MapValue {
@@ -68,21 +85,115 @@ pub fn mapped(ev: &Event) {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         kind: ev.kind as u32,
     };
-    if MAPPINGS.insert(&key, &value, 0).is_err() {
+    let tracked = if form == lifetime::SLOTS {
+        slot_put(ev.dev, ev.addr, &value)
+    } else {
+        let key = MapKey {
+            dev: ev.dev,
+            addr: ev.addr,
+        };
+        MAPPINGS.insert(&key, &value, 0).is_ok()
+    };
+    if !tracked {
         stat_inc(stat::MAPPINGS_FULL);
     }
 }
 
 #[inline(always)]
 pub fn unmapped(ev: &Event) {
-    let Some(key) = key_of(ev) else { return };
-    // SAFETY: the value is copied out before the entry is removed.
-    let Some(start) = (unsafe { MAPPINGS.get(&key) }).map(|v| v.ts_ns) else {
+    let form = cfg_track_lifetimes();
+    if form == lifetime::OFF || ev.dev == 0 {
+        return;
+    }
+    let start = if form == lifetime::SLOTS {
+        slot_take(ev.dev, ev.addr)
+    } else {
+        hash_take(ev.dev, ev.addr)
+    };
+    let Some(start) = start else {
         stat_inc(stat::LIFETIME_UNMATCHED);
         return;
     };
-    let _ = MAPPINGS.remove(&key);
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     record_latency(ev.dev, op::LIFETIME, now.saturating_sub(start));
+}
+
+/// The hash form's unmap: the mapping's start, removed.
+#[inline(always)]
+fn hash_take(dev: u64, addr: u64) -> Option<u64> {
+    let key = MapKey { dev, addr };
+    // SAFETY: the value is copied out before the entry is removed.
+    let start = unsafe { MAPPINGS.get(&key) }.map(|v| v.ts_ns)?;
+    let _ = MAPPINGS.remove(&key);
+    Some(start)
+}
+
+#[inline(always)]
+fn slot(first: u32, i: u32) -> Option<*mut MapSlot> {
+    MAPPING_SLOTS.get_ptr_mut((first + i) & (SLOT_COUNT - 1))
+}
+
+/// Puts a mapping into its probe run: over the slot that already holds
+/// (dev, addr) (a map whose unmap was never seen: the newer one wins, as
+/// the hash's insert does), else into the first free slot it can claim.
+/// False when all `SLOT_PROBES` slots are taken.
+#[inline(always)]
+fn slot_put(dev: u64, addr: u64, value: &MapValue) -> bool {
+    let first = slot_of(dev, addr);
+    for i in 0..SLOT_PROBES {
+        let Some(s) = slot(first, i) else { return false };
+        // SAFETY: map value pointer; the slot is ours (same device and
+        // address: no other mapping can hold it until we unmap it).
+        unsafe {
+            if (*s).dev == dev && (*s).addr == addr {
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).value), *value);
+                return true;
+            }
+        }
+    }
+    for i in 0..SLOT_PROBES {
+        let Some(s) = slot(first, i) else { return false };
+        // SAFETY: map value pointer. The exchange makes the slot ours (any
+        // CPU, and an interrupt's program on this one, may race for it);
+        // its other fields are written after, and only an unmap of this
+        // very mapping, which comes after the map returns, reads them.
+        unsafe {
+            let claim = core::ptr::addr_of_mut!((*s).dev);
+            if core::ptr::read_volatile(claim) != 0 {
+                continue;
+            }
+            let (_, won) =
+                atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+                    claim, 0, dev,
+                );
+            if won {
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), addr);
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).value), *value);
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Takes (dev, addr) out of its probe run: its start time, and the slot
+/// freed (its address first, so that a concurrent look for the same
+/// address never matches a slot being freed; then the claim word).
+#[inline(always)]
+fn slot_take(dev: u64, addr: u64) -> Option<u64> {
+    let first = slot_of(dev, addr);
+    for i in 0..SLOT_PROBES {
+        let s = slot(first, i)?;
+        // SAFETY: map value pointer; see slot_put for who writes it.
+        unsafe {
+            if (*s).dev == dev && (*s).addr == addr {
+                let start = (*s).value.ts_ns;
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), 0);
+                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).dev), 0);
+                return Some(start);
+            }
+        }
+    }
+    None
 }

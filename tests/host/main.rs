@@ -31,6 +31,7 @@ mod hostile_outputs;
 mod hostile_snapdir;
 mod inject;
 mod inval;
+mod lifetimes;
 mod misuse;
 mod pcie;
 mod program_log;

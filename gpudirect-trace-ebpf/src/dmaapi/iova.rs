@@ -316,7 +316,7 @@ fn unlink_entry(a: &[u64; 6], s: Src) {
     ev.dir = a[4] as u32;
     ev.aux = (a[5] & 0xffff_ffff) | s.stack();
     emit_hot_any(&mut ev);
-    if let (Some(t), true) = (lifetime, cfg_track_lifetimes()) {
+    if let (Some(t), true) = (lifetime, cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF) {
         record_latency_n(dev, op::LIFETIME, now().saturating_sub(t), 1);
     }
 }
@@ -368,7 +368,7 @@ fn destroy_entry(a: &[u64; 6], s: Src) {
     free.size = alloc;
     free.aux = (state & 0xffff_ffff) | stack;
     emit_hot_any(&mut free);
-    if let (Some(v), true) = (st, cfg_track_lifetimes()) {
+    if let (Some(v), true) = (st, cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF) {
         if links > 0 {
             record_latency_n(dev, op::LIFETIME, now().saturating_sub(v.ts_ns), links);
         }

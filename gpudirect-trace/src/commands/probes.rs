@@ -58,6 +58,7 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             "probes": tracer.probes,
             "not_used": not_used,
             "dma_plan": tracer.dma_plan,
+            "aggregate_only_lifetimes": tracer.lifetime_table,
         });
         output::line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
@@ -68,6 +69,10 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
             k.btf.is_some(),
         ))?;
         output::line(&probes::dma_plan_text(&tracer.dma_plan))?;
+        output::line(&format!(
+            "aggregate-only lifetimes: {}",
+            tracer.lifetime_table
+        ))?;
         if let Some(e) = &k.tracefs_error {
             output::line(&format!("note: {}", clean(e)))?;
         }

@@ -12,6 +12,8 @@ use gpudirect_trace_common::{
     MapKey, MapValue, TaskState,
 };
 
+use super::lifetime_table::SlotTable;
+
 pub struct Maps {
     /// The event stream, until a session driver takes it.
     pub ring: Option<RingBuf<MapData>>,
@@ -29,6 +31,8 @@ pub struct Maps {
     #[cfg_attr(not(any(test, feature = "test-support")), allow(dead_code))]
     pub tasks: HashMap<MapData, u32, TaskState>,
     pub mappings: HashMap<MapData, MapKey, MapValue>,
+    /// The slot form of the mapping table, when in use (`lifetime::SLOTS`).
+    pub mapping_slots: Option<SlotTable>,
     /// Live IOVA-API states (their links are outstanding mappings).
     pub iova_states: HashMap<MapData, u64, IovaState>,
     /// Kernel stacks of DMA-API calls (`--stacks`).
@@ -47,7 +51,19 @@ where
 }
 
 impl Maps {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    /// The maps; `slots`: the slot table is in use and gets read.
+    pub fn take(ebpf: &mut Ebpf, slots: bool) -> anyhow::Result<Self> {
+        let mapping_slots = if slots {
+            let map = ebpf
+                .map(names::MAPPING_SLOTS)
+                .with_context(|| format!("the eBPF object has no map {}", names::MAPPING_SLOTS))?;
+            let Map::Array(data) = map else {
+                anyhow::bail!("map {} is not an array", names::MAPPING_SLOTS);
+            };
+            Some(SlotTable::open(data)?)
+        } else {
+            None
+        };
         Ok(Self {
             ring: Some(take(ebpf, names::EVENTS)?),
             devices: take(ebpf, names::DEVICES)?,
@@ -59,6 +75,7 @@ impl Maps {
             invalidations: take(ebpf, names::INVAL_HIST)?,
             tasks: take(ebpf, names::TASKS)?,
             mappings: take(ebpf, names::MAPPINGS)?,
+            mapping_slots,
             iova_states: take(ebpf, names::IOVA_STATES)?,
             stacks: take(ebpf, names::STACKS)?,
         })

@@ -5,6 +5,7 @@ mod dma_source;
 pub mod explain;
 pub mod hook_support;
 mod kprobe_events;
+mod lifetime_table;
 pub mod maps;
 pub mod module_fentry;
 mod names;
@@ -33,8 +34,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey, MapKey,
-    MapValue,
+    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey,
+    MapKey, MapValue,
 };
 use serde::Serialize;
 
@@ -131,6 +132,10 @@ pub struct TracerOptions {
     /// The programs' debug messages (aya-log): by default, asked for where
     /// the logger shows debug messages (`-v`, `RUST_LOG=debug`).
     pub program_log: ProgramLog,
+    /// Whether the kernel takes BPF atomics (the slot table's claims). None:
+    /// ask it. Some(false) on a kernel that has them loads what a kernel
+    /// without them gets (the hash table, the patched object): for tests.
+    pub bpf_atomics: Option<bool>,
 }
 
 impl Default for TracerOptions {
@@ -146,6 +151,7 @@ impl Default for TracerOptions {
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
             stacks: false,
             program_log: ProgramLog::wanted(),
+            bpf_atomics: None,
         }
     }
 }
@@ -193,6 +199,8 @@ pub struct Tracer {
     maps: maps::Maps,
     /// Per DMA-API operation, where its records come from.
     pub dma_plan: Vec<DmaOpSource>,
+    /// The form of aggregate-only mode's mapping table on this kernel.
+    pub lifetime_table: &'static str,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
     /// Kprobes made through tracefs, whose hits count the runs the kernel
@@ -237,6 +245,15 @@ impl Tracer {
             .max(4096)
             .checked_next_power_of_two()
             .unwrap_or(1 << 31);
+        let atomics = opts
+            .bpf_atomics
+            .unwrap_or_else(lifetime_table::kernel_has_bpf_atomics);
+        let lifetimes = lifetime_table::form(opts.stream, opts.lifetimes, atomics);
+        log::info!(
+            "in-kernel mapping lifetimes: {}",
+            lifetime_table::describe(lifetimes)
+        );
+        let object = lifetime_table::object_for(EBPF_OBJECT, atomics)?;
         let config = Config {
             offsets,
             // A ring smaller than 4x the threshold would fill before the
@@ -246,7 +263,7 @@ impl Tracer {
             wakeup_bytes: opts.wakeup_bytes.min(u64::from(ring_bytes) / 4),
             stream: u32::from(opts.stream),
             // Streaming pairs maps with unmaps in userspace, exactly.
-            track_lifetimes: u32::from(!opts.stream && opts.lifetimes),
+            track_lifetimes: lifetimes,
             vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
             stacks: u32::from(opts.stacks),
             page_shift: 12,
@@ -266,7 +283,15 @@ impl Tracer {
             .set_global("CONFIG", &config, true)
             .set_max_entries("EVENTS", ring_bytes)
             .set_max_entries(gpudirect_trace_common::maps::STACKS, stack_entries)
-            .load(EBPF_OBJECT)
+            .set_max_entries(
+                gpudirect_trace_common::maps::MAPPING_SLOTS,
+                if lifetimes == lifetime::SLOTS {
+                    lifetime::SLOT_COUNT
+                } else {
+                    1
+                },
+            )
+            .load(object.bytes())
             .map_err(|e| explain_load_error(&e, &kernel.release))?;
 
         let facts = plan::Facts::discover(
@@ -301,7 +326,7 @@ impl Tracer {
 
         let attached = timing::attach_all(
             &mut ebpf,
-            EBPF_OBJECT,
+            object.bytes(),
             &facts,
             &hooks,
             opts.attach,
@@ -321,7 +346,7 @@ impl Tracer {
         probes.extend(attached.statuses);
         probes.push(task_context::status(&task_context, opts.attach));
 
-        let maps = maps::Maps::take(&mut ebpf)?;
+        let maps = maps::Maps::take(&mut ebpf, lifetimes == lifetime::SLOTS)?;
         Ok(Self {
             ebpf,
             kernel,
@@ -329,6 +354,7 @@ impl Tracer {
             offsets,
             maps,
             dma_plan,
+            lifetime_table: lifetime_table::describe(lifetime_table::form(false, true, atomics)),
             module_hooks,
             kprobes,
             names: HashMap::default(),

@@ -164,8 +164,10 @@ impl Tracer {
     /// bytes linked, at its base, from its allocation: its links are not
     /// kept one by one in the kernel (a destroy ends them all at once).
     pub fn kernel_mappings(&mut self) -> Vec<(Arc<str>, MapKey, MapValue)> {
-        let mut raw: Vec<(MapKey, MapValue)> =
-            self.maps.mappings.iter().filter_map(Result::ok).collect();
+        let mut raw: Vec<(MapKey, MapValue)> = match &self.maps.mapping_slots {
+            Some(slots) => slots.entries(),
+            None => self.maps.mappings.iter().filter_map(Result::ok).collect(),
+        };
         raw.extend(
             self.maps
                 .iova_states

@@ -1,0 +1,215 @@
+//! The form of the in-kernel mapping table (aggregate-only lifetimes) that
+//! this kernel gets, and reading it back.
+//!
+//! The slot table (`gpudirect_trace_common::lifetime::SLOTS`) claims slots
+//! with BPF_CMPXCHG, which kernels before 5.12 lack. Those kernels reject
+//! any program holding the instruction at load, reachable or not (an early
+//! pass over every instruction: "BPF_STX uses reserved fields"), and every
+//! DMA-API program holds it. So the loader asks the kernel (a four-line
+//! program that uses it: by capability, never by version); without it, the
+//! hash form is configured, which the verifier then prunes the slot code
+//! away for (the form is read-only data it knows), and each compare-and-
+//! exchange in the object is rewritten into the atomic add that those
+//! kernels accept, so that the early pass lets the programs through.
+
+use std::os::fd::AsFd as _;
+
+use anyhow::Context as _;
+use aya::maps::MapData;
+use gpudirect_trace_common::{
+    lifetime::{self, SLOT_COUNT},
+    MapKey, MapSlot, MapValue,
+};
+use object::{Object as _, ObjectSection as _, SectionKind};
+
+use super::sys::{self, MapView, ProgLoadAttr};
+
+/// `BPF_STX | BPF_ATOMIC | BPF_DW` and `| BPF_W`: the atomic instructions.
+const ATOMIC_DW: u8 = 0xdb;
+const ATOMIC_W: u8 = 0xc3;
+/// The atomic instruction's `imm` for compare-and-exchange (BPF_CMPXCHG),
+/// and for a plain add (BPF_ADD, the one form kernels before 5.12 take).
+const CMPXCHG: i32 = 0xf1;
+const ADD: i32 = 0x00;
+
+/// Whether the kernel takes BPF_CMPXCHG, asked with a socket filter that
+/// exchanges a stack slot.
+pub fn kernel_has_bpf_atomics() -> bool {
+    #[rustfmt::skip]
+    let insns: [u64; 6] = [
+        insn(0x7a, 10, 0, -8, 0),       // *(u64 *)(r10 - 8) = 0
+        insn(0xb7, 0, 0, 0, 0),         // r0 = 0
+        insn(0xb7, 1, 0, 0, 1),         // r1 = 1
+        insn(ATOMIC_DW, 10, 1, -8, CMPXCHG), // r0 = cmpxchg(r10 - 8, r0, r1)
+        insn(0xb7, 0, 0, 0, 0),         // r0 = 0
+        insn(0x95, 0, 0, 0, 0),         // exit
+    ];
+    let license = c"GPL";
+    let mut attr = ProgLoadAttr {
+        prog_type: 1, // BPF_PROG_TYPE_SOCKET_FILTER
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    sys::prog_load(&mut attr).is_ok()
+}
+
+/// One instruction, as the kernel reads it (little-endian `struct bpf_insn`).
+const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    let [o0, o1] = off.to_le_bytes();
+    let [i0, i1, i2, i3] = imm.to_le_bytes();
+    u64::from_le_bytes([code, (src << 4) | (dst & 0xf), o0, o1, i0, i1, i2, i3])
+}
+
+/// The table form for a session: none when streaming or without lifetimes.
+pub fn form(stream: bool, lifetimes: bool, atomics: bool) -> u32 {
+    match (!stream && lifetimes, atomics) {
+        (false, _) => lifetime::OFF,
+        (true, true) => lifetime::SLOTS,
+        (true, false) => lifetime::HASH,
+    }
+}
+
+/// What a user is told about the form in use.
+pub fn describe(form: u32) -> &'static str {
+    match form {
+        lifetime::SLOTS => "slot table (the kernel has BPF compare-and-exchange)",
+        lifetime::HASH => "hash table (no BPF compare-and-exchange in this kernel: dearer per map and unmap, docs/benchmarks.md)",
+        _ => "off",
+    }
+}
+
+/// The object to load: the embedded one where the kernel has BPF atomics,
+/// else a copy whose compare-and-exchanges are atomic adds (see the module
+/// comment).
+pub fn object_for(object: &'static [u8], atomics: bool) -> anyhow::Result<ObjectBytes> {
+    if atomics {
+        return Ok(ObjectBytes::Embedded(object));
+    }
+    // In u64s: the ELF reader wants its headers 8-byte aligned, which a
+    // Vec<u8> does not promise.
+    let mut words = vec![0u64; object.len().div_ceil(8)];
+    let mut copy = ObjectBytes::Patched(std::mem::take(&mut words), object.len());
+    let bytes = copy.bytes_mut();
+    bytes.copy_from_slice(object);
+    let patched = without_cmpxchg(bytes)?;
+    log::debug!("no BPF atomics: {patched} compare-and-exchange instructions made adds");
+    Ok(copy)
+}
+
+/// The eBPF object's bytes: embedded, or a patched copy.
+pub enum ObjectBytes {
+    Embedded(&'static [u8]),
+    Patched(Vec<u64>, usize),
+}
+
+impl ObjectBytes {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Embedded(b) => b,
+            Self::Patched(words, len) => &words_as_bytes(words)[..*len],
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::Embedded(_) => &mut [],
+            Self::Patched(words, len) => {
+                let len = *len;
+                // SAFETY: u64s are plain bytes; the length is the vector's
+                // in bytes.
+                let all = unsafe {
+                    std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
+                };
+                &mut all[..len]
+            }
+        }
+    }
+}
+
+fn words_as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: u64s are plain bytes; the length is the slice's in bytes.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+}
+
+/// Rewrites every compare-and-exchange in the object's instruction
+/// sections into an atomic add; how many it rewrote.
+fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
+    let ranges: Vec<(usize, usize)> = {
+        let file = object::File::parse(&*bytes).context("parsing the eBPF object")?;
+        file.sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| s.file_range())
+            .map(|(at, len)| (at as usize, len as usize))
+            .collect()
+    };
+    let mut patched = 0;
+    for (at, len) in ranges {
+        let code = bytes
+            .get_mut(at..at.saturating_add(len))
+            .context("an instruction section past the object's end")?;
+        for ins in code.chunks_exact_mut(8) {
+            let imm = i32::from_le_bytes([ins[4], ins[5], ins[6], ins[7]]);
+            if (ins[0] == ATOMIC_DW || ins[0] == ATOMIC_W) && imm == CMPXCHG {
+                ins[4..8].copy_from_slice(&ADD.to_le_bytes());
+                patched += 1;
+            }
+        }
+    }
+    Ok(patched)
+}
+
+/// The slot table, read through a read-only mmap (5 MiB: no syscall per
+/// slot, where reading 131 072 slots one by one would cost a refresh
+/// ~100 ms).
+pub struct SlotTable {
+    view: MapView,
+}
+
+impl SlotTable {
+    pub fn open(map: &MapData) -> anyhow::Result<Self> {
+        let len = SLOT_COUNT as usize * std::mem::size_of::<MapSlot>();
+        let fd = map.fd().as_fd();
+        let view = MapView::new(fd, len).context("mapping MAPPING_SLOTS")?;
+        Ok(Self { view })
+    }
+
+    /// The mappings the table holds now.
+    pub fn entries(&self) -> Vec<(MapKey, MapValue)> {
+        let stride = std::mem::size_of::<MapSlot>();
+        (0..SLOT_COUNT as usize)
+            .filter_map(|i| self.view.get::<MapSlot>(i, stride))
+            .filter_map(|s| s.entry())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_encode_as_the_kernel_reads_them() {
+        // r0 = cmpxchg(r10 - 8, r0, r1): code, src 1 / dst 10, off -8, imm.
+        let i = insn(ATOMIC_DW, 10, 1, -8, CMPXCHG).to_le_bytes();
+        assert_eq!(i, [0xdb, 0x1a, 0xf8, 0xff, 0xf1, 0, 0, 0]);
+    }
+
+    /// The embedded object holds compare-and-exchanges (the slot table's
+    /// claims), and the copy for kernels without atomics holds none and
+    /// still parses as aya parses it.
+    #[test]
+    fn the_object_for_old_kernels_has_no_cmpxchg_left() {
+        let object = super::super::EBPF_OBJECT;
+        let mut bytes = object.to_vec();
+        let patched = without_cmpxchg(&mut bytes).expect("patches");
+        assert!(patched > 0, "no compare-and-exchange in the object");
+        assert_eq!(without_cmpxchg(&mut bytes).expect("patches"), 0);
+        let copy = object_for(object, false).expect("copy");
+        aya_obj::Object::parse(copy.bytes()).expect("the copy parses");
+        assert_eq!(form(true, true, true), lifetime::OFF);
+        assert_eq!(form(false, true, false), lifetime::HASH);
+        assert_eq!(form(false, true, true), lifetime::SLOTS);
+    }
+}

@@ -1,0 +1,131 @@
+//! The in-kernel mapping table of aggregate-only mode, through the real
+//! dma_map/dma_unmap programs (BPF_PROG_TEST_RUN): what it holds, what it
+//! could not hold and what it could not match, counted exactly. On this
+//! kernel (BPF atomics) the table is the slot form; the hash form is the
+//! VM matrix's (5.10, nvme-aggregate).
+
+use std::os::fd::AsRawFd as _;
+
+use gpudirect_trace::ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions};
+use gpudirect_trace_common::{
+    lifetime::{slot_of, SLOT_PROBES},
+    op,
+};
+
+use crate::inject::known_kernel_object;
+
+/// `n` DMA addresses whose probe runs all start at one slot (other 256 KiB
+/// windows at the same page offset, found by trying): they compete for the
+/// same `SLOT_PROBES` slots.
+fn colliding(dev: u64, n: usize) -> Vec<u64> {
+    let base = 0x4000_0000u64;
+    let first = slot_of(dev, base);
+    let mut out = vec![base];
+    let mut window = 1u64;
+    while out.len() < n {
+        let a = base + (window << 18);
+        if slot_of(dev, a) == first {
+            out.push(a);
+        }
+        window += 1;
+    }
+    out
+}
+
+#[test]
+fn the_slot_table_holds_what_fits_and_counts_the_rest() {
+    table_holds_what_fits_and_counts_the_rest(None);
+}
+
+/// The form a kernel without BPF atomics gets (5.10, 5.11): the hash, from
+/// the object whose compare-and-exchanges were made adds, on this kernel.
+#[test]
+fn the_hash_form_and_the_patched_object_work_here_too() {
+    table_holds_what_fits_and_counts_the_rest(Some(false));
+}
+
+fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
+    crate::require_root();
+    // The hash holds all of the crowd; the slot form all but one.
+    let slots = bpf_atomics.is_none();
+    let dev = known_kernel_object().addr;
+    let mut tracer = Tracer::load(&TracerOptions {
+        attach: false,
+        stream: false,
+        lifetimes: true,
+        bpf_atomics,
+        ..Default::default()
+    })
+    .expect("load");
+    let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
+    let unmap = tracer
+        .program_fd("dma_unmap")
+        .expect("dma_unmap")
+        .as_raw_fd();
+    let run = |fd: i32, args: &[u64]| {
+        // SAFETY: the tracer, owner of the fd, outlives every call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        run_raw_tracepoint(fd, args, None).expect("test run");
+    };
+
+    // 100 neighbouring pages (a driver's ring) and one more mapping than a
+    // probe run holds, all at one slot.
+    let ring: Vec<u64> = (0..100).map(|i| 0x1000_0000 + i * 4096).collect();
+    let crowd = colliding(dev, SLOT_PROBES as usize + 1);
+    for &a in ring.iter().chain(&crowd) {
+        run(map, &[dev, 0x1000, a, 4096, 1, 0]);
+    }
+    // A second map of a mapping already held (its unmap never seen) takes
+    // its own slot again: still one entry.
+    run(map, &[dev, 0x1000, ring[0], 8192, 1, 0]);
+
+    let held = tracer.kernel_mappings();
+    let stats = tracer.self_stats();
+    let crowd_held = if slots {
+        SLOT_PROBES as usize
+    } else {
+        crowd.len()
+    };
+    let untracked = u64::from(slots);
+    assert_eq!(
+        held.len(),
+        ring.len() + crowd_held,
+        "outstanding mappings in the table"
+    );
+    assert_eq!(
+        stats.mappings_untracked, untracked,
+        "the crowd's last, counted"
+    );
+    let first = held
+        .iter()
+        .find(|(_, k, _)| k.addr == ring[0])
+        .expect("ring[0]");
+    assert_eq!(first.2.size, 8192, "the newer map of the same address wins");
+
+    // Every unmap ends a lifetime or is counted as unmatched.
+    for &a in ring.iter().chain(&crowd) {
+        run(unmap, &[dev, a, 4096, 1, 0]);
+    }
+    run(unmap, &[dev, 0x7777_0000, 4096, 1, 0]);
+    let stats = tracer.self_stats();
+    let lifetimes: u64 = tracer
+        .kernel_latency()
+        .iter()
+        .filter(|(_, o, _)| *o == op::LIFETIME)
+        .map(|(_, _, h)| h.count)
+        .sum();
+    assert_eq!(lifetimes, (ring.len() + crowd_held) as u64);
+    assert_eq!(
+        stats.lifetime_unmatched,
+        untracked + 1,
+        "the untracked one and a stranger"
+    );
+    assert!(tracer.kernel_mappings().is_empty(), "every slot freed");
+
+    // Freed slots are claimed again.
+    for &a in &crowd {
+        run(map, &[dev, 0x1000, a, 4096, 1, 0]);
+    }
+    assert_eq!(tracer.kernel_mappings().len(), crowd_held);
+    assert_eq!(tracer.self_stats().mappings_untracked, 2 * untracked);
+}
