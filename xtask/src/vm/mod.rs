@@ -10,6 +10,7 @@ pub mod checks_task;
 pub mod cpio;
 pub mod debian;
 pub mod demo;
+pub mod fleet;
 pub mod flight_checks;
 pub mod headers;
 pub mod initramfs;
@@ -20,6 +21,7 @@ pub mod moddep;
 pub mod monitor;
 pub mod pool;
 pub mod probe_matrix;
+pub mod promstack;
 pub mod qemu;
 pub mod scenario;
 
