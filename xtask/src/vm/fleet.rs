@@ -64,6 +64,9 @@ struct State {
     ended: Vec<bool>,
     /// `SECS NODE STEP` lines: when each step was answered.
     timeline: Vec<String>,
+    scraped: usize,
+    /// When the last node was first scraped.
+    all_scraped: Option<Instant>,
 }
 
 struct Shared {
@@ -99,11 +102,18 @@ impl Shared {
     fn step(&self, node: usize, step: &str) -> Result<()> {
         let n = &self.nodes[node];
         match step {
-            "scraped" => self.stack.wait_query(
-                &format!(r#"up{{job="{}",node="{n}"}}"#, promstack::JOB),
-                self.limit(Duration::from_secs(120)),
-                |r| r.len() == 1 && r[0].1 == 1.0,
-            )?,
+            "scraped" => {
+                self.stack.wait_query(
+                    &format!(r#"up{{job="{}",node="{n}"}}"#, promstack::JOB),
+                    self.limit(Duration::from_secs(120)),
+                    |r| r.len() == 1 && r[0].1 == 1.0,
+                )?;
+                let mut s = self.state.lock().expect("no panics holding it");
+                s.scraped += 1;
+                if s.scraped == self.nodes.len() {
+                    s.all_scraped = Some(Instant::now());
+                }
+            }
             "counted" => self.stack.wait_query(
                 &format!(r#"gpudirect_iommu_faults_total{{node="{n}"}}"#),
                 self.limit(Duration::from_secs(60)),
@@ -175,18 +185,36 @@ impl Shared {
         // Five more evaluations and scrapes of every node.
         std::thread::sleep(Duration::from_secs(5));
         let alerts = self.stack.alerts()?;
-        // How close the 1 s scrapes came to their 1 s timeout (TCG guests on
-        // a loaded host answer slowly), for the log.
-        if let Ok(r) = self
-            .stack
-            .query("max by (node) (max_over_time(scrape_duration_seconds[5m]))")
-        {
-            let slowest: Vec<String> = r
-                .iter()
-                .map(|(l, v)| format!("{}={v:.3}s", l["node"].as_str().unwrap_or("?")))
-                .collect();
-            eprintln!("xtask: fleet: slowest scrape: {}", slowest.join(" "));
-        }
+        // For the log: how close the scrapes came to their timeout (TCG
+        // guests on a loaded host answer slowly) and how many failed, since
+        // every exporter was first scraped (before, a forward leads to a
+        // guest not listening yet, and waits for the timeout).
+        let since = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.all_scraped)
+            .map_or(60, |t| t.elapsed().as_secs().max(2));
+        let per_node = |q: String| -> String {
+            self.stack.query(&q).map_or_else(
+                |e| format!("{e:#}"),
+                |r| {
+                    r.iter()
+                        .map(|(l, v)| format!("{}={v:.3}", l["node"].as_str().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                },
+            )
+        };
+        eprintln!(
+            "xtask: fleet: over the last {since}s: slowest scrape (s) {}; failed scrapes {}",
+            per_node(format!(
+                "max by (node) (max_over_time(scrape_duration_seconds[{since}s]))"
+            )),
+            per_node(format!(
+                "sum by (node) (count_over_time(up[{since}s]) - sum_over_time(up[{since}s]))"
+            ))
+        );
         Ok(alerts)
     }
 }
@@ -264,7 +292,7 @@ pub fn run(
         state: Mutex::new(State {
             at_done: vec![false; s.fleet.len()],
             ended: vec![false; s.fleet.len()],
-            timeline: Vec::new(),
+            ..State::default()
         }),
         changed: Condvar::new(),
         verdict: Mutex::new(None),
