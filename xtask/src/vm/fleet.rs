@@ -39,13 +39,20 @@ use super::{
     boot_with,
     promstack::{self, Stack, Target},
     qemu::{self, Device},
-    scenario::Scenario,
     BootOpts, Extras, RunSpec,
 };
 use crate::host;
 
 /// The exporter's port in each guest (serve's default).
 pub const SERVE_PORT: u16 = 9435;
+/// A fleet scenario, as its header gives it (scenario.rs reads it; this
+/// module does not use scenario.rs, which calls it).
+pub struct Fleet<'a> {
+    pub name: &'a str,
+    /// The VMs' names; the first is the one the script faults.
+    pub nodes: &'a [String],
+}
+
 /// The rule whose alert the fleet scenario expects.
 pub const ALERT: &str = "GPUDirectIOMMUFault";
 
@@ -227,7 +234,7 @@ fn is_active(alert: &Value, name: &str) -> bool {
 /// counted skip (never a pass), a harness error a failure.
 pub fn run_or_skip(
     series: &str,
-    s: &Scenario,
+    s: &Fleet,
     opts: &BootOpts,
     spec: &RunSpec,
     binaries: &[PathBuf],
@@ -244,11 +251,11 @@ pub fn run_or_skip(
     o
 }
 
-/// Boots the fleet of scenario `s` on kernel `series` (`spec` is what a
-/// single run of it would be), answers its steps and checks the outcome.
+/// Boots the fleet `s` on kernel `series` (`spec` is what a single run of
+/// its script would be), answers its steps and checks the outcome.
 pub fn run(
     series: &str,
-    s: &Scenario,
+    s: &Fleet,
     opts: &BootOpts,
     spec: &RunSpec,
     binaries: &[PathBuf],
@@ -259,12 +266,12 @@ pub fn run(
         s.name
     );
     let ports = s
-        .fleet
+        .nodes
         .iter()
         .map(|_| promstack::free_port())
         .collect::<Result<Vec<_>>>()?;
     let targets: Vec<Target> = s
-        .fleet
+        .nodes
         .iter()
         .zip(&ports)
         .map(|(node, port)| Target {
@@ -288,10 +295,10 @@ pub fn run(
     let start = Instant::now();
     let shared = Arc::new(Shared {
         stack,
-        nodes: s.fleet.clone(),
+        nodes: s.nodes.to_vec(),
         state: Mutex::new(State {
-            at_done: vec![false; s.fleet.len()],
-            ended: vec![false; s.fleet.len()],
+            at_done: vec![false; s.nodes.len()],
+            ended: vec![false; s.nodes.len()],
             ..State::default()
         }),
         changed: Condvar::new(),
@@ -301,7 +308,7 @@ pub fn run(
     });
     let outcomes: Vec<Result<qemu::Outcome>> = std::thread::scope(|scope| {
         let handles: Vec<_> = s
-            .fleet
+            .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| {
@@ -332,7 +339,7 @@ pub fn run(
                     let extras = Extras {
                         env: vec![
                             ("GDT_NODE".into(), node.clone()),
-                            ("GDT_FLEET_FAULT".into(), s.fleet[0].clone()),
+                            ("GDT_FLEET_FAULT".into(), s.nodes[0].clone()),
                         ],
                         net_forward: Some((port, SERVE_PORT)),
                         console: Some(Box::new(hook)),
@@ -358,7 +365,7 @@ pub fn run(
     });
     let total = start.elapsed().as_secs_f64();
     let mut vms = Vec::new();
-    for (node, out) in s.fleet.iter().zip(outcomes) {
+    for (node, out) in s.nodes.iter().zip(outcomes) {
         let out = out.with_context(|| format!("{node}'s VM"))?;
         vms.push(out);
     }
@@ -367,7 +374,7 @@ pub fn run(
         .filter_map(|o| o.boot_secs)
         .fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))));
     let verdict = shared.verdict.lock().map(|v| v.clone()).unwrap_or_default();
-    let result = match check(series, &s.fleet, &targets, &vms, verdict) {
+    let result = match check(series, s.nodes, &targets, &vms, verdict) {
         Ok(()) => "pass".to_string(),
         Err(e) => format!("FAIL ({e:#})"),
     };

@@ -423,7 +423,11 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
     eprintln!("xtask: vm-test: {} runs, {workers} at a time", jobs.len());
     let rows = super::pool::run(&jobs, workers, |(k, s, opts, spec)| {
         if !s.fleet.is_empty() {
-            let o = super::fleet::run_or_skip(k, s, opts, spec, &binaries);
+            let fleet = super::fleet::Fleet {
+                name: &s.name,
+                nodes: &s.fleet,
+            };
+            let o = super::fleet::run_or_skip(k, &fleet, opts, spec, &binaries);
             return Row {
                 scenario: s.name.clone(),
                 kernel: k.clone(),
