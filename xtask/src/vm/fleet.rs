@@ -239,16 +239,20 @@ pub fn run_or_skip(
     spec: &RunSpec,
     binaries: &[PathBuf],
 ) -> Outcome {
-    let o = run(series, s, opts, spec, binaries).unwrap_or_else(|e| Outcome {
+    let o = or_skip(run(series, s, opts, spec, binaries));
+    eprintln!("xtask: vm-test {} on {series}: {}", s.name, o.result);
+    o
+}
+
+fn or_skip(r: Result<Outcome>) -> Outcome {
+    r.unwrap_or_else(|e| Outcome {
         result: match super::missing(&e) {
             Some(why) => format!("skip ({why})"),
             None => format!("FAIL (harness: {e:#})"),
         },
         boot: None,
         total: None,
-    });
-    eprintln!("xtask: vm-test {} on {series}: {}", s.name, o.result);
-    o
+    })
 }
 
 /// Boots the fleet `s` on kernel `series` (`spec` is what a single run of
@@ -554,5 +558,17 @@ mod tests {
         assert!(check_with(&failed, vec![a.clone()]).is_err());
         assert!(check("6.12", &nodes, &targets, &good(), None).is_err());
         assert!(check("6.12", &nodes, &targets, &good(), Some(Err("x".into()))).is_err());
+    }
+
+    #[test]
+    fn missing_servers_are_a_counted_skip_other_errors_a_failure() {
+        let missing = Err(anyhow::Error::from(super::super::Missing(
+            "/usr/bin/prometheus-alertmanager missing".into(),
+        ))
+        .context("starting the fleet's servers"));
+        let r = or_skip(missing).result;
+        assert!(r.starts_with("skip (") && r.contains("alertmanager"), "{r}");
+        let r = or_skip(Err(anyhow::anyhow!("qemu would not start"))).result;
+        assert!(r.starts_with("FAIL (harness: "), "{r}");
     }
 }
