@@ -12,8 +12,11 @@ use anyhow::{bail, Context as _};
 pub const BPF_LINKER_VERSION: &str = "0.10.1";
 /// Debian packages: qemu and busybox for the VM harness, cpio/xz/zstd for
 /// kernel packages and initramfs images, prometheus for promtool and the
-/// server the `serve` host test scrapes with, bpftrace for `bench --vm` (run
-/// in the guests from the host's root over 9p).
+/// server the `serve` host test scrapes with, prometheus-alertmanager for the
+/// fleet scenario (vm/fleet.rs: Prometheus sends the rules' alerts to it),
+/// bpftrace for `bench --vm` (run in the guests from the host's root over 9p).
+/// Both servers run only as the tests' children on loopback ports: see
+/// apt_packages on keeping their packaged services from starting.
 pub const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86", "/usr/bin/qemu-system-x86_64"),
     ("busybox-static", "/bin/busybox"),
@@ -26,6 +29,10 @@ pub const APT_PACKAGES: &[(&str, &str)] = &[
         "/usr/share/keyrings/debian-archive-keyring.gpg",
     ),
     ("prometheus", "/usr/bin/promtool"),
+    (
+        "prometheus-alertmanager",
+        "/usr/bin/prometheus-alertmanager",
+    ),
     // `report --html` is checked in headless Chromium (report::html::browser_tests).
     ("chromium", "/usr/bin/chromium"),
     ("bpftrace", "/usr/bin/bpftrace"),
@@ -176,8 +183,9 @@ fn apt_packages(list: &[(&str, &str)]) -> anyhow::Result<()> {
     }
     eprintln!("xtask: installing Debian packages: {}", missing.join(" "));
     status(Command::new("apt-get").args(["update", "-qq"]))?;
-    // Packages such as prometheus would start their service (listening on all
-    // interfaces) where systemd runs; we only want their binaries. A
+    // Packages such as prometheus and prometheus-alertmanager would start
+    // their service (listening on all interfaces; Alertmanager's cluster port
+    // too) where systemd runs; we only want their binaries. A
     // policy-rc.d answering 101 tells invoke-rc.d not to start anything.
     let policy = std::path::Path::new("/usr/sbin/policy-rc.d");
     let placed = !policy.exists()

@@ -10,6 +10,7 @@ pub mod checks_task;
 pub mod cpio;
 pub mod debian;
 pub mod demo;
+pub mod fleet;
 pub mod flight_checks;
 pub mod headers;
 pub mod initramfs;
@@ -20,6 +21,7 @@ pub mod moddep;
 pub mod monitor;
 pub mod pool;
 pub mod probe_matrix;
+pub mod promstack;
 pub mod qemu;
 pub mod scenario;
 
@@ -172,8 +174,29 @@ pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
         .collect()
 }
 
+/// What a run of one VM among several (fleet.rs) adds to a [`RunSpec`].
+#[derive(Default)]
+pub struct Extras {
+    /// More `KEY=value` for the guest's environment.
+    pub env: Vec<(String, String)>,
+    /// See [`qemu::Config::net_forward`].
+    pub net_forward: Option<(u16, u16)>,
+    /// See [`qemu::Config::console`].
+    pub console: Option<qemu::ConsoleHook>,
+}
+
 /// Prepares the host side (tools, kernel, disk, initramfs) and boots the VM.
 pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qemu::Outcome> {
+    boot_with(spec, opts, binaries, Extras::default())
+}
+
+/// [`boot`] with what a fleet's VM adds.
+pub fn boot_with(
+    spec: &RunSpec,
+    opts: &BootOpts,
+    binaries: &[PathBuf],
+    extras: Extras,
+) -> Result<qemu::Outcome> {
     host::ensure_packages(host::VM_PACKAGES)?;
     let k = kernel::fetch(&spec.kernel)?;
     if opts.iommu == Iommu::Virtio {
@@ -230,6 +253,7 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
     if spec.devices.contains(&Device::BlkPort) {
         env.push(("GDT_PORT_BDF".to_string(), qemu::BLK_PORT_BDF.to_string()));
     }
+    env.extend(extras.env);
     let kmods = spec
         .kmods
         .iter()
@@ -292,6 +316,8 @@ pub fn boot(spec: &RunSpec, opts: &BootOpts, binaries: &[PathBuf]) -> Result<qem
         } else {
             Vec::new()
         },
+        net_forward: extras.net_forward,
+        console: extras.console,
     })
 }
 

@@ -75,6 +75,13 @@ pub enum Device {
     /// seen on 7.2); `iommu_platform=on` puts its DMA through the DMA API
     /// and the IOMMU.
     BlkPort,
+    /// A virtio-net NIC at 0000:00:07.0 on qemu's user-mode network, with
+    /// `restrict=on` (the guest reaches nothing outside) and, where the run
+    /// asks ([`Config::net_forward`]), a TCP forward from a host loopback
+    /// port to the guest (fleet scenarios scrape `serve` through it). No
+    /// VIRTIO_F_ACCESS_PLATFORM: its DMA bypasses the IOMMU, so the NIC adds
+    /// no mappings or faults to what a scenario traces.
+    Net,
 }
 
 /// The root port above `Device::BlkPort`.
@@ -87,6 +94,7 @@ impl Device {
             Device::Nvme => "0000:00:04.0",
             Device::E1000e => "0000:00:05.0",
             Device::BlkPort => "0000:01:00.0",
+            Device::Net => "0000:00:07.0",
         }
     }
 
@@ -96,6 +104,7 @@ impl Device {
             Device::Nvme => "GDT_NVME_BDF",
             Device::E1000e => "GDT_E1000E_BDF",
             Device::BlkPort => "GDT_BLKPORT_BDF",
+            Device::Net => "GDT_NET_BDF",
         }
     }
 
@@ -106,6 +115,8 @@ impl Device {
             Device::Edu => &[],
             Device::E1000e => &["e1000e"],
             Device::BlkPort => &["virtio_pci", "virtio_blk"],
+            // Debian builds both as modules (6.12: virtio_pci built in).
+            Device::Net => &["virtio_pci", "virtio_net"],
         }
     }
 }
@@ -131,7 +142,16 @@ pub struct Config {
     /// qemu's monitor on this socket, for the guest's `gdt-monitor:` lines
     /// (None: no monitor).
     pub monitor: Option<PathBuf>,
+    /// With `Device::Net`: forward host `127.0.0.1:.0` to guest port `.1`.
+    pub net_forward: Option<(u16, u16)>,
+    /// Called with every console line; an answer it gives is written to
+    /// the guest's console input (as the monitor's are). It may block: the
+    /// guest waits on its console for the answer meanwhile.
+    pub console: Option<ConsoleHook>,
 }
+
+/// See [`Config::console`].
+pub type ConsoleHook = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 #[derive(Debug)]
 pub struct Outcome {
@@ -232,6 +252,17 @@ pub fn command_line(cfg: &Config) -> Vec<String> {
                      iommu_platform=on,disable-legacy=on",
                 );
             }
+            Device::Net => {
+                // Bound to the host's loopback only: the guest's exporter
+                // is reachable from this machine, not from its network.
+                let fwd = cfg.net_forward.map_or(String::new(), |(host, guest)| {
+                    format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}")
+                });
+                push("-netdev");
+                push(&format!("user,id=net0,restrict=on{fwd}"));
+                push("-device");
+                push("virtio-net-pci,netdev=net0,addr=07.0,romfile=");
+            }
         }
     }
     push("-kernel");
@@ -323,7 +354,7 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
     let mut monitor = cfg.monitor.as_deref().map(super::monitor::Monitor::at);
     let mut child = Command::new("qemu-system-x86_64")
         .args(&args)
-        .stdin(if monitor.is_some() {
+        .stdin(if monitor.is_some() || cfg.console.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
@@ -390,6 +421,12 @@ pub fn run(cfg: &Config) -> Result<Outcome> {
                         Ok((n, said)) => format!("gdt-monitor-done {n} said: {said}"),
                         Err(e) => format!("gdt-monitor-done 0 error: {e:#}"),
                     };
+                    if let Some(stdin) = child.stdin.as_mut() {
+                        let _ = writeln!(stdin, "{}", answer.replace('\n', " "));
+                        let _ = stdin.flush();
+                    }
+                    last_output = Instant::now();
+                } else if let Some(answer) = cfg.console.as_ref().and_then(|h| h(&line)) {
                     if let Some(stdin) = child.stdin.as_mut() {
                         let _ = writeln!(stdin, "{}", answer.replace('\n', " "));
                         let _ = stdin.flush();
@@ -472,6 +509,8 @@ mod tests {
             append: Vec::new(),
             extra_qemu: Vec::new(),
             monitor: None,
+            net_forward: None,
+            console: None,
         };
         let a = command_line(&cfg);
         let pos = |s: &str| a.iter().position(|x| x.starts_with(s)).expect(s);
@@ -499,6 +538,8 @@ mod tests {
             append: append.iter().map(|s| s.to_string()).collect(),
             extra_qemu: Vec::new(),
             monitor: None,
+            net_forward: None,
+            console: None,
         }
     }
 
@@ -529,5 +570,21 @@ mod tests {
         assert!(pos("virtio-iommu-pci") < pos("nvme,"));
         assert!(!v.iter().any(|x| x.starts_with("intel-iommu")));
         assert_eq!(Iommu::IntelLazy.name(), "intel-lazy");
+    }
+
+    #[test]
+    fn net_is_isolated_and_forwards_only_from_loopback() {
+        let mut c = cfg(Iommu::Intel, &[]);
+        c.devices = vec![Device::Net];
+        let plain = command_line(&c);
+        assert!(plain.iter().any(|x| x == "user,id=net0,restrict=on"));
+        c.net_forward = Some((40000, 9435));
+        let a = command_line(&c);
+        assert!(a
+            .iter()
+            .any(|x| x == "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40000-:9435"));
+        assert!(a
+            .iter()
+            .any(|x| x.starts_with("virtio-net-pci,netdev=net0")));
     }
 }

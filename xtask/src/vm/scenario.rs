@@ -8,7 +8,9 @@
 //! `devices=nvme,edu,e1000e` (default nvme,edu), `modules=a,b`, `kmods=a,b` (test
 //! modules from tests/vm/NAME/, see kmod.rs), `timeout=SECS`,
 //! `check=NAME` (a host-side check of the console output, see [`host_check`]),
-//! `append=PARAM` (kernel parameters after the harness's own; repeatable).
+//! `append=PARAM` (kernel parameters after the harness's own; repeatable),
+//! `fleet=NAME,NAME` (one VM per name side by side, scraped by a real
+//! Prometheus and Alertmanager on the host: fleet.rs).
 //! Items are separated by spaces; a value holding spaces is double-quoted:
 //! `append="iommu.strict=0 swiotlb=force"` is the same as
 //! `append=iommu.strict=0 append=swiotlb=force`. Commas are not separators
@@ -96,6 +98,8 @@ pub struct Scenario {
     pub check: Option<String>,
     /// Kernel parameters appended for this scenario.
     pub append: Vec<String>,
+    /// Names of the VMs of a fleet scenario (fleet.rs); empty: one VM.
+    pub fleet: Vec<String>,
 }
 
 /// Splits a header line into items at spaces, keeping double-quoted runs
@@ -137,6 +141,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
         timeout: 300,
         check: None,
         append: Vec::new(),
+        fleet: Vec::new(),
     };
     for line in text.lines() {
         let Some(rest) = line.trim().strip_prefix("# gdt-vm:") else {
@@ -165,6 +170,7 @@ pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scenario> {
                 "timeout" => s.timeout = v.parse().context("timeout")?,
                 "check" => s.check = Some(v.to_string()),
                 "append" => s.append.extend(v.split_whitespace().map(str::to_string)),
+                "fleet" => s.fleet = list(),
                 other => bail!("{name}: unknown header key {other}"),
             }
         }
@@ -416,6 +422,20 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
     let workers = args.jobs.unwrap_or_else(default_jobs).max(1);
     eprintln!("xtask: vm-test: {} runs, {workers} at a time", jobs.len());
     let rows = super::pool::run(&jobs, workers, |(k, s, opts, spec)| {
+        if !s.fleet.is_empty() {
+            let fleet = super::fleet::Fleet {
+                name: &s.name,
+                nodes: &s.fleet,
+            };
+            let o = super::fleet::run_or_skip(k, &fleet, opts, spec, &binaries);
+            return Row {
+                scenario: s.name.clone(),
+                kernel: k.clone(),
+                result: o.result,
+                boot: o.boot,
+                total: o.total,
+            };
+        }
         let out = match boot(spec, opts, &binaries) {
             Ok(out) => out,
             Err(e) if missing(&e).is_some() => {
@@ -511,6 +531,15 @@ mod tests {
         assert!(parse("x", Path::new("x.sh"), "# gdt-vm: bogus=1\n").is_err());
         let k = parse("x", Path::new("x.sh"), "# gdt-vm: kmods=gdt-misuse\n").expect("kmods");
         assert_eq!(k.kmods, ["gdt-misuse"]);
+        let f = parse(
+            "x",
+            Path::new("x.sh"),
+            "# gdt-vm: fleet=node-a,node-b devices=edu,net\n",
+        )
+        .expect("fleet");
+        assert_eq!(f.fleet, ["node-a", "node-b"]);
+        assert_eq!(f.devices, [Device::Edu, Device::Net]);
+        assert!(s.fleet.is_empty());
     }
 
     #[test]
