@@ -96,7 +96,7 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
                 last,
             },
         );
-        return output::line(&serde_json::to_string(&doc)?);
+        return output::line(&summary::line(&doc)?);
     }
     let mut text = render::live_text(
         &devices,

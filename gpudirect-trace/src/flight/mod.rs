@@ -507,7 +507,7 @@ impl crate::session::Sink for FlightSink {
         if self.json {
             let elapsed = s.started.elapsed().as_secs_f64();
             let devices = s.analysis.agg.snapshot(elapsed, &[]);
-            let mut doc = crate::summary::session_json(
+            let session = crate::summary::session_json(
                 s,
                 &crate::summary::View {
                     devices: &devices,
@@ -517,8 +517,11 @@ impl crate::session::Sink for FlightSink {
                     last: true,
                 },
             );
-            doc["flight"] = flight_json(&f);
-            match output::line(&serde_json::to_string(&doc)?) {
+            let doc = WithFlight {
+                session,
+                flight: FlightJson::of(&f),
+            };
+            match output::line(&crate::summary::line(&doc)?) {
                 Err(e) if e.is::<output::StdoutClosed>() => {}
                 other => other?,
             }
@@ -530,17 +533,55 @@ impl crate::session::Sink for FlightSink {
     }
 }
 
+/// `record --ring --json`: the session's object with the recorder's stats
+/// under `flight`.
+#[derive(serde::Serialize)]
+struct WithFlight<'a> {
+    #[serde(flatten)]
+    session: crate::summary::SessionJson<'a>,
+    flight: FlightJson<'a>,
+}
+
 /// The recorder's stats as JSON (`record --ring --json`).
-pub fn flight_json(f: &FlightStats) -> serde_json::Value {
-    serde_json::json!({
-        "written": f.written,
-        "suppressed": f.suppressed.iter().map(|((t, r), n)| serde_json::json!({
-            "trigger": t, "reason": r, "count": n})).collect::<Vec<_>>(),
-        "failures": f.failures,
-        "deleted": f.deleted,
-        "last_path": f.last_path,
-        "ring_bytes": f.ring_bytes,
-        "ring_seconds": f.ring_seconds,
-        "ring_dropped_events": f.ring_dropped_events,
-    })
+#[derive(serde::Serialize)]
+struct FlightJson<'a> {
+    written: &'a BTreeMap<String, u64>,
+    suppressed: Vec<SuppressedJson<'a>>,
+    failures: u64,
+    deleted: u64,
+    last_path: Option<&'a PathBuf>,
+    ring_bytes: u64,
+    ring_seconds: f64,
+    ring_dropped_events: u64,
+}
+
+/// Triggers the recorder let pass without a snapshot, by why.
+#[derive(serde::Serialize)]
+struct SuppressedJson<'a> {
+    trigger: &'a str,
+    reason: &'a str,
+    count: u64,
+}
+
+impl<'a> FlightJson<'a> {
+    fn of(f: &'a FlightStats) -> Self {
+        FlightJson {
+            written: &f.written,
+            suppressed: f
+                .suppressed
+                .iter()
+                .map(|((trigger, reason), &count)| SuppressedJson {
+                    trigger,
+                    reason,
+                    count,
+                })
+                .collect(),
+            failures: f.failures,
+            deleted: f.deleted,
+            last_path: f.last_path.as_ref(),
+            ring_bytes: f.ring_bytes,
+            ring_seconds: f.ring_seconds,
+            ring_dropped_events: f.ring_dropped_events,
+        }
+    }
 }
