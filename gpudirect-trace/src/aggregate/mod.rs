@@ -319,6 +319,12 @@ impl Aggregator {
         }
     }
 
+    /// The names of the devices seen, for saying which `--device` filters
+    /// matched none (live and report alike).
+    pub fn device_names(&self) -> Vec<String> {
+        self.devices.keys().map(|d| d.to_string()).collect()
+    }
+
     /// Pids seen whose names are not known yet.
     pub fn unnamed_pids(&self) -> Vec<u32> {
         let mut out: Vec<u32> = self

@@ -59,14 +59,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         devices: devices.clone(),
     };
     let mut r = report::replay_from(file, reader, &window)?;
-    let seen: Vec<String> = r
-        .analysis
-        .agg
-        .devices
-        .keys()
-        .map(|d| d.to_string())
-        .collect();
-    output::warn_unmatched(&devices, &seen);
+    output::warn_unmatched(&devices, &r.analysis.agg.device_names());
     // One field wherever it is shown (a file name may hold a line feed).
     let path = crate::sanitize::text(&file.display().to_string()).into_owned();
     for w in report::warnings(&path, &r) {
