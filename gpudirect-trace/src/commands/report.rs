@@ -148,18 +148,7 @@ fn fleet(args: &ReportArgs, page_to_stdout: bool) -> anyhow::Result<ExitCode> {
     }
     if let Some(out) = &args.html {
         let page = report::fleet::html::page(&fleet);
-        if let Ok(m) = std::fs::metadata(out) {
-            use std::os::unix::fs::MetadataExt as _;
-            let same = |f: &PathBuf| {
-                std::fs::metadata(f).is_ok_and(|i| (i.dev(), i.ino()) == (m.dev(), m.ino()))
-            };
-            if files.iter().any(same) {
-                anyhow::bail!(
-                    "{} is one of the files being read: give --html another name",
-                    crate::outfile::display(out)
-                );
-            }
-        }
+        crate::outfile::refuse_inputs(out, &files)?;
         let opts = crate::outfile::Options::from(args.out);
         if write_page(out, opts, &page, page_to_stdout)? {
             return Ok(ExitCode::SUCCESS);
