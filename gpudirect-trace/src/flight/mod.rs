@@ -15,6 +15,7 @@
 
 #[cfg(test)]
 mod bench;
+mod json;
 mod ring;
 mod snapdir;
 pub mod snapshot;
@@ -517,10 +518,7 @@ impl crate::session::Sink for FlightSink {
                     last: true,
                 },
             );
-            let doc = WithFlight {
-                session,
-                flight: FlightJson::of(&f),
-            };
+            let doc = json::WithFlight::new(session, &f);
             match output::line(&crate::summary::line(&doc)?) {
                 Err(e) if e.is::<output::StdoutClosed>() => {}
                 other => other?,
@@ -530,58 +528,5 @@ impl crate::session::Sink for FlightSink {
             Some(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
             None => std::process::ExitCode::SUCCESS,
         })
-    }
-}
-
-/// `record --ring --json`: the session's object with the recorder's stats
-/// under `flight`.
-#[derive(serde::Serialize)]
-struct WithFlight<'a> {
-    #[serde(flatten)]
-    session: crate::summary::SessionJson<'a>,
-    flight: FlightJson<'a>,
-}
-
-/// The recorder's stats as JSON (`record --ring --json`).
-#[derive(serde::Serialize)]
-struct FlightJson<'a> {
-    written: &'a BTreeMap<String, u64>,
-    suppressed: Vec<SuppressedJson<'a>>,
-    failures: u64,
-    deleted: u64,
-    last_path: Option<&'a PathBuf>,
-    ring_bytes: u64,
-    ring_seconds: f64,
-    ring_dropped_events: u64,
-}
-
-/// Triggers the recorder let pass without a snapshot, by why.
-#[derive(serde::Serialize)]
-struct SuppressedJson<'a> {
-    trigger: &'a str,
-    reason: &'a str,
-    count: u64,
-}
-
-impl<'a> FlightJson<'a> {
-    fn of(f: &'a FlightStats) -> Self {
-        FlightJson {
-            written: &f.written,
-            suppressed: f
-                .suppressed
-                .iter()
-                .map(|((trigger, reason), &count)| SuppressedJson {
-                    trigger,
-                    reason,
-                    count,
-                })
-                .collect(),
-            failures: f.failures,
-            deleted: f.deleted,
-            last_path: f.last_path.as_ref(),
-            ring_bytes: f.ring_bytes,
-            ring_seconds: f.ring_seconds,
-            ring_dropped_events: f.ring_dropped_events,
-        }
     }
 }
