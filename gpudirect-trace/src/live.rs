@@ -56,14 +56,7 @@ impl Sink for LiveSink {
     }
 
     fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
-        let seen: Vec<String> = s
-            .analysis
-            .agg
-            .devices
-            .keys()
-            .map(|d| d.to_string())
-            .collect();
-        output::warn_unmatched(&self.opts.devices, &seen);
+        output::warn_unmatched(&self.opts.devices, &s.analysis.agg.device_names());
         if end.reason != crate::session::StopReason::SinkDone {
             match self.emit(s, true) {
                 Err(e) if e.is::<StdoutClosed>() => {}
@@ -96,7 +89,7 @@ pub fn emit(s: &mut Session, o: &LiveOptions, interval: f64, last: bool) -> anyh
                 last,
             },
         );
-        return output::line(&serde_json::to_string(&doc)?);
+        return output::line(&summary::line(&doc)?);
     }
     let mut text = render::live_text(
         &devices,

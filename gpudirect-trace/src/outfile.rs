@@ -191,18 +191,41 @@ fn refuse_input(path: &Path, opts: Options) -> anyhow::Result<()> {
     let Some(input) = opts.input else {
         return Ok(());
     };
-    for m in [fs::symlink_metadata(path), fs::metadata(path)]
-        .into_iter()
-        .flatten()
-    {
-        if (m.dev(), m.ino()) == input {
-            bail!(
-                "{} is the file being read: refusing to write over it (give another output)",
-                path.display()
-            );
-        }
+    if is_one_of(path, &[input]) {
+        bail!(
+            "{} is the file being read: refusing to write over it (give another output)",
+            path.display()
+        );
     }
     Ok(())
+}
+
+/// Refuses any of `inputs` as the output `path`, for a command that reads
+/// many files (`report DIR --html`); `create` then applies the rest of
+/// the rules. One file's commands say theirs through `Options::reading`.
+pub fn refuse_inputs(path: &Path, inputs: &[PathBuf]) -> anyhow::Result<()> {
+    let ids: Vec<(u64, u64)> = inputs
+        .iter()
+        .filter_map(|f| fs::metadata(f).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    if is_one_of(path, &ids) {
+        bail!(
+            "{} is one of the files being read: give --html another name",
+            display(path)
+        );
+    }
+    Ok(())
+}
+
+/// Whether `path`, or the file a link there leads to, is one of the files
+/// `ids` names by device and inode (never by name: links and hard links
+/// alike).
+fn is_one_of(path: &Path, ids: &[(u64, u64)]) -> bool {
+    [fs::symlink_metadata(path), fs::metadata(path)]
+        .into_iter()
+        .flatten()
+        .any(|m| ids.contains(&(m.dev(), m.ino())))
 }
 
 /// Standard output (`-o -`), as it is: never a terminal for binary data.

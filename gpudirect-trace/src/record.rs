@@ -200,7 +200,7 @@ impl Sink for RecordSink {
                     last: true,
                 },
             );
-            match output::line(&serde_json::to_string(&doc)?) {
+            match output::line(&summary::line(&doc)?) {
                 Err(e) if e.is::<output::StdoutClosed>() => {}
                 other => other?,
             }

@@ -5,7 +5,7 @@
 use std::{fs, process::Stdio, time::Duration};
 
 use crate::{
-    hostile::{bin, run, stderr},
+    hostile::{assert_stderr_has, bin, run, stderr},
     hostile_bounds::{peak_rss, RSS_BOUND_KIB},
 };
 
@@ -91,11 +91,7 @@ fn report_over_100_snapshots_of_10_hosts_names_each_host_and_the_damaged_one() {
     // Options for one file's report are refused over many, in one line.
     let out = run(bin().arg("report").arg(dir.path()).args(["--from", "1s"]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("--from, --to and --device are for one file"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "--from, --to and --device are for one file");
 }
 
 #[test]

@@ -44,6 +44,32 @@ pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Fails unless the command's standard error says `what`, showing all of
+/// it (the one check nearly every refusal test makes).
+pub(crate) fn assert_stderr_has(o: &Output, what: &str) {
+    let err = stderr(o);
+    assert!(err.contains(what), "{err}");
+}
+
+/// `record -o /dev/stdout --output-special` for a second, its standard
+/// output the file `f` (as a shell's `> f` would open it).
+pub(crate) fn record_through_stdout(f: &Path) -> Output {
+    bin()
+        .args([
+            "record",
+            "-o",
+            "/dev/stdout",
+            "--output-special",
+            "--duration",
+            "1s",
+        ])
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(f).expect("create"))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("record")
+}
+
 /// A directory `nobody` can write in (tempdirs are 0700).
 pub(crate) fn shared_dir() -> tempfile::TempDir {
     let d = tempfile::tempdir().expect("tempdir");
@@ -55,7 +81,8 @@ pub(crate) fn small_trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/reader/small.gdt")
 }
 
-fn names(dir: &Path) -> Vec<String> {
+/// The names in `dir`, sorted: what a refused or failed write left there.
+pub(crate) fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<_> = fs::read_dir(dir)
         .expect("read dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
@@ -87,6 +114,13 @@ fn assert_dev_null_copy(p: &Path) {
     assert_eq!(m.rdev(), libc::makedev(1, 3));
 }
 
+/// After a `record --force` that failed: `old` (old.gdt in `dir`) is as it
+/// was seeded, and no temporary is left beside it.
+fn assert_old_file_kept(dir: &Path, old: &Path) {
+    assert_eq!(fs::read(old).expect("old file"), b"precious trace");
+    assert_eq!(names(dir), vec!["old.gdt"], "no temporary left behind");
+}
+
 #[test]
 fn record_force_that_fails_to_start_keeps_the_old_file() {
     require_root();
@@ -102,17 +136,8 @@ fn record_force_that_fails_to_start_keeps_the_old_file() {
             .arg(&old)
             .args(["--force", "--duration", "1s"]));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("missing capability"),
-        "{}",
-        stderr(&out)
-    );
-    assert_eq!(fs::read(&old).expect("old file"), b"precious trace");
-    assert_eq!(
-        names(dir.path()),
-        vec!["old.gdt"],
-        "no temporary left behind"
-    );
+    assert_stderr_has(&out, "missing capability");
+    assert_old_file_kept(dir.path(), &old);
 }
 
 /// Issue 30: a command that cannot start must not cost the old file
@@ -129,17 +154,8 @@ fn record_force_with_a_command_that_cannot_run_keeps_the_old_file() {
             .arg(&old)
             .args(["--force", "--", "/nonexistent/cmd"]));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("cannot run /nonexistent/cmd"),
-        "{}",
-        stderr(&out)
-    );
-    assert_eq!(fs::read(&old).expect("old file"), b"precious trace");
-    assert_eq!(
-        names(dir.path()),
-        vec!["old.gdt"],
-        "no temporary left behind"
-    );
+    assert_stderr_has(&out, "cannot run /nonexistent/cmd");
+    assert_old_file_kept(dir.path(), &old);
     // A command that starts replaces it, with a whole recording.
     let out = run(bin()
         .args(["record", "-o"])
@@ -204,29 +220,12 @@ fn dev_stdout_is_written_only_with_output_special_and_never_replaced() {
     // As root, --force used to be able to rename over /dev/stdout itself.
     let out = run(bin().args(["record", "-o", "/dev/stdout", "--force", "--duration", "1s"]));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("--output-special"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "--output-special");
     let m = fs::symlink_metadata("/dev/stdout").expect("lstat /dev/stdout");
     assert!(m.file_type().is_symlink(), "/dev/stdout is still a link");
     // Explicitly: the recording goes to the file the shell opened.
-    let status = bin()
-        .args([
-            "record",
-            "-o",
-            "/dev/stdout",
-            "--output-special",
-            "--duration",
-            "1s",
-        ])
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&f).expect("create"))
-        .stderr(Stdio::null())
-        .status()
-        .expect("record");
-    assert!(status.success());
+    let out = record_through_stdout(&f);
+    assert!(out.status.success(), "{}", stderr(&out));
     let out = run(bin().arg("report").arg(&f));
     assert!(out.status.success(), "{}", stderr(&out));
 }
@@ -254,7 +253,7 @@ fn record_never_follows_or_truncates_a_symlink() {
     };
     let out = run(bin().args(["record", "--duration", "1s", "-o"]).arg(&link));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("symbolic link"), "{}", stderr(&out));
+    assert_stderr_has(&out, "symbolic link");
     unchanged("without --force");
     let out = run(as_nobody()
         .args(["record", "--force", "--duration", "1s", "-o"])

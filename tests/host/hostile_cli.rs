@@ -5,7 +5,7 @@
 use std::{fs, os::unix::process::CommandExt as _};
 
 use crate::{
-    hostile::{bin, has_raw_controls, run, shared_dir, stderr},
+    hostile::{assert_stderr_has, bin, has_raw_controls, run, shared_dir, stderr},
     require_root,
 };
 
@@ -41,7 +41,7 @@ fn flight_settings_without_a_ring_are_refused() {
 fn explain_refuses_binary_input_and_points_a_recording_to_report() {
     let out = run(bin().args(["explain", "/dev/zero"]));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("binary input"), "{}", stderr(&out));
+    assert_stderr_has(&out, "binary input");
     let dir = shared_dir();
     let trace = dir.path().join("t.gdt");
     let mut bytes = b"GDTRACE\0".to_vec();
@@ -49,11 +49,7 @@ fn explain_refuses_binary_input_and_points_a_recording_to_report() {
     fs::write(&trace, &bytes).expect("write");
     let out = run(bin().arg("explain").arg(&trace));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("gpudirect-trace report"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "gpudirect-trace report");
 }
 
 /// Issue 30: a file name's control bytes reached stderr raw.
@@ -64,7 +60,7 @@ fn file_names_with_control_bytes_are_escaped_on_stderr() {
     let out = run(bin().arg("report").arg(&evil));
     assert_eq!(out.status.code(), Some(1));
     assert!(!has_raw_controls(&out.stderr), "{:?}", stderr(&out));
-    assert!(stderr(&out).contains("\\x1b[2J"), "{}", stderr(&out));
+    assert_stderr_has(&out, "\\x1b[2J");
 }
 
 /// Issue 30: with `ulimit -n 12` the error blamed the kernel ("failed to

@@ -16,7 +16,7 @@ use gpudirect_trace_common::{kind, Event};
 
 use crate::{
     crafted::{base_header, writer},
-    hostile::{bin, run, stderr},
+    hostile::{assert_stderr_has, bin, run, stderr},
 };
 
 const DEV: &str = "0000:01:00.0";
@@ -199,11 +199,7 @@ fn a_from_past_the_recording_s_end_is_said() {
     numbered_file(&f, &base_header(), 2);
     let out = run(bin().arg("report").arg(&f).args(["--from", "100s"]));
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("--from 100.000s is past the recording's end"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "--from 100.000s is past the recording's end");
     let (v, _) = {
         let out = run(bin()
             .arg("report")

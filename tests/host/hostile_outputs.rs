@@ -11,26 +11,18 @@ use std::{
     fs,
     io::{BufRead as _, BufReader},
     os::fd::{FromRawFd as _, OwnedFd},
-    path::Path,
     process::{Child, Stdio},
     sync::mpsc,
     time::{Duration, Instant},
 };
 
 use crate::{
-    hostile::{bin, doctor_root, run, small_trace, stderr},
+    hostile::{
+        assert_stderr_has, bin, doctor_root, names, record_through_stdout, run, small_trace, stderr,
+    },
     hostile_capture::Tmpfs,
     require_root,
 };
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<_> = fs::read_dir(dir)
-        .expect("read dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 /// A pseudo-terminal's slave end, as standard output of a child.
 fn a_terminal() -> (OwnedFd, Stdio) {
@@ -73,11 +65,7 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
     fs::write(&trace, &out.stdout).expect("write");
     let report = run(bin().arg("report").arg(&trace));
     assert!(report.status.success(), "{}", stderr(&report));
-    assert!(
-        stderr(&out).contains("to standard output"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "to standard output");
     let jsonl = run(bin()
         .arg("export")
         .arg(small_trace())
@@ -113,7 +101,7 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
             .output()
             .expect("run");
         assert_eq!(out.status.code(), Some(1), "{args:?}");
-        assert!(stderr(&out).contains("to a terminal"), "{}", stderr(&out));
+        assert_stderr_has(&out, "to a terminal");
     }
     for (args, says) in [
         (
@@ -161,11 +149,7 @@ fn the_input_is_never_written_over_whatever_name_reaches_it() {
         ] {
             let o = run(bin().args(&args).arg("--force"));
             assert_eq!(o.status.code(), Some(1), "{args:?}");
-            assert!(
-                stderr(&o).contains("is the file being read"),
-                "{}",
-                stderr(&o)
-            );
+            assert_stderr_has(&o, "is the file being read");
         }
     }
     assert_eq!(fs::read(&input).expect("read"), original);
@@ -180,11 +164,7 @@ fn the_input_is_never_written_over_whatever_name_reaches_it() {
         .arg(&inside)
         .arg("--force"));
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("a file of the capture being read"),
-        "{}",
-        stderr(&o)
-    );
+    assert_stderr_has(&o, "a file of the capture being read");
     assert_eq!(fs::read(&inside).expect("cmdline"), before);
 }
 
@@ -239,11 +219,7 @@ fn a_second_recorder_never_replaces_the_file_the_first_is_writing() {
         .args(["record", "--force", "--duration", "1s", "-o"])
         .arg(&path));
     assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
-    assert!(
-        stderr(&second).contains("being written by another process"),
-        "{}",
-        stderr(&second)
-    );
+    assert_stderr_has(&second, "being written by another process");
     assert!(first.wait().expect("first").success());
     let report = run(bin().arg("report").arg(&path));
     assert!(report.status.success(), "{}", stderr(&report));
@@ -265,20 +241,7 @@ fn output_special_says_the_bytes_it_wrote() {
     require_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("via-stdout.gdt");
-    let out = bin()
-        .args([
-            "record",
-            "-o",
-            "/dev/stdout",
-            "--output-special",
-            "--duration",
-            "1s",
-        ])
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&f).expect("create"))
-        .stderr(Stdio::piped())
-        .output()
-        .expect("record");
+    let out = record_through_stdout(&f);
     assert!(out.status.success(), "{}", stderr(&out));
     let len = fs::metadata(&f).expect("stat").len();
     let said = format!("({}", gpudirect_trace::output::bytes(len));
@@ -307,7 +270,7 @@ fn a_full_disk_leaves_no_empty_file_and_the_old_one_as_it_was() {
         }
         let out = run(&mut cmd);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
-        assert!(stderr(&out).contains("No space left"), "{}", stderr(&out));
+        assert_stderr_has(&out, "No space left");
         assert_eq!(names(disk.path()), ["filler", "old.gdt"], "{name}");
         assert_eq!(fs::read(&old).expect("old"), b"precious trace");
     }

@@ -24,7 +24,6 @@ use crate::{
 };
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
-const PROMTOOL: &str = "/usr/bin/promtool";
 
 /// One HTTP/1.0 GET (1.0: the answer is never chunked); (status, body).
 pub fn http_get(addr: SocketAddr, target: &str, accept: &str) -> (u16, String) {
@@ -240,26 +239,8 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     assert_eq!(status, 200, "{text}");
     let label = format!("device=\"{}\"", device.name);
     assert!(text.contains(&label), "{label} in\n{text}");
-    let mut check = Command::new(PROMTOOL)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool (Debian package prometheus)");
-    check
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let out = check.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (ok, said) = crate::gpu_metrics::promtool(&text);
+    assert!(ok, "promtool check metrics: {said}\n{text}");
     let (_, om) = http_get(
         addr,
         "/metrics",

@@ -12,6 +12,7 @@
 
 pub mod budget;
 mod dma_api;
+mod fault_context;
 pub mod inval;
 mod kernel_tables;
 mod latency;
@@ -29,11 +30,12 @@ use gpudirect_trace_common::{flags, kind, op, Event, LatHist};
 use crate::{
     gpu::GpuIdentity,
     memory_budget::{self, Keeper},
-    model::{task_of, MapLevel, MappingState, Process, INTERRUPT_PID},
+    model::{task_of, MapLevel, INTERRUPT_PID},
 };
 
 pub use self::{
     dma_api::{DmaApiStats, IovaSnapshot},
+    fault_context::{Unmapped, RECENT_UNMAPS},
     latency::{sum_log2, LatencySnapshot, OpLatency},
     level::{record, Level, LevelSnapshot, LongLived, Percentiles, MAPPING_BYTES},
     snapshot::{DeviceSnapshot, ProcName, ProcessRow, TOP_PROCESSES},
@@ -90,44 +92,11 @@ pub struct DeviceStats {
     pub families: crate::families::Devices,
 }
 
-/// An unmap kept for fault correlation.
-#[derive(Clone, Copy, Debug)]
-pub struct Unmapped {
-    pub addr: u64,
-    pub size: u64,
-    pub ts_ns: u64,
-    pub pid: u32,
-    pub level: MapLevel,
-}
-
-/// Unmaps remembered per device for fault correlation.
-pub const RECENT_UNMAPS: usize = 4096;
-/// What one remembered unmap costs the reader's memory budget.
-const UNMAP_BYTES: usize = 48;
 /// What a device kept apart costs the reader's memory budget before it
 /// grows: its tables and six histograms of 16 KiB each.
 pub const DEVICE_BYTES: usize = 128 << 10;
 /// What a row keyed by a value from the file costs (an Xid number's count).
 const XID_ROW_BYTES: usize = 64;
-
-impl DeviceStats {
-    fn note_unmap(&mut self, ev: &Event, size: u64, level: MapLevel) {
-        // Without room in the reader's budget the history stays shorter.
-        if self.recent_unmaps.len() == RECENT_UNMAPS
-            || (!memory_budget::take_or_drop(Keeper::Unmaps, UNMAP_BYTES)
-                && !self.recent_unmaps.is_empty())
-        {
-            self.recent_unmaps.pop_front();
-        }
-        self.recent_unmaps.push_back(Unmapped {
-            addr: ev.addr,
-            size,
-            ts_ns: ev.ts_ns,
-            pid: task_of(ev),
-            level,
-        });
-    }
-}
 
 #[derive(Default)]
 pub struct Aggregator {
@@ -350,51 +319,10 @@ impl Aggregator {
         }
     }
 
-    /// What the trace says about `addr` for `device` at fault time `ts_ns`:
-    /// inside a live mapping, unmapped shortly before (DMA after unmap), or
-    /// never mapped while tracing.
-    pub fn mapping_state(&self, device: &str, addr: u64, ts_ns: Option<u64>) -> MappingState {
-        let Some(d) = self.devices.get(device) else {
-            return MappingState::NeverMapped { device_seen: false };
-        };
-        for (level, l) in [
-            (MapLevel::DmaApi, &d.dma),
-            (MapLevel::Iommu, &d.iommu),
-            (MapLevel::Coherent, &d.coherent),
-        ] {
-            if let Some((since, pid)) = l.covering(addr) {
-                return MappingState::Mapped {
-                    level,
-                    age_ns: ts_ns.map_or(0, |t| t.saturating_sub(since)),
-                    by: self.named(pid),
-                };
-            }
-        }
-        let hit = d.recent_unmaps.iter().rev().find(|u| {
-            addr >= u.addr
-                && addr < u.addr.saturating_add(u.size.max(1))
-                && ts_ns.is_none_or(|t| u.ts_ns <= t)
-        });
-        match hit {
-            Some(u) => MappingState::Unmapped {
-                level: u.level,
-                before_ns: ts_ns.map_or(0, |t| t.saturating_sub(u.ts_ns)),
-                by: self.named(u.pid),
-            },
-            None => MappingState::NeverMapped {
-                device_seen: d.dma.maps + d.iommu.maps + d.coherent.maps > 0,
-            },
-        }
-    }
-
-    /// The process of a task, with its name where it is known (a fault's
-    /// mapping history says who mapped or unmapped, by name).
-    fn named(&self, pid: u32) -> Option<Process> {
-        let mut p = Process::of_task(pid)?;
-        if p.pid != 0 {
-            p.comm = self.names.get(&p.pid).and_then(|n| n.comm.clone());
-        }
-        Some(p)
+    /// The names of the devices seen, for saying which `--device` filters
+    /// matched none (live and report alike).
+    pub fn device_names(&self) -> Vec<String> {
+        self.devices.keys().map(|d| d.to_string()).collect()
     }
 
     /// Pids seen whose names are not known yet.
@@ -411,24 +339,6 @@ impl Aggregator {
         out.sort_unstable();
         out.dedup();
         out
-    }
-
-    /// `pid`'s DMA activity on `device` (its reported level) in the
-    /// `window_s` seconds up to `ts_ns`.
-    pub fn activity(
-        &self,
-        device: &str,
-        pid: u32,
-        ts_ns: u64,
-        window_s: u64,
-    ) -> Option<procs::Activity> {
-        let d = self.devices.get(device)?;
-        let level = if d.dma.maps > 0 || d.dma.unmaps > 0 {
-            &d.dma
-        } else {
-            &d.iommu
-        };
-        level.procs.activity(pid, ts_ns, window_s)
     }
 
     /// Mappings outstanding for longer than `threshold_ns` at `now_ns`

@@ -3,7 +3,10 @@
 use gpudirect_trace_common::{kind, Counter, CounterKey, Event};
 
 use super::*;
-use crate::decode::Record;
+use crate::{
+    decode::Record,
+    model::{MappingState, Process},
+};
 
 fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
     Record::Event(Event {

@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::{
-    ebpf::{Status, Tracer, TracerOptions},
+    ebpf::{DmaOpSource, ProbeStatus, Status, Tracer, TracerOptions},
     output, probes,
     sanitize::text as clean,
     session::STRICT_EXIT,
@@ -39,6 +39,22 @@ pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `probes --json`: what the kernel offers and what each probe made of it.
+/// Fields in the order of their keys, as the output has them.
+#[derive(Serialize)]
+struct ProbesJson<'a> {
+    /// The form of aggregate-only mode's mapping table on this kernel.
+    aggregate_only_lifetimes: &'a str,
+    btf: bool,
+    btf_error: Option<&'a str>,
+    dma_plan: &'a [DmaOpSource],
+    kernel: &'a str,
+    not_used: &'a [probes::NotUsed],
+    probes: &'a [ProbeStatus],
+    tracefs: Option<String>,
+    tracefs_error: Option<&'a str>,
+}
+
 fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let tracer = Tracer::load(&TracerOptions {
         // The smallest ring: this command only attaches and reports.
@@ -49,18 +65,19 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     let k = &tracer.kernel;
     let not_used = probes::not_used(k.tracefs.as_deref());
     if args.json {
-        let doc = json!({
-            "kernel": k.release,
-            "btf": k.btf.is_some(),
-            "btf_error": k.btf_error,
-            "tracefs": k.tracefs.as_ref().map(|p| p.display().to_string()),
-            "tracefs_error": k.tracefs_error,
-            "probes": tracer.probes,
-            "not_used": not_used,
-            "dma_plan": tracer.dma_plan,
-            "aggregate_only_lifetimes": tracer.lifetime_table,
-        });
-        output::line(&serde_json::to_string_pretty(&doc)?)?;
+        let doc = ProbesJson {
+            aggregate_only_lifetimes: tracer.lifetime_table,
+            btf: k.btf.is_some(),
+            btf_error: k.btf_error.as_deref(),
+            dma_plan: &tracer.dma_plan,
+            kernel: &k.release,
+            not_used: &not_used,
+            probes: &tracer.probes,
+            tracefs: k.tracefs.as_ref().map(|p| p.display().to_string()),
+            tracefs_error: k.tracefs_error.as_deref(),
+        };
+        // Through a value tree: keys sorted at every level, as always.
+        output::line(&serde_json::to_string_pretty(&serde_json::to_value(&doc)?)?)?;
     } else {
         output::line(&probes::render(
             &tracer.probes,

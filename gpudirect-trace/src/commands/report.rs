@@ -59,14 +59,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         devices: devices.clone(),
     };
     let mut r = report::replay_from(file, reader, &window)?;
-    let seen: Vec<String> = r
-        .analysis
-        .agg
-        .devices
-        .keys()
-        .map(|d| d.to_string())
-        .collect();
-    output::warn_unmatched(&devices, &seen);
+    output::warn_unmatched(&devices, &r.analysis.agg.device_names());
     // One field wherever it is shown (a file name may hold a line feed).
     let path = crate::sanitize::text(&file.display().to_string()).into_owned();
     for w in report::warnings(&path, &r) {
@@ -155,18 +148,7 @@ fn fleet(args: &ReportArgs, page_to_stdout: bool) -> anyhow::Result<ExitCode> {
     }
     if let Some(out) = &args.html {
         let page = report::fleet::html::page(&fleet);
-        if let Ok(m) = std::fs::metadata(out) {
-            use std::os::unix::fs::MetadataExt as _;
-            let same = |f: &PathBuf| {
-                std::fs::metadata(f).is_ok_and(|i| (i.dev(), i.ino()) == (m.dev(), m.ino()))
-            };
-            if files.iter().any(same) {
-                anyhow::bail!(
-                    "{} is one of the files being read: give --html another name",
-                    crate::outfile::display(out)
-                );
-            }
-        }
+        crate::outfile::refuse_inputs(out, &files)?;
         let opts = crate::outfile::Options::from(args.out);
         if write_page(out, opts, &page, page_to_stdout)? {
             return Ok(ExitCode::SUCCESS);

@@ -4,42 +4,19 @@
 //! (xxd of `config`, the `resource` lines, /proc files), not from this code's
 //! output.
 
-use std::path::Path;
-
 use super::{
     capture,
     devices::{read_device, Kind},
     diagnose,
-    findings::{Finding, Severity},
+    findings::Severity,
     pci::Config,
     report::Report,
+    testutil::{find, fixture, GPU0, GPU1},
     tree::Tree,
 };
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../tests/fixtures/gpu-host-h200x2-snapshot"
-);
-const GPU0: &str = "0000:00:06.0";
-const GPU1: &str = "0000:00:07.0";
-
-fn fixture() -> Tree {
-    assert!(
-        Path::new(FIXTURE).join("sys/bus/pci/devices").is_dir(),
-        "fixture missing: {FIXTURE} (tests/fixtures/gpu-host-h200x2-snapshot is part of the repository)"
-    );
-    Tree::captured(Path::new(FIXTURE)).expect("fixture tree")
-}
-
 fn report() -> Report {
     diagnose(&fixture()).expect("diagnose")
-}
-
-fn find<'a>(r: &'a Report, id: &str, dev: &str) -> &'a Finding {
-    r.findings
-        .iter()
-        .find(|f| f.id == id && f.device == dev)
-        .unwrap_or_else(|| panic!("no finding {id} for {dev}: {:#?}", r.findings))
 }
 
 #[test]

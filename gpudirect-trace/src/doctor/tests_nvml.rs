@@ -7,9 +7,9 @@ use std::{fs, path::Path};
 
 use super::{
     capture, diagnose, diagnose_with,
-    findings::{Finding, Severity},
+    findings::Severity,
     report::Report,
-    testutil::Synth,
+    testutil::{find, fixture, Synth, FIXTURE, GPU0, GPU1},
     tree::Tree,
 };
 use crate::gpu::{
@@ -18,21 +18,7 @@ use crate::gpu::{
     Fact, NvmlRecord,
 };
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../tests/fixtures/gpu-host-h200x2-snapshot"
-);
 const H200X2: &str = include_str!("../gpu/testdata/h200x2-nvml.json");
-const GPU0: &str = "0000:00:06.0";
-const GPU1: &str = "0000:00:07.0";
-
-fn fixture() -> Tree {
-    assert!(
-        Path::new(FIXTURE).join("sys/bus/pci/devices").is_dir(),
-        "fixture missing: {FIXTURE} (tests/fixtures/gpu-host-h200x2-snapshot is part of the repository)"
-    );
-    Tree::captured(Path::new(FIXTURE)).expect("fixture tree")
-}
 
 fn h200() -> NvmlRecord {
     NvmlRecord::from_json(H200X2).expect("recorded answers")
@@ -40,13 +26,6 @@ fn h200() -> NvmlRecord {
 
 fn run(rec: &NvmlRecord, baseline: Option<&NvmlRecord>) -> Report {
     diagnose_with(&fixture(), rec, baseline).expect("diagnose")
-}
-
-fn find<'a>(r: &'a Report, id: &str, dev: &str) -> &'a Finding {
-    r.findings
-        .iter()
-        .find(|f| f.id == id && f.device == dev)
-        .unwrap_or_else(|| panic!("no finding {id} for {dev}: {:#?}", r.findings))
 }
 
 fn ids(r: &Report, prefix: &str) -> Vec<String> {

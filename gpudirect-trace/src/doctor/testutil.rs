@@ -1,8 +1,36 @@
-//! Test support: synthetic config spaces and captured trees in a tempdir.
+//! Test support: synthetic config spaces and captured trees in a tempdir,
+//! and the real 2x H200 host's snapshot that the fixture and NVML tests
+//! both diagnose.
 
 use std::{fs, path::Path};
 
-use super::{pci::CAP_PCIE, tree::Tree};
+use super::{findings::Finding, pci::CAP_PCIE, report::Report, tree::Tree};
+
+/// The 2x H200 host's captured /sys and /proc.
+pub const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/gpu-host-h200x2-snapshot"
+);
+/// The fixture's two GPUs.
+pub const GPU0: &str = "0000:00:06.0";
+pub const GPU1: &str = "0000:00:07.0";
+
+/// The fixture as a tree, or a failure that says where it should be.
+pub fn fixture() -> Tree {
+    assert!(
+        Path::new(FIXTURE).join("sys/bus/pci/devices").is_dir(),
+        "fixture missing: {FIXTURE} (tests/fixtures/gpu-host-h200x2-snapshot is part of the repository)"
+    );
+    Tree::captured(Path::new(FIXTURE)).expect("fixture tree")
+}
+
+/// The finding `id` of device `dev`, or a failure listing them all.
+pub fn find<'a>(r: &'a Report, id: &str, dev: &str) -> &'a Finding {
+    r.findings
+        .iter()
+        .find(|f| f.id == id && f.device == dev)
+        .unwrap_or_else(|| panic!("no finding {id} for {dev}: {:#?}", r.findings))
+}
 
 /// A 4 KiB config space with a PCIe capability at 0x60 (endpoint) and the
 /// given extended capabilities (id, body) chained from 0x100, 0x40 apart.

@@ -47,12 +47,7 @@ pub fn path_class(a: &Device, b: &Device) -> &'static str {
             "SYS"
         };
     }
-    let common = a
-        .upstream
-        .iter()
-        .zip(&b.upstream)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let common = shared_bridges(a, b);
     if common == 0 {
         return "PHB";
     }
@@ -65,6 +60,16 @@ pub fn path_class(a: &Device, b: &Device) -> &'static str {
     }
 }
 
+/// How many bridges `a` and `b` share, counted down from the host bridge
+/// (their upstream paths' common start).
+fn shared_bridges(a: &Device, b: &Device) -> usize {
+    a.upstream
+        .iter()
+        .zip(&b.upstream)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// Bridges a peer transaction between `a` and `b` passes through: the deepest
 /// shared bridge and every bridge below it on either side. Under one host
 /// bridge with nothing shared, the two root ports.
@@ -72,12 +77,7 @@ pub fn bridges_between(a: &Device, b: &Device) -> Vec<String> {
     if a.host_bridge != b.host_bridge {
         return Vec::new();
     }
-    let common = a
-        .upstream
-        .iter()
-        .zip(&b.upstream)
-        .take_while(|(x, y)| x == y)
-        .count();
+    let common = shared_bridges(a, b);
     let mut v: Vec<String> = Vec::new();
     if common > 0 {
         v.push(a.upstream[common - 1].clone());

@@ -33,106 +33,105 @@ pub const IRQ_REMAP_FAULT_REASONS: [&str; 7] = [
     "Blocked an interrupt request due to source-id verification failure",
 ];
 
-/// drivers/iommu/intel/dmar.c `dma_remap_sm_fault_reasons[]` (0x30-0x90);
-/// "Unknown" holes kept so that the index is `code - 0x30`.
-pub const DMA_REMAP_SM_FAULT_REASONS: [&str; 0x61] = [
-    "SM: Invalid Root Table Address",
-    "SM: TTM 0 for request with PASID",
-    "SM: TTM 0 for page group request",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x33-0x37
-    "SM: Error attempting to access Root Entry",
-    "SM: Present bit in Root Entry is clear",
-    "SM: Non-zero reserved field set in Root Entry",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x3B-0x3F
-    "SM: Error attempting to access Context Entry",
-    "SM: Present bit in Context Entry is clear",
-    "SM: Non-zero reserved field set in the Context Entry",
-    "SM: Invalid Context Entry",
-    "SM: DTE field in Context Entry is clear",
-    "SM: PASID Enable field in Context Entry is clear",
-    "SM: PASID is larger than the max in Context Entry",
-    "SM: PRE field in Context-Entry is clear",
-    "SM: RID_PASID field error in Context-Entry",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x49-0x4F
-    "SM: Error attempting to access the PASID Directory Entry",
-    "SM: Present bit in Directory Entry is clear",
-    "SM: Non-zero reserved field set in PASID Directory Entry",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x53-0x57
-    "SM: Error attempting to access PASID Table Entry",
-    "SM: Present bit in PASID Table Entry is clear",
-    "SM: Non-zero reserved field set in PASID Table Entry",
-    "SM: Invalid Scalable-Mode PASID Table Entry",
-    "SM: ERE field is clear in PASID Table Entry",
-    "SM: SRE field is clear in PASID Table Entry",
-    "Unknown",
-    "Unknown", // 0x5E-0x5F
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x60-0x67
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x68-0x6F
-    "SM: Error attempting to access first-level paging entry",
-    "SM: Present bit in first-level paging entry is clear",
-    "SM: Non-zero reserved field set in first-level paging entry",
-    "SM: Error attempting to access FL-PML4 entry",
-    "SM: First-level entry address beyond MGAW in Nested translation",
-    "SM: Read permission error in FL-PML4 entry in Nested translation",
-    "SM: Read permission error in first-level paging entry in Nested translation",
-    "SM: Write permission error in first-level paging entry in Nested translation",
-    "SM: Error attempting to access second-level paging entry",
-    "SM: Read/Write permission error in second-level paging entry",
-    "SM: Non-zero reserved field set in second-level paging entry",
-    "SM: Invalid second-level page table pointer",
-    "SM: A/D bit update needed in second-level entry when set up in no snoop",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x7D-0x7F
-    "SM: Address in first-level translation is not canonical",
-    "SM: U/S set 0 for first-level translation with user privilege",
-    "SM: No execute permission for request with PASID and ER=1",
-    "SM: Address beyond the DMA hardware max",
-    "SM: Second-level entry address beyond the max",
-    "SM: No write permission for Write/AtomicOp request",
-    "SM: No read permission for Read/AtomicOp request",
-    "SM: Invalid address-interrupt address",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown",
-    "Unknown", // 0x88-0x8F
-    "SM: A/D bit update needed in first-level entry when set up in no snoop",
+/// drivers/iommu/intel/dmar.c `dma_remap_sm_fault_reasons[]` (0x30-0x90),
+/// by code. The kernel's array fills the gaps between groups with
+/// "Unknown"; they are left out here, and `fault_reason` gives None for
+/// them as it does for the holes of the other tables.
+pub const DMA_REMAP_SM_FAULT_REASONS: &[(u32, &str)] = &[
+    (0x30, "SM: Invalid Root Table Address"),
+    (0x31, "SM: TTM 0 for request with PASID"),
+    (0x32, "SM: TTM 0 for page group request"),
+    (0x38, "SM: Error attempting to access Root Entry"),
+    (0x39, "SM: Present bit in Root Entry is clear"),
+    (0x3A, "SM: Non-zero reserved field set in Root Entry"),
+    (0x40, "SM: Error attempting to access Context Entry"),
+    (0x41, "SM: Present bit in Context Entry is clear"),
+    (0x42, "SM: Non-zero reserved field set in the Context Entry"),
+    (0x43, "SM: Invalid Context Entry"),
+    (0x44, "SM: DTE field in Context Entry is clear"),
+    (0x45, "SM: PASID Enable field in Context Entry is clear"),
+    (0x46, "SM: PASID is larger than the max in Context Entry"),
+    (0x47, "SM: PRE field in Context-Entry is clear"),
+    (0x48, "SM: RID_PASID field error in Context-Entry"),
+    (
+        0x50,
+        "SM: Error attempting to access the PASID Directory Entry",
+    ),
+    (0x51, "SM: Present bit in Directory Entry is clear"),
+    (
+        0x52,
+        "SM: Non-zero reserved field set in PASID Directory Entry",
+    ),
+    (0x58, "SM: Error attempting to access PASID Table Entry"),
+    (0x59, "SM: Present bit in PASID Table Entry is clear"),
+    (0x5A, "SM: Non-zero reserved field set in PASID Table Entry"),
+    (0x5B, "SM: Invalid Scalable-Mode PASID Table Entry"),
+    (0x5C, "SM: ERE field is clear in PASID Table Entry"),
+    (0x5D, "SM: SRE field is clear in PASID Table Entry"),
+    (
+        0x70,
+        "SM: Error attempting to access first-level paging entry",
+    ),
+    (0x71, "SM: Present bit in first-level paging entry is clear"),
+    (
+        0x72,
+        "SM: Non-zero reserved field set in first-level paging entry",
+    ),
+    (0x73, "SM: Error attempting to access FL-PML4 entry"),
+    (
+        0x74,
+        "SM: First-level entry address beyond MGAW in Nested translation",
+    ),
+    (
+        0x75,
+        "SM: Read permission error in FL-PML4 entry in Nested translation",
+    ),
+    (
+        0x76,
+        "SM: Read permission error in first-level paging entry in Nested translation",
+    ),
+    (
+        0x77,
+        "SM: Write permission error in first-level paging entry in Nested translation",
+    ),
+    (
+        0x78,
+        "SM: Error attempting to access second-level paging entry",
+    ),
+    (
+        0x79,
+        "SM: Read/Write permission error in second-level paging entry",
+    ),
+    (
+        0x7A,
+        "SM: Non-zero reserved field set in second-level paging entry",
+    ),
+    (0x7B, "SM: Invalid second-level page table pointer"),
+    (
+        0x7C,
+        "SM: A/D bit update needed in second-level entry when set up in no snoop",
+    ),
+    (
+        0x80,
+        "SM: Address in first-level translation is not canonical",
+    ),
+    (
+        0x81,
+        "SM: U/S set 0 for first-level translation with user privilege",
+    ),
+    (
+        0x82,
+        "SM: No execute permission for request with PASID and ER=1",
+    ),
+    (0x83, "SM: Address beyond the DMA hardware max"),
+    (0x84, "SM: Second-level entry address beyond the max"),
+    (0x85, "SM: No write permission for Write/AtomicOp request"),
+    (0x86, "SM: No read permission for Read/AtomicOp request"),
+    (0x87, "SM: Invalid address-interrupt address"),
+    (
+        0x90,
+        "SM: A/D bit update needed in first-level entry when set up in no snoop",
+    ),
 ];
 
 /// Kind of fault per `dmar_get_fault_reason()`.
@@ -149,8 +148,11 @@ pub fn fault_reason(code: u32) -> Option<(&'static str, FaultType)> {
     let idx = |base: u32| (code - base) as usize;
     let hit = if code >= 0x20 && idx(0x20) < IRQ_REMAP_FAULT_REASONS.len() {
         (IRQ_REMAP_FAULT_REASONS[idx(0x20)], FaultType::IntrRemap)
-    } else if code >= 0x30 && idx(0x30) < DMA_REMAP_SM_FAULT_REASONS.len() {
-        (DMA_REMAP_SM_FAULT_REASONS[idx(0x30)], FaultType::DmaRemap)
+    } else if (0x30..=0x90).contains(&code) {
+        let (_, reason) = DMA_REMAP_SM_FAULT_REASONS
+            .iter()
+            .find(|(c, _)| *c == code)?;
+        (*reason, FaultType::DmaRemap)
     } else if (code as usize) < DMA_REMAP_FAULT_REASONS.len() {
         (DMA_REMAP_FAULT_REASONS[code as usize], FaultType::DmaRemap)
     } else {

@@ -15,6 +15,7 @@
 
 #[cfg(test)]
 mod bench;
+mod json;
 mod ring;
 mod snapdir;
 pub mod snapshot;
@@ -507,7 +508,7 @@ impl crate::session::Sink for FlightSink {
         if self.json {
             let elapsed = s.started.elapsed().as_secs_f64();
             let devices = s.analysis.agg.snapshot(elapsed, &[]);
-            let mut doc = crate::summary::session_json(
+            let session = crate::summary::session_json(
                 s,
                 &crate::summary::View {
                     devices: &devices,
@@ -517,8 +518,8 @@ impl crate::session::Sink for FlightSink {
                     last: true,
                 },
             );
-            doc["flight"] = flight_json(&f);
-            match output::line(&serde_json::to_string(&doc)?) {
+            let doc = json::WithFlight::new(session, &f);
+            match output::line(&crate::summary::line(&doc)?) {
                 Err(e) if e.is::<output::StdoutClosed>() => {}
                 other => other?,
             }
@@ -528,19 +529,4 @@ impl crate::session::Sink for FlightSink {
             None => std::process::ExitCode::SUCCESS,
         })
     }
-}
-
-/// The recorder's stats as JSON (`record --ring --json`).
-pub fn flight_json(f: &FlightStats) -> serde_json::Value {
-    serde_json::json!({
-        "written": f.written,
-        "suppressed": f.suppressed.iter().map(|((t, r), n)| serde_json::json!({
-            "trigger": t, "reason": r, "count": n})).collect::<Vec<_>>(),
-        "failures": f.failures,
-        "deleted": f.deleted,
-        "last_path": f.last_path,
-        "ring_bytes": f.ring_bytes,
-        "ring_seconds": f.ring_seconds,
-        "ring_dropped_events": f.ring_dropped_events,
-    })
 }

@@ -4,6 +4,7 @@
 use super::{snapshot, warnings, Replay};
 use crate::{
     model::{Incident, TraceClock},
+    summary::NvmlJson,
     tracefile::{Header, Loss, ReadStats},
 };
 
@@ -50,9 +51,11 @@ pub fn json_doc<'a>(
         lost_events: r.losses_total(),
         memory_budget: crate::memory_budget::summary(),
         misuse: r.analysis.checker.as_ref().map(|c| &c.stats),
-        nvml: Nvml {
+        nvml: NvmlJson {
             first: r.analysis.nvml_first.as_ref(),
             latest: r.analysis.nvml_latest.as_ref(),
+            // A file keeps NVML's readings, not whether it could be read.
+            status: None,
         },
         read: &r.stats,
         warnings: warnings(path, r),
@@ -87,16 +90,10 @@ pub struct ReportJson<'a> {
     lost_events: u64,
     memory_budget: Option<crate::memory_budget::Summary>,
     misuse: Option<&'a crate::analysis::misuse::CheckStats>,
-    nvml: Nvml<'a>,
+    nvml: NvmlJson<'a>,
     read: &'a ReadStats,
     warnings: Vec<String>,
     window: WindowJson,
-}
-
-#[derive(serde::Serialize)]
-struct Nvml<'a> {
-    first: Option<&'a crate::gpu::Sample>,
-    latest: Option<&'a crate::gpu::Sample>,
 }
 
 #[derive(serde::Serialize)]

@@ -24,18 +24,16 @@ pub fn read_warnings(path: &str, stats: &ReadStats, file_len: u64) -> Vec<String
             stats.corrupt_regions, stats.skipped_bytes
         ));
     }
-    if stats.unknown_blocks > 0 {
-        w.push(format!(
-            "{} block(s) of a newer format version skipped",
-            stats.unknown_blocks
-        ));
-    }
-    if stats.undecodable_blocks > 0 {
-        w.push(format!(
-            "{} block(s) with a valid checksum did not decode and were skipped",
-            stats.undecodable_blocks
-        ));
-    }
+    counted(
+        &mut w,
+        stats.unknown_blocks,
+        "block(s) of a newer format version skipped",
+    );
+    counted(
+        &mut w,
+        stats.undecodable_blocks,
+        "block(s) with a valid checksum did not decode and were skipped",
+    );
     if stats.preamble_damaged {
         w.push(format!(
             "{path}'s preamble is damaged (its checksum is wrong): its format version was not \
@@ -80,25 +78,22 @@ fn sequence_warnings(s: &tracefile::sequence::SequenceStats) -> Vec<String> {
             }
         ));
     }
-    if s.repeated > 0 {
-        w.push(format!(
-            "{} block(s) appear again with a number read before: the copies were skipped",
-            s.repeated
-        ));
-    }
-    if s.reordered > 0 {
-        w.push(format!(
-            "{} block(s) are out of order (after blocks numbered later): read where they are",
-            s.reordered
-        ));
-    }
-    if s.unnumbered > 0 {
-        w.push(format!(
-            "{} block(s) have no valid sequence number before them (inserted, or their number \
+    counted(
+        &mut w,
+        s.repeated,
+        "block(s) appear again with a number read before: the copies were skipped",
+    );
+    counted(
+        &mut w,
+        s.reordered,
+        "block(s) are out of order (after blocks numbered later): read where they are",
+    );
+    counted(
+        &mut w,
+        s.unnumbered,
+        "block(s) have no valid sequence number before them (inserted, or their number \
              was damaged): read all the same",
-            s.unnumbered
-        ));
-    }
+    );
     w
 }
 
@@ -145,4 +140,12 @@ pub fn warnings(path: &str, r: &Replay) -> Vec<String> {
     }
     w.extend(crate::memory_budget::note());
     w
+}
+
+/// Adds "`n` `what`" to `w` when `n` is not 0: the form of most warnings
+/// about a file (so many blocks were skipped, repeated, ...).
+fn counted(w: &mut Vec<String>, n: u64, what: &str) {
+    if n > 0 {
+        w.push(format!("{n} {what}"));
+    }
 }

@@ -40,6 +40,22 @@ fn call(op: Op, class: ApiClass, addr: u64, size: u64, d: u32) -> DmaCall {
     }
 }
 
+/// The two directions of a sync: for the CPU, for the device.
+const SYNC_CPU: Op = Op::Sync { for_cpu: true };
+const SYNC_DEVICE: Op = Op::Sync { for_cpu: false };
+
+/// A call on one mapping (dma_map_page and its kin), the class most checks
+/// are about.
+fn single(op: Op, addr: u64, size: u64, d: u32) -> DmaCall {
+    call(op, ApiClass::Single, addr, size, d)
+}
+
+/// A call on a scatterlist (dma_map_sg and its kin): four entries unless
+/// the test says otherwise.
+fn sg(op: Op, addr: u64, size: u64, d: u32) -> DmaCall {
+    call(op, ApiClass::ScatterGather, addr, size, d)
+}
+
 struct T {
     c: Checker,
     dev: Arc<str>,
@@ -62,10 +78,10 @@ impl T {
         self.c.call(call, &self.dev);
     }
     fn map(&mut self, addr: u64, size: u64, d: u32) {
-        self.go(call(Op::Map, ApiClass::Single, addr, size, d));
+        self.go(single(Op::Map, addr, size, d));
     }
     fn unmap(&mut self, addr: u64, size: u64, d: u32) {
-        self.go(call(Op::Unmap, ApiClass::Single, addr, size, d));
+        self.go(single(Op::Unmap, addr, size, d));
     }
     fn checks(&mut self) -> Vec<Check> {
         self.c.confirm(0).iter().map(|m| m.check).collect()
@@ -76,44 +92,14 @@ impl T {
 fn correct_use_gives_nothing() {
     let mut t = T::new();
     t.map(0xa000, 64, dir::TO_DEVICE);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xa000,
-        64,
-        dir::TO_DEVICE,
-    ));
-    t.go(call(
-        Op::Sync { for_cpu: false },
-        ApiClass::Single,
-        0xa000,
-        64,
-        dir::TO_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xa000, 64, dir::TO_DEVICE));
+    t.go(single(SYNC_DEVICE, 0xa000, 64, dir::TO_DEVICE));
     t.unmap(0xa000, 64, dir::TO_DEVICE);
     t.map(0xb000, 256, dir::BIDIRECTIONAL);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xb080,
-        128,
-        dir::FROM_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xb080, 128, dir::FROM_DEVICE));
     t.unmap(0xb000, 256, dir::BIDIRECTIONAL);
-    t.go(call(
-        Op::Map,
-        ApiClass::ScatterGather,
-        0xc000,
-        16384,
-        dir::FROM_DEVICE,
-    ));
-    t.go(call(
-        Op::Unmap,
-        ApiClass::ScatterGather,
-        0xc000,
-        16384,
-        dir::FROM_DEVICE,
-    ));
+    t.go(sg(Op::Map, 0xc000, 16384, dir::FROM_DEVICE));
+    t.go(sg(Op::Unmap, 0xc000, 16384, dir::FROM_DEVICE));
     t.go(call(
         Op::Map,
         ApiClass::Coherent,
@@ -139,13 +125,7 @@ fn correct_use_gives_nothing() {
 fn unmaps_of_handles_never_seen_are_unknown_never_findings() {
     let mut t = T::new();
     t.unmap(0xa000, 64, dir::TO_DEVICE);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xe000,
-        64,
-        dir::TO_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xe000, 64, dir::TO_DEVICE));
     assert_eq!(t.checks(), []);
     assert_eq!((t.c.stats.unknown_unmaps, t.c.stats.unknown_syncs), (1, 1));
 }
@@ -201,22 +181,10 @@ fn unmap_mismatches_each_name_their_check() {
         dir::BIDIRECTIONAL,
     ));
     assert_eq!(t.checks(), [Check::UnmapClass]);
-    let mut sg = call(
-        Op::Unmap,
-        ApiClass::ScatterGather,
-        0x2_0000,
-        16384,
-        dir::FROM_DEVICE,
-    );
-    t.go(call(
-        Op::Map,
-        ApiClass::ScatterGather,
-        0x2_0000,
-        16384,
-        dir::FROM_DEVICE,
-    ));
-    sg.entries = Some(5);
-    t.go(sg);
+    let mut unmap = sg(Op::Unmap, 0x2_0000, 16384, dir::FROM_DEVICE);
+    t.go(sg(Op::Map, 0x2_0000, 16384, dir::FROM_DEVICE));
+    unmap.entries = Some(5);
+    t.go(unmap);
     assert_eq!(t.checks(), [Check::SgUnmapCount]);
 }
 
@@ -226,23 +194,11 @@ fn sync_checks() {
     // After unmap.
     t.map(0xa000, 256, dir::FROM_DEVICE);
     t.unmap(0xa000, 256, dir::FROM_DEVICE);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xa000,
-        256,
-        dir::FROM_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xa000, 256, dir::FROM_DEVICE));
     assert_eq!(t.checks(), [Check::SyncUnmapped]);
     // Outside: 128 bytes in, 256 long, of a 256-byte mapping.
     t.map(0xb000, 256, dir::FROM_DEVICE);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xb080,
-        256,
-        dir::FROM_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xb080, 256, dir::FROM_DEVICE));
     let f = t.c.confirm(0);
     assert_eq!(
         f.iter().map(|m| m.check).collect::<Vec<_>>(),
@@ -255,13 +211,7 @@ fn sync_checks() {
     );
     // For the CPU, of a TO_DEVICE mapping, as FROM_DEVICE: one finding.
     t.map(0xc000, 64, dir::TO_DEVICE);
-    t.go(call(
-        Op::Sync { for_cpu: true },
-        ApiClass::Single,
-        0xc000,
-        64,
-        dir::FROM_DEVICE,
-    ));
+    t.go(single(SYNC_CPU, 0xc000, 64, dir::FROM_DEVICE));
     let f = t.c.confirm(0);
     assert_eq!(
         f.iter().map(|m| m.check).collect::<Vec<_>>(),
@@ -269,30 +219,12 @@ fn sync_checks() {
     );
     assert!(f[0].detail.contains("read-only"), "{}", f[0].detail);
     // sg: count and after-unmap.
-    t.go(call(
-        Op::Map,
-        ApiClass::ScatterGather,
-        0xd000,
-        16384,
-        dir::FROM_DEVICE,
-    ));
-    let mut s = call(
-        Op::Sync { for_cpu: true },
-        ApiClass::ScatterGather,
-        0xd000,
-        16384,
-        dir::FROM_DEVICE,
-    );
+    t.go(sg(Op::Map, 0xd000, 16384, dir::FROM_DEVICE));
+    let mut s = sg(SYNC_CPU, 0xd000, 16384, dir::FROM_DEVICE);
     s.entries = Some(5);
     t.go(s.clone());
     assert_eq!(t.checks(), [Check::SyncSgCount]);
-    t.go(call(
-        Op::Unmap,
-        ApiClass::ScatterGather,
-        0xd000,
-        16384,
-        dir::FROM_DEVICE,
-    ));
+    t.go(sg(Op::Unmap, 0xd000, 16384, dir::FROM_DEVICE));
     s.entries = Some(4);
     t.go(s);
     assert_eq!(t.checks(), [Check::SyncUnmapped]);
@@ -302,9 +234,9 @@ fn sync_checks() {
 fn overlapping_cachelines_of_device_writable_mappings() {
     let mut t = T::new();
     // The same page mapped twice FROM_DEVICE, 32 bytes apart: one line.
-    let mut a = call(Op::Map, ApiClass::Single, 0xa000, 64, dir::FROM_DEVICE);
+    let mut a = single(Op::Map, 0xa000, 64, dir::FROM_DEVICE);
     a.phys = Some(0x10_0000);
-    let mut b = call(Op::Map, ApiClass::Single, 0xb000, 64, dir::FROM_DEVICE);
+    let mut b = single(Op::Map, 0xb000, 64, dir::FROM_DEVICE);
     b.phys = Some(0x10_0020);
     t.go(a.clone());
     t.go(b.clone());
@@ -316,9 +248,9 @@ fn overlapping_cachelines_of_device_writable_mappings() {
     assert_eq!(f[0].map.as_ref().and_then(|c| c.address), Some(0xa000));
     // 512 bytes into a page mapping: a later cacheline (dma-debug's first-
     // line check misses it).
-    let mut p = call(Op::Map, ApiClass::Single, 0xc000, 4096, dir::BIDIRECTIONAL);
+    let mut p = single(Op::Map, 0xc000, 4096, dir::BIDIRECTIONAL);
     p.phys = Some(0x20_0000);
-    let mut q = call(Op::Map, ApiClass::Single, 0xd000, 64, dir::FROM_DEVICE);
+    let mut q = single(Op::Map, 0xd000, 64, dir::FROM_DEVICE);
     q.phys = Some(0x20_0200);
     t.go(p);
     t.go(q.clone());
@@ -336,7 +268,7 @@ fn overlapping_cachelines_of_device_writable_mappings() {
     // After the unmaps the lines are free again.
     t.unmap(0xa000, 64, dir::FROM_DEVICE);
     t.unmap(0xb000, 64, dir::FROM_DEVICE);
-    let mut again = call(Op::Map, ApiClass::Single, 0x1_a000, 64, dir::FROM_DEVICE);
+    let mut again = single(Op::Map, 0x1_a000, 64, dir::FROM_DEVICE);
     again.phys = Some(0x10_0000);
     t.go(again);
     assert_eq!(t.checks(), []);
@@ -434,7 +366,7 @@ fn kernel_image_maps_and_map_failures() {
     );
     let mut t = T::new();
     t.c = Checker::new(TraceClock::new(0, 0), image);
-    let mut m = call(Op::Map, ApiClass::Single, 0xa000, 64, dir::TO_DEVICE);
+    let mut m = single(Op::Map, 0xa000, 64, dir::TO_DEVICE);
     m.phys = Some(0x1_a300_1000);
     t.go(m);
     let f = t.c.confirm(0);
@@ -443,20 +375,8 @@ fn kernel_image_maps_and_map_failures() {
         [Check::KernelImage]
     );
     assert!(f[0].detail.contains("[in Kernel rodata]"));
-    t.go(call(
-        Op::MapFailed,
-        ApiClass::Single,
-        DMA_MAPPING_ERROR,
-        64,
-        dir::TO_DEVICE,
-    ));
-    t.go(call(
-        Op::MapFailed,
-        ApiClass::Single,
-        DMA_MAPPING_ERROR,
-        64,
-        dir::TO_DEVICE,
-    ));
+    t.go(single(Op::MapFailed, DMA_MAPPING_ERROR, 64, dir::TO_DEVICE));
+    t.go(single(Op::MapFailed, DMA_MAPPING_ERROR, 64, dir::TO_DEVICE));
     assert_eq!(t.checks(), []);
     let failures = &t.c.stats.map_failures[DEV];
     assert_eq!(failures.iter().map(|r| r.count).sum::<u64>(), 2);
