@@ -6,7 +6,8 @@
 # 2. per hit on real events, three modes (progcost.sh, PyTorch DMA);
 # 3. the workload's slowdown: the pin/copy/unpin loop of workload.py
 #    without the tracer and with each mode, interleaved, ROUNDS rounds.
-# Usage: session9.sh BIN HOSTTEST; results in $OUT.
+# Usage: session9.sh BIN HOSTTEST (PCITERS, ITERS, ROUNDS: iterations of
+# progcost.sh and of each slowdown run, and rounds); results in $OUT.
 set -u
 BIN=${1:?usage: session9.sh BIN HOSTTEST}
 HOSTTEST=${2:?usage: session9.sh BIN HOSTTEST}
@@ -21,7 +22,7 @@ chmod +x "$BIN" "$HOSTTEST"
 "$HOSTTEST" --ignored --nocapture --test-threads=1 bench_program_cost bench_hot_path_parts \
     > "$OUT/bench-testrun.txt" 2>&1
 
-OUT=$OUT MODES="streaming aggregate aggregate-nolife" bash "$HERE/progcost.sh" "$BIN" 3000 \
+OUT=$OUT MODES="streaming aggregate aggregate-nolife" bash "$HERE/progcost.sh" "$BIN" ${PCITERS:-3000} \
     > "$OUT/progcost.txt" 2>&1
 
 for round in $(seq 1 "$ROUNDS"); do

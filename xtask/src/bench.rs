@@ -113,7 +113,7 @@ pub fn run() -> Result<()> {
          end {}.\n\
          Events are driven through the real programs with BPF_PROG_TEST_RUN;\n\
          per-hit cost is the kernel's accounting (kernel.bpf_stats_enabled).\n\
-         Timing goals (issue 17) are measurements, never pass/fail tests; where \
+         Timing goals (issues 17 and 28) are measurements, never pass/fail tests; where \
          the machine is shared, numbers move by 10-30% between runs.\n\n{}\
          All measured lines:\n\n```\n{}\n```\n{END}",
         bench_doc::cpus(),
