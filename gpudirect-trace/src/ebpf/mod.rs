@@ -283,10 +283,20 @@ impl Tracer {
             .set_global("CONFIG", &config, true)
             .set_max_entries("EVENTS", ring_bytes)
             .set_max_entries(gpudirect_trace_common::maps::STACKS, stack_entries)
+            // Each form of the mapping table takes its kernel memory (the
+            // slots 5 MiB, the preallocated hash ~6 MiB) only when in use.
             .set_max_entries(
                 gpudirect_trace_common::maps::MAPPING_SLOTS,
                 if lifetimes == lifetime::SLOTS {
                     lifetime::SLOT_COUNT
+                } else {
+                    1
+                },
+            )
+            .set_max_entries(
+                gpudirect_trace_common::maps::MAPPINGS,
+                if lifetimes == lifetime::HASH {
+                    gpudirect_trace_common::maps::MAPPINGS_CAP
                 } else {
                     1
                 },
