@@ -50,8 +50,10 @@ struct Args {
     /// vfio (with --map): after the DMA, unmap the buffer and repeat the DMA.
     #[arg(long, requires = "map")]
     then_unmap: bool,
-    /// Milliseconds to wait for the transfer.
-    #[arg(long, default_value_t = 2000)]
+    /// Milliseconds to wait for the transfer. A TCG guest on a loaded host
+    /// can stall for seconds (CI at 113516e: 7.2 booted in 119 s, and its
+    /// edu transfer missed a 2 s wait); a transfer that faults still ends.
+    #[arg(long, default_value_t = 10000)]
     timeout_ms: u64,
 }
 
