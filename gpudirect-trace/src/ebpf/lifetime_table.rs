@@ -90,12 +90,14 @@ pub fn object_for(object: &'static [u8], atomics: bool) -> anyhow::Result<Object
     // In u64s: the ELF reader wants its headers 8-byte aligned, which a
     // Vec<u8> does not promise.
     let mut words = vec![0u64; object.len().div_ceil(8)];
-    let mut copy = ObjectBytes::Patched(std::mem::take(&mut words), object.len());
-    let bytes = copy.bytes_mut();
+    // SAFETY: u64s are plain bytes; the length is the vector's in bytes.
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) };
+    let bytes = &mut bytes[..object.len()];
     bytes.copy_from_slice(object);
     let patched = without_cmpxchg(bytes)?;
     log::debug!("no BPF atomics: {patched} compare-and-exchange instructions made adds");
-    Ok(copy)
+    Ok(ObjectBytes::Patched(words, object.len()))
 }
 
 /// The eBPF object's bytes: embedded, or a patched copy.
@@ -109,21 +111,6 @@ impl ObjectBytes {
         match self {
             Self::Embedded(b) => b,
             Self::Patched(words, len) => &words_as_bytes(words)[..*len],
-        }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Self::Embedded(_) => &mut [],
-            Self::Patched(words, len) => {
-                let len = *len;
-                // SAFETY: u64s are plain bytes; the length is the vector's
-                // in bytes.
-                let all = unsafe {
-                    std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
-                };
-                &mut all[..len]
-            }
         }
     }
 }
