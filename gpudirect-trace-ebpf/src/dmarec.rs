@@ -112,7 +112,7 @@ pub fn unmap(
     ev.dir = dir;
     ev.aux = (attrs & 0xffff_ffff) | stack;
     hot(&mut ev, hook);
-    lifetime::unmapped(&ev);
+    lifetime::unmapped(&ev, hook);
 }
 
 /// A failed scatter-gather map: `nents` entries, `err` the negative errno

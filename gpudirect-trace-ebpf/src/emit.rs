@@ -268,6 +268,32 @@ fn add_counter_in(ev: &Event, st: *mut CpuState) {
     unsafe { *depth = d };
 }
 
+/// Runs `f` on this CPU's state with the CPU to itself, for a tracepoint
+/// program (preemption off) at nesting depth 0: the depth is raised while
+/// `f` runs, so an interrupt's program that lands meanwhile finds it
+/// non-zero and takes its own fallback instead of interleaving plain
+/// updates. False (and `f` not run) when the state is in use or missing;
+/// else what `f` returns.
+#[inline(always)]
+pub fn with_cpu_to_itself(f: impl FnOnce(&mut CpuState) -> bool) -> bool {
+    let st = cpu_state();
+    if st.is_null() {
+        return false;
+    }
+    // SAFETY: this CPU's value; the volatile depth writes keep the compiler
+    // from moving `f`'s writes outside the raised depth.
+    unsafe {
+        let depth = core::ptr::addr_of_mut!((*st).depth);
+        if core::ptr::read_volatile(depth) != 0 {
+            return false;
+        }
+        core::ptr::write_volatile(depth, 1);
+        let done = f(&mut *st);
+        core::ptr::write_volatile(depth, 0);
+        done
+    }
+}
+
 /// Counts the event in this CPU's counter cache, from the outermost
 /// tracepoint program (depth 0: nothing else writes this CPU's cache until
 /// it returns). A key that takes a slot from another moves the other's

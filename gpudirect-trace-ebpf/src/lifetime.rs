@@ -25,10 +25,14 @@ use aya_ebpf::{
 };
 use gpudirect_trace_common::{
     lifetime::{self, slot_of, SLOT_COUNT, SLOT_PROBES},
-    maps, op, stat, Event, MapKey, MapSlot, MapValue,
+    maps, op, stat, CpuState, Event, MapKey, MapSlot, MapValue, LIFETIME_CACHE,
 };
 
-use crate::{emit::cfg_track_lifetimes, stats::stat_inc, timing::record_latency};
+use crate::{
+    emit::{cfg_track_lifetimes, with_cpu_to_itself},
+    stats::stat_inc,
+    timing::{lat_bucket, record_latency},
+};
 
 #[map]
 static MAPPINGS: HashMap<MapKey, MapValue> = HashMap::with_max_entries(maps::MAPPINGS_CAP, 0);
@@ -99,8 +103,10 @@ pub fn mapped(ev: &Event) {
     }
 }
 
+/// `hook`: the program may be preempted (fentry/fexit, kprobes), so it
+/// cannot use the CPU's lifetime cache.
 #[inline(always)]
-pub fn unmapped(ev: &Event) {
+pub fn unmapped(ev: &Event, hook: bool) {
     let form = cfg_track_lifetimes();
     if form == lifetime::OFF || ev.dev == 0 {
         return;
@@ -116,7 +122,43 @@ pub fn unmapped(ev: &Event) {
     };
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    record_latency(ev.dev, op::LIFETIME, now.saturating_sub(start));
+    let ns = now.saturating_sub(start);
+    if hook || !with_cpu_to_itself(|st| cache_lifetime(st, ev.dev, ns)) {
+        record_latency(ev.dev, op::LIFETIME, ns);
+    }
+}
+
+/// Adds a lifetime of `ns` to `dev`'s histogram in this CPU's cache
+/// (`LIFETIME_CACHE`): plain adds, the CPU being ours. A device new to the
+/// cache takes a free slot, its key written before its counts; false when
+/// every slot holds another device.
+#[inline(always)]
+fn cache_lifetime(st: &mut CpuState, dev: u64, ns: u64) -> bool {
+    let b = lat_bucket(ns);
+    for i in 0..LIFETIME_CACHE {
+        let (Some(holder), Some(h)) = (st.lifetime_devs.get_mut(i), st.lifetimes.get_mut(i)) else {
+            return false;
+        };
+        if *holder != dev {
+            if *holder != 0 {
+                continue;
+            }
+            // SAFETY: a field of this CPU's value; volatile so that the
+            // key is stored before the counts below.
+            unsafe { core::ptr::write_volatile(holder, dev) };
+        }
+        let Some(bucket) = h.buckets.get_mut(b) else {
+            return false;
+        };
+        h.count += 1;
+        h.sum_ns += ns;
+        *bucket += 1;
+        if ns > h.max_ns {
+            h.max_ns = ns;
+        }
+        return true;
+    }
+    false
 }
 
 /// The hash form's unmap: the mapping's start, removed.

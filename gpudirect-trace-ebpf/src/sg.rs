@@ -519,7 +519,7 @@ fn sg_record(ctx: *mut c_void, ev: &mut SgEvent, cur: &Cursor, hook: bool) {
     if k == kind::DMA_MAP_SG {
         lifetime::mapped(&ev.event);
     } else {
-        lifetime::unmapped(&ev.event);
+        lifetime::unmapped(&ev.event, hook);
     }
     if cfg_stream() {
         stamp(&mut ev.event);

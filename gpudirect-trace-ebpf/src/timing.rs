@@ -338,6 +338,12 @@ pub fn record_latency_n(dev: u64, o: u32, ns: u64, n: u64) {
     add_to_hist_n(&LAT_HIST, &key, ns, n);
 }
 
+/// `ns`'s log2 bucket, the last one holding everything above it.
+#[inline(always)]
+pub fn lat_bucket(ns: u64) -> usize {
+    (log2(ns) as usize).min(LAT_BUCKETS - 1)
+}
+
 /// Adds `ns` to `key`'s log2 histogram in `map` (LAT_HIST, INVAL_HIST),
 /// creating it empty first.
 #[inline(always)]
@@ -348,10 +354,7 @@ pub fn add_to_hist<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64) {
 /// `add_to_hist` of `n` samples of `ns` at once.
 #[inline(always)]
 pub fn add_to_hist_n<K>(map: &PerCpuHashMap<K, LatHist>, key: &K, ns: u64, n: u64) {
-    let mut b = log2(ns) as usize;
-    if b >= LAT_BUCKETS {
-        b = LAT_BUCKETS - 1;
-    }
+    let b = lat_bucket(ns);
     if map.get_ptr_mut(key).is_none() {
         // The empty histogram (344 bytes) comes from a map value: on the
         // stack it pushed the scatterlist hooks past the 512-byte limit

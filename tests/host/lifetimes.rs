@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd as _;
 use gpudirect_trace::ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions};
 use gpudirect_trace_common::{
     lifetime::{slot_of, SLOT_PROBES},
-    op,
+    op, LIFETIME_CACHE,
 };
 
 use crate::inject::known_kernel_object;
@@ -128,4 +128,61 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
     }
     assert_eq!(tracer.kernel_mappings().len(), crowd_held);
     assert_eq!(tracer.self_stats().mappings_untracked, 2 * untracked);
+}
+
+/// The lifetime histograms: a CPU keeps its first `LIFETIME_CACHE`
+/// devices' in its own state, the rest go to the per-CPU hash; userspace
+/// adds both. Six devices on CPU 0 (four cached, two in the hash), device
+/// `i` ending `i + 1` lifetimes, and the first device again on the last
+/// CPU: every device's count is exact. The device pointers are not
+/// devices: the programs cannot name them (`dev@<address>` stand-ins),
+/// which is all this needs.
+#[test]
+fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
+    crate::require_root();
+    let mut tracer = Tracer::load(&TracerOptions {
+        attach: false,
+        stream: false,
+        lifetimes: true,
+        ..Default::default()
+    })
+    .expect("load");
+    let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
+    let unmap = tracer
+        .program_fd("dma_unmap")
+        .expect("dma_unmap")
+        .as_raw_fd();
+    let run = |fd: i32, args: &[u64], cpu: u32| {
+        // SAFETY: the tracer, owner of the fd, outlives every call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        run_raw_tracepoint(fd, args, Some(cpu)).expect("test run");
+    };
+    let devs = LIFETIME_CACHE as u64 + 2;
+    let dev = |i: u64| 0xffff_8880_dead_0000 + i * 0x2000;
+    let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
+    let lifetimes = |i: u64, n: u64, cpu: u32| {
+        for j in 0..n {
+            let addr = 0x2000_0000 + j * 4096;
+            run(map, &[dev(i), 0x1000, addr, 4096, 1, 0], cpu);
+            run(unmap, &[dev(i), addr, 4096, 1, 0], cpu);
+        }
+    };
+    for i in 0..devs {
+        lifetimes(i, i + 1, 0);
+    }
+    lifetimes(0, 5, last_cpu);
+
+    let mut by_dev: Vec<(String, u64)> = tracer
+        .kernel_latency()
+        .into_iter()
+        .filter(|(_, o, _)| *o == op::LIFETIME)
+        .map(|(name, _, h)| (name.to_string(), h.count))
+        .collect();
+    by_dev.sort();
+    let mut want: Vec<(String, u64)> = (0..devs)
+        .map(|i| (format!("dev@{:#x}", dev(i)), i + 1 + if i == 0 { 5 } else { 0 }))
+        .collect();
+    want.sort();
+    assert_eq!(by_dev, want, "lifetimes per device");
+    assert_eq!(tracer.self_stats().lifetime_unmatched, 0);
 }

@@ -34,7 +34,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey,
+    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist,
     MapKey, MapValue,
 };
 use serde::Serialize;

@@ -2,6 +2,10 @@
 //! statistics, the stack map, the in-kernel latency and invalidation
 //! histograms, the lifetime table; and the test hook into task state.
 
+use std::collections::BTreeMap;
+
+use gpudirect_trace_common::op;
+
 use super::*;
 
 /// The kernel's accounting of one program (non-zero only while
@@ -129,17 +133,32 @@ impl Tracer {
         Some(st.frames().iter().map(|f| f.ip).collect())
     }
 
-    /// The kernel's log2 latency histograms, summed over CPUs, by device name.
+    /// The kernel's log2 latency histograms, summed over CPUs, by device name:
+    /// `LAT_HIST` plus the lifetime histograms each CPU keeps in its
+    /// `CPU_STATE` (`LIFETIME_CACHE`). Read in that order: a slot is never
+    /// emptied into the hash, so nothing is counted twice; a sample being
+    /// added while we read shows at the next refresh.
     pub fn kernel_latency(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
-        let raw: Vec<(LatKey, LatHist)> = self
-            .maps
-            .latency
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
-            .collect();
-        raw.into_iter()
-            .map(|(k, h)| (self.device_name(k.dev), k.op, h))
+        let mut merged: BTreeMap<(u64, u32), LatHist> = BTreeMap::new();
+        let mut add = |dev: u64, op: u32, h: &LatHist| {
+            let total = merged.entry((dev, op)).or_default();
+            *total = crate::aggregate::sum_log2([&*total, h].into_iter());
+        };
+        for (k, per_cpu) in self.maps.latency.iter().filter_map(Result::ok) {
+            add(k.dev, k.op, &crate::aggregate::sum_log2(per_cpu.iter()));
+        }
+        if let Ok(per_cpu) = self.maps.cpu_state.get(&0, 0) {
+            for st in per_cpu.iter() {
+                for (&dev, h) in st.lifetime_devs.iter().zip(&st.lifetimes) {
+                    if dev != 0 && h.count != 0 {
+                        add(dev, op::LIFETIME, h);
+                    }
+                }
+            }
+        }
+        merged
+            .into_iter()
+            .map(|((dev, o), h)| (self.device_name(dev), o, h))
             .collect()
     }
 
