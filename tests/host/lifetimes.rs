@@ -180,7 +180,12 @@ fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
         .collect();
     by_dev.sort();
     let mut want: Vec<(String, u64)> = (0..devs)
-        .map(|i| (format!("dev@{:#x}", dev(i)), i + 1 + if i == 0 { 5 } else { 0 }))
+        .map(|i| {
+            (
+                format!("dev@{:#x}", dev(i)),
+                i + 1 + if i == 0 { 5 } else { 0 },
+            )
+        })
         .collect();
     want.sort();
     assert_eq!(by_dev, want, "lifetimes per device");

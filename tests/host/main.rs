@@ -40,6 +40,7 @@ mod serve;
 mod serve_rules;
 mod serve_tls;
 mod sg_walk;
+mod stack_depth;
 
 use std::process::Command;
 

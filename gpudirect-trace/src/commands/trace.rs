@@ -66,6 +66,14 @@ pub struct TraceArgs {
     /// finding shows the code that mapped and the code that misused.
     #[arg(long, requires = "check")]
     pub stacks: bool,
+    /// With --stacks: frames kept per stack, 1 to 127. The kernel unwinds
+    /// only this many, so fewer cost less per call (docs/benchmarks.md,
+    /// "Kernel stacks"); the innermost few are the tracer's own and the
+    /// DMA-API's, the driver's follow.
+    #[arg(long, requires = "stacks", value_name = "FRAMES",
+          default_value_t = crate::ebpf::DEFAULT_STACK_DEPTH,
+          value_parser = clap::value_parser!(u32).range(1..=127))]
+    pub stack_depth: u32,
     /// Where DMA-API maps, unmaps and syncs come from: the dma:* tracepoints
     /// (6.8+, cheaper), or the fentry/kprobe hooks on the DMA-API functions
     /// (every kernel). auto takes the tracepoints where they exist and the
@@ -118,6 +126,7 @@ impl TraceArgs {
             follow_kmsg: true,
             check: self.check,
             stacks: self.stacks,
+            stack_depth: self.stack_depth,
             dma_source: self.dma_source.into(),
             sg_walk_max: self.sg_walk_max,
         }

@@ -80,49 +80,9 @@ pub fn describe(form: u32) -> &'static str {
     }
 }
 
-/// The object to load: the embedded one where the kernel has BPF atomics,
-/// else a copy whose compare-and-exchanges are atomic adds (see the module
-/// comment).
-pub fn object_for(object: &'static [u8], atomics: bool) -> anyhow::Result<ObjectBytes> {
-    if atomics {
-        return Ok(ObjectBytes::Embedded(object));
-    }
-    // In u64s: the ELF reader wants its headers 8-byte aligned, which a
-    // Vec<u8> does not promise.
-    let mut words = vec![0u64; object.len().div_ceil(8)];
-    // SAFETY: u64s are plain bytes; the length is the vector's in bytes.
-    let bytes =
-        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) };
-    let bytes = &mut bytes[..object.len()];
-    bytes.copy_from_slice(object);
-    let patched = without_cmpxchg(bytes)?;
-    log::debug!("no BPF atomics: {patched} compare-and-exchange instructions made adds");
-    Ok(ObjectBytes::Patched(words, object.len()))
-}
-
-/// The eBPF object's bytes: embedded, or a patched copy.
-pub enum ObjectBytes {
-    Embedded(&'static [u8]),
-    Patched(Vec<u64>, usize),
-}
-
-impl ObjectBytes {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Self::Embedded(b) => b,
-            Self::Patched(words, len) => &words_as_bytes(words)[..*len],
-        }
-    }
-}
-
-fn words_as_bytes(words: &[u64]) -> &[u8] {
-    // SAFETY: u64s are plain bytes; the length is the slice's in bytes.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
-}
-
 /// Rewrites every compare-and-exchange in the object's instruction
 /// sections into an atomic add; how many it rewrote.
-fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
+pub(super) fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
     let ranges: Vec<(usize, usize)> = {
         let file = object::File::parse(&*bytes).context("parsing the eBPF object")?;
         file.sections()
@@ -184,8 +144,8 @@ mod tests {
     }
 
     /// The embedded object holds compare-and-exchanges (the slot table's
-    /// claims), and the copy for kernels without atomics holds none and
-    /// still parses as aya parses it.
+    /// claims), and the rewritten bytes hold none (object_patch's test
+    /// parses the copy as aya does).
     #[test]
     fn the_object_for_old_kernels_has_no_cmpxchg_left() {
         let object = super::super::EBPF_OBJECT;
@@ -193,8 +153,6 @@ mod tests {
         let patched = without_cmpxchg(&mut bytes).expect("patches");
         assert!(patched > 0, "no compare-and-exchange in the object");
         assert_eq!(without_cmpxchg(&mut bytes).expect("patches"), 0);
-        let copy = object_for(object, false).expect("copy");
-        aya_obj::Object::parse(copy.bytes()).expect("the copy parses");
         assert_eq!(form(true, true, true), lifetime::OFF);
         assert_eq!(form(false, true, false), lifetime::HASH);
         assert_eq!(form(false, true, true), lifetime::SLOTS);

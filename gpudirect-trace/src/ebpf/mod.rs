@@ -9,6 +9,7 @@ mod lifetime_table;
 pub mod maps;
 pub mod module_fentry;
 mod names;
+mod object_patch;
 mod perf_sys;
 mod readback;
 pub use readback::ProgramStat;
@@ -34,8 +35,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist,
-    MapKey, MapValue,
+    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, MapKey,
+    MapValue,
 };
 use serde::Serialize;
 
@@ -108,6 +109,9 @@ pub struct ProbeStatus {
 /// cover at 11.7 ms per 8 MiB per 10 M events/s.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 
+/// Frames kept per kernel stack (`--stack-depth`) unless asked otherwise.
+pub const DEFAULT_STACK_DEPTH: u32 = object_patch::COMPILED_STACK_DEPTH;
+
 #[derive(Clone, Debug)]
 pub struct TracerOptions {
     /// Stream hot events through the ring buffer (false: aggregate-only).
@@ -129,6 +133,8 @@ pub struct TracerOptions {
     pub sg_walk_max: u32,
     /// Take the kernel stack of each DMA-API call (`--stacks`).
     pub stacks: bool,
+    /// Frames kept per stack (`--stack-depth`), 1 to 127.
+    pub stack_depth: u32,
     /// The programs' debug messages (aya-log): by default, asked for where
     /// the logger shows debug messages (`-v`, `RUST_LOG=debug`).
     pub program_log: ProgramLog,
@@ -150,6 +156,7 @@ impl Default for TracerOptions {
             dma_source: DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
             stacks: false,
+            stack_depth: DEFAULT_STACK_DEPTH,
             program_log: ProgramLog::wanted(),
             bpf_atomics: None,
         }
@@ -253,7 +260,17 @@ impl Tracer {
             "in-kernel mapping lifetimes: {}",
             lifetime_table::describe(lifetimes)
         );
-        let object = lifetime_table::object_for(EBPF_OBJECT, atomics)?;
+        let object = object_patch::object_for(
+            EBPF_OBJECT,
+            object_patch::Patches {
+                atomics,
+                stack_depth: if opts.stacks {
+                    opts.stack_depth
+                } else {
+                    object_patch::COMPILED_STACK_DEPTH
+                },
+            },
+        )?;
         let config = Config {
             offsets,
             // A ring smaller than 4x the threshold would fill before the

@@ -173,6 +173,7 @@ impl Session {
             dma_source: opts.dma_source,
             sg_walk_max: opts.sg_walk_max,
             stacks: opts.check && opts.stacks,
+            stack_depth: opts.stack_depth,
             ..Default::default()
         })?;
         let failed: Vec<String> = tracer

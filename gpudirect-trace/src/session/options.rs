@@ -18,6 +18,8 @@ pub struct SessionOptions {
     pub check: bool,
     /// Take kernel stacks of DMA-API calls for the findings.
     pub stacks: bool,
+    /// Frames kept per stack.
+    pub stack_depth: u32,
     /// Which programs report DMA-API calls.
     pub dma_source: crate::ebpf::DmaSource,
     /// Scatterlist entries walked per map at most.
@@ -34,6 +36,7 @@ impl Default for SessionOptions {
             follow_kmsg: true,
             check: false,
             stacks: false,
+            stack_depth: crate::ebpf::DEFAULT_STACK_DEPTH,
             dma_source: crate::ebpf::DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
         }
