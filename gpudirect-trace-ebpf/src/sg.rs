@@ -150,6 +150,8 @@ pub struct Cursor {
     len_shift: u64,
     /// The entry being read (`step_bounded`).
     head: [u64; 2],
+    /// The entries being read (`step_batch`).
+    batch: [u64; BATCH_WORDS],
     /// Where `opaque` passes values through.
     tmp: u64,
 }
@@ -207,6 +209,63 @@ fn step(c: &mut Cursor) -> Step {
         return Step::Last(len);
     }
     Step::Data(len)
+}
+
+/// Entries one bpf_loop() iteration reads at once (`step_batch`), and the
+/// bytes it reads: one helper call and one callback for four entries
+/// instead of four, where those two were most of an entry's ~30 ns.
+const BATCH: u64 = 4;
+const BATCH_WORDS: usize = 20;
+const BATCH_BYTES: u32 = 8 * BATCH_WORDS as u32;
+
+/// Up to `BATCH` entries of the walk from one read of the array (a chain
+/// entry or the walk's end stops it early); whether the walk goes on. An
+/// array's last entries may lie at the end of its memory, where a read of
+/// `BATCH_BYTES` can fail: that entry is then read alone (`step`). Lists
+/// whose entries do not fit the buffer four times (no x86_64 kernel:
+/// 32 or 40 bytes a piece) or whose length is not in the head take `step`.
+#[inline(always)]
+fn step_batch(c: &mut Cursor) -> bool {
+    let fits = c.length == 0
+        && c.stride % 8 == 0
+        && c.page_link + (BATCH - 1) * c.stride + 16 <= BATCH_BYTES as u64;
+    if !fits || c.sg == 0 || c.left == 0 {
+        return matches!(step(c), Step::Data(_) | Step::Chain);
+    }
+    // SAFETY: the destination is this CPU's scratch value; the helper
+    // tolerates any source address.
+    let ret = unsafe {
+        aya_ebpf::helpers::gen::bpf_probe_read_kernel(
+            c.batch.as_mut_ptr() as *mut c_void,
+            BATCH_BYTES,
+            (c.sg + c.page_link) as *const c_void,
+        )
+    };
+    if ret < 0 {
+        return matches!(step(c), Step::Data(_) | Step::Chain);
+    }
+    for i in 0..BATCH {
+        let at = ((i * c.stride) / 8) as usize;
+        let (Some(&page_link), Some(&second)) = (c.batch.get(at), c.batch.get(at + 1)) else {
+            return true;
+        };
+        if page_link & SG_CHAIN != 0 {
+            c.sg = page_link & !(SG_CHAIN | SG_END);
+            return true;
+        }
+        c.total += (second >> (c.len_shift & 63)) & 0xffff_ffff;
+        c.left -= 1;
+        c.sg += c.stride;
+        if page_link & SG_END != 0 {
+            c.ended = 1;
+            return false;
+        }
+        if c.left == 0 {
+            c.ended = 1 - c.cut;
+            return false;
+        }
+    }
+    true
 }
 
 /// `v`, hidden from the compiler: a volatile store and load through map
@@ -268,10 +327,7 @@ unsafe extern "C" fn loop_step(_index: u32, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the caller's `LoopCtx` (bpf_loop hands the pointer
     // through unchanged); its cursor is the caller's map value.
     let c = unsafe { &mut *(*(ctx as *mut LoopCtx)).cur };
-    match step(c) {
-        Step::Data(_) | Step::Chain => 0,
-        _ => 1,
-    }
+    i64::from(!step_batch(c))
 }
 
 /// Walks the list from `sgl` with the cursor `c`: the first lengths into

@@ -5,7 +5,8 @@
 # Usage: scripts/gpu-host/progcost.sh BIN [ITERS]; writes $OUT/progcost-*.json
 # MODES picks the runs (default: streaming aggregate aggregate-nolife; the
 # last is aggregate-only without the in-kernel mapping table; check and
-# stacks: streaming with --check, and with --check --stacks).
+# stacks: streaming with --check, and with --check --stacks; stacks-N:
+# with --stack-depth N).
 set -u
 BIN=${1:?usage: progcost.sh BIN [ITERS]}
 ITERS=${2:-3000}
@@ -21,6 +22,7 @@ for mode in $MODES; do
     aggregate-nolife) flag="--aggregate-only --no-lifetimes" ;;
     check) flag="--check" ;;
     stacks) flag="--check --stacks" ;;
+    stacks-*) flag="--check --stacks --stack-depth ${mode#stacks-}" ;;
   esac
   "$BIN" live --json $flag --interval 30s > /tmp/pc.jsonl 2> /tmp/pc.err & tp=$!
   for i in $(seq 1 120); do grep -q "probes attached" /tmp/pc.err && break; sleep 0.5; done
