@@ -7,11 +7,9 @@
 # last is aggregate-only without the in-kernel mapping table; check and
 # stacks: streaming with --check, and with --check --stacks).
 set -u
-BIN=${1:?usage: progcost.sh BIN [ITERS]}
+USAGE="progcost.sh BIN [ITERS]"
+. "$(dirname "$0")/prelude.sh"
 ITERS=${2:-3000}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 MODES=${MODES:-streaming aggregate aggregate-nolife}
 for mode in $MODES; do
