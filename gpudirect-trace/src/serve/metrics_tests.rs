@@ -3,17 +3,12 @@ use std::sync::Arc;
 use gpudirect_trace_common::{kind, op, Event, LatHist, XidEvent, LAT_BUCKETS, XID_MSG_LEN};
 
 use super::*;
-use crate::{aggregate::UNATTRIBUTED, decode::Record, ebpf::Status, model::Source};
-
-fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
-    Record::Event(Event {
-        kind: k,
-        addr,
-        size,
-        dir,
-        ..Default::default()
-    })
-}
+use crate::{
+    aggregate::{tests::ev, UNATTRIBUTED},
+    decode::Record,
+    ebpf::Status,
+    model::Source,
+};
 
 fn xid(n: u32) -> Record {
     Record::Xid(XidEvent {
