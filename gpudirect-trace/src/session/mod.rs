@@ -175,12 +175,7 @@ impl Session {
             stacks: opts.check && opts.stacks,
             ..Default::default()
         })?;
-        let failed: Vec<String> = tracer
-            .probes
-            .iter()
-            .filter(|p| p.status == Status::Failed)
-            .map(|p| format!("{}: {}", p.name, p.reason))
-            .collect();
+        let failed = tracer.failed();
         if opts.strict && !failed.is_empty() {
             return Err(StrictFailure(failed).into());
         }
