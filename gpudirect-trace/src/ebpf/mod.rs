@@ -34,8 +34,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, LatKey,
-    MapKey, MapValue,
+    kind, lifetime, runtime, stat, Config, Counter, CounterKey, KernelOffsets, LatHist, MapKey,
+    MapValue,
 };
 use serde::Serialize;
 
