@@ -15,7 +15,7 @@ use std::{
     },
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc::{self, Receiver},
+    sync::mpsc::{self, Receiver, RecvTimeoutError},
     time::{Duration, Instant},
 };
 
@@ -166,10 +166,8 @@ impl Browser {
         self.tx.write_all(&bytes).expect("write to chromium");
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let v = self
-                .rx
-                .recv_timeout(left)
+                .receive_by(deadline)
                 .unwrap_or_else(|e| panic!("{method}: no answer from chromium ({e})"));
             if v["id"].as_u64() == Some(id) {
                 if let Some(e) = v.get("error") {
@@ -179,6 +177,12 @@ impl Browser {
             }
             self.events.push(v);
         }
+    }
+
+    /// The browser's next message, if one comes before `deadline`.
+    fn receive_by(&self, deadline: Instant) -> Result<Value, RecvTimeoutError> {
+        self.rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
     }
 
     fn call_browser(&mut self, method: &str, params: Value) -> Value {
@@ -200,10 +204,8 @@ impl Browser {
         }
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let v = self
-                .rx
-                .recv_timeout(left)
+                .receive_by(deadline)
                 .unwrap_or_else(|e| panic!("{url} did not load ({e})"));
             let done = loaded(&v);
             self.events.push(v);
