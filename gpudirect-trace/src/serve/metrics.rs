@@ -453,43 +453,21 @@ impl Model {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
             self.add(&crate::metrics::tracer::EVENTS_TOTAL, l, n);
         }
-        let lost = stats.lost_events;
-        self.add(
-            &crate::metrics::tracer::EVENTS_RECEIVED_TOTAL,
-            vec![],
-            agg.events,
-        );
-        self.add(&crate::metrics::tracer::EVENTS_LOST_TOTAL, vec![], lost);
-        let missed = stats.missed_events;
-        self.add(&crate::metrics::tracer::EVENTS_MISSED_TOTAL, vec![], missed);
-        let bad = agg.decode_errors;
-        self.add(
-            &crate::metrics::tracer::EVENTS_UNDECODABLE_TOTAL,
-            vec![],
-            bad,
-        );
-        let nest = stats.timing_nest_full;
-        self.add(&crate::metrics::tracer::TIMINGS_SKIPPED_TOTAL, vec![], nest);
-        let stacks = stats.stacks_lost;
-        self.add(&crate::metrics::tracer::STACKS_LOST_TOTAL, vec![], stacks);
-        let untracked = stats.mappings_untracked;
-        self.add(
-            &crate::metrics::tracer::MAPPINGS_UNTRACKED_TOTAL,
-            vec![],
-            untracked,
-        );
-        let unmatched = stats.lifetime_unmatched;
-        self.add(
-            &crate::metrics::tracer::UNMAPS_UNMATCHED_TOTAL,
-            vec![],
-            unmatched,
-        );
-        let folded = labels.folded();
-        self.add(
-            &crate::metrics::tracer::DEVICES_FOLDED_TOTAL,
-            vec![],
-            folded,
-        );
+        // The tracer's own unlabelled counters, in the order they are exported.
+        use crate::metrics::tracer as t;
+        for (metric, value) in [
+            (&t::EVENTS_RECEIVED_TOTAL, agg.events),
+            (&t::EVENTS_LOST_TOTAL, stats.lost_events),
+            (&t::EVENTS_MISSED_TOTAL, stats.missed_events),
+            (&t::EVENTS_UNDECODABLE_TOTAL, agg.decode_errors),
+            (&t::TIMINGS_SKIPPED_TOTAL, stats.timing_nest_full),
+            (&t::STACKS_LOST_TOTAL, stats.stacks_lost),
+            (&t::MAPPINGS_UNTRACKED_TOTAL, stats.mappings_untracked),
+            (&t::UNMAPS_UNMATCHED_TOTAL, stats.lifetime_unmatched),
+            (&t::DEVICES_FOLDED_TOTAL, labels.folded()),
+        ] {
+            self.add(metric, vec![], value);
+        }
     }
 
     /// The metric names as exported (with unit and `_total` suffixes).
