@@ -64,17 +64,22 @@ fn dropped(j: &serde_json::Value, keeper: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The test header of a recording made with `--check` (and `--stacks`).
+fn checked_header(stacks: bool) -> Header {
+    Header {
+        checks: Some(CheckSetup {
+            kernel_image: Vec::new(),
+            stacks,
+        }),
+        ..header()
+    }
+}
+
 #[test]
 fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("maps.gdt");
-    let h = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: false,
-        }),
-        ..header()
-    };
+    let h = checked_header(false);
     let mut w = writer(&f, &h);
     let (devices, per) = (16u64, 4000u64);
     for d in 0..devices {
@@ -123,13 +128,7 @@ fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget(
 fn names_stacks_faults_triggers_and_losses_stay_within_and_say_so() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("text.gdt");
-    let h = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: true,
-        }),
-        ..header()
-    };
+    let h = checked_header(true);
     let mut w = writer(&f, &h);
     let long = |tag: String| format!("{}{tag}", "x".repeat(3000));
     w.push(
