@@ -6,9 +6,9 @@
 //! one value per GPU; `fact`, `cause`, `scope` and `error` are fixed sets.
 //! Never pids.
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
-use super::{DeviceLabels, Labels, Model};
+use super::{labels::BoundedLabels, DeviceLabels, Labels, Model};
 use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
 use crate::metrics::Metric;
 
@@ -30,19 +30,11 @@ const MAX_FOLDED_TRACKED: usize = 4096;
 /// folded container is counted once in `gpudirect_containers_folded_total`.
 /// Tasks outside any container are `host`, which is never folded.
 #[derive(Debug)]
-pub struct ContainerLabels {
-    max: usize,
-    admitted: HashSet<Arc<str>>,
-    folded: HashSet<Arc<str>>,
-}
+pub struct ContainerLabels(BoundedLabels);
 
 impl ContainerLabels {
     pub fn new(max: usize) -> Self {
-        Self {
-            max,
-            admitted: HashSet::new(),
-            folded: HashSet::new(),
-        }
+        Self(BoundedLabels::new(max, MAX_FOLDED_TRACKED))
     }
 
     /// The label value for a task in `container` (`None`: not in one).
@@ -58,24 +50,15 @@ impl ContainerLabels {
             }
             name = &name[..cut];
         }
-        if let Some(l) = self.admitted.get(name) {
-            return l.clone();
-        }
         let reserved = name == OTHER_CONTAINER || name == HOST_CONTAINER;
-        if !reserved && self.admitted.len() < self.max && !self.folded.contains(name) {
-            let l: Arc<str> = Arc::from(name);
-            self.admitted.insert(l.clone());
-            return l;
-        }
-        if self.folded.len() < MAX_FOLDED_TRACKED {
-            self.folded.insert(Arc::from(name));
-        }
-        Arc::from(OTHER_CONTAINER)
+        self.0
+            .admit(name, reserved)
+            .unwrap_or_else(|| Arc::from(OTHER_CONTAINER))
     }
 
     /// Distinct containers folded into `other` so far (at most 4096 counted).
     pub fn folded(&self) -> u64 {
-        self.folded.len() as u64
+        self.0.folded()
     }
 }
 
