@@ -105,15 +105,7 @@ impl HistogramValue {
             counts[bounds.partition_point(|&b| b < low)] += n;
             sum += low as f64 * n as f64;
         }
-        let uppers = bounds
-            .iter()
-            .map(|&b| b as f64 * scale)
-            .chain(std::iter::once(f64::INFINITY));
-        Self {
-            buckets: uppers.zip(counts).collect(),
-            sum: sum * scale,
-            count: h.len(),
-        }
+        Self::at_bounds(bounds, scale, counts, sum * scale, h.len())
     }
 
     /// Buckets of a kernel log2 histogram (bucket b: [2^b, 2^(b+1)) ns) at
@@ -126,14 +118,20 @@ impl HistogramValue {
             let upper = 1u128 << (b + 1);
             counts[bounds_ns.partition_point(|&x| u128::from(x) < upper)] += n;
         }
-        let uppers = bounds_ns
+        Self::at_bounds(bounds_ns, scale, counts, h.sum_ns as f64 * scale, h.count)
+    }
+
+    /// `counts[i]` under upper bound `bounds[i]` (exported multiplied by
+    /// `scale`), the last under +Inf.
+    fn at_bounds(bounds: &[u64], scale: f64, counts: Vec<u64>, sum: f64, count: u64) -> Self {
+        let uppers = bounds
             .iter()
             .map(|&b| b as f64 * scale)
             .chain(std::iter::once(f64::INFINITY));
         Self {
             buckets: uppers.zip(counts).collect(),
-            sum: h.sum_ns as f64 * scale,
-            count: h.count,
+            sum,
+            count,
         }
     }
 
