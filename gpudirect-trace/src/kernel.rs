@@ -21,6 +21,20 @@ pub fn release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The names in directory `dir`, sorted; none where it cannot be read (a
+/// sysfs class this kernel does not have).
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns()`
 /// event stamps and of /dev/kmsg timestamps.
 pub fn monotonic_ns() -> u64 {
