@@ -64,6 +64,16 @@ fn dropped(j: &serde_json::Value, keeper: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `dma.<field>` summed over the report's devices.
+fn dma_total(j: &serde_json::Value, field: &str) -> u64 {
+    j["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["dma"][field].as_u64().unwrap_or(0))
+        .sum()
+}
+
 /// The test header of a recording made with `--check` (and `--stacks`).
 fn checked_header(stacks: bool) -> Header {
     Header {
@@ -103,20 +113,8 @@ fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget(
         assert!(dropped(&j, keeper) > 0, "{keeper}: {}", j["memory_budget"]);
     }
     // Every map is still counted, and outstanding (tracked or not).
-    let maps: u64 = j["devices"]
-        .as_array()
-        .expect("devices")
-        .iter()
-        .map(|d| d["dma"]["maps"].as_u64().unwrap_or(0))
-        .sum();
-    assert_eq!(maps, devices * per);
-    let outstanding: u64 = j["devices"]
-        .as_array()
-        .expect("devices")
-        .iter()
-        .map(|d| d["dma"]["outstanding_mappings"].as_u64().unwrap_or(0))
-        .sum();
-    assert_eq!(outstanding, devices * per);
+    assert_eq!(dma_total(&j, "maps"), devices * per);
+    assert_eq!(dma_total(&j, "outstanding_mappings"), devices * per);
     let peak = j["memory_budget"]["peak_bytes"].as_u64().expect("peak");
     assert!(peak <= SMALL as u64 + (1 << 20), "{peak}");
     assert!(t.contains("note: the file asks a reader to keep more than its memory budget (2 MiB)"));

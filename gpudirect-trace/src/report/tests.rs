@@ -5,7 +5,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 use gpudirect_trace_common::{kind, Event};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 
-use super::{html, replay, Window};
+use super::{html, html::synthetic::in_tempdir, replay, Window};
 use crate::{
     decode::Record,
     export::{self, ExportOptions, Format},
@@ -81,9 +81,7 @@ fn sample(path: &Path) -> u64 {
 
 #[test]
 fn report_replays_whole_file_and_windows() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let r = replay(&f, &Window::default()).expect("replay");
     assert_eq!(r.analysis.agg.events, N as u64 + 1);
     assert_eq!(r.losses.iter().map(|l| l.lost).sum::<u64>(), 42);
@@ -156,9 +154,7 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
 
 #[test]
 fn jsonl_has_every_event_and_redaction_keeps_pseudonyms_stable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let plain = export(&f, Format::Jsonl, false);
     let lines: Vec<serde_json::Value> = plain
         .lines()
@@ -208,9 +204,7 @@ fn jsonl_has_every_event_and_redaction_keeps_pseudonyms_stable() {
 
 #[test]
 fn chrome_export_has_device_tracks_spans_and_instants() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let doc: serde_json::Value =
         serde_json::from_str(&export(&f, Format::Chrome, false)).expect("chrome JSON");
     let ev = doc["traceEvents"].as_array().expect("traceEvents");
@@ -239,9 +233,7 @@ fn chrome_export_has_device_tracks_spans_and_instants() {
 
 #[test]
 fn hdr_export_is_a_v2_interval_log_per_device_and_operation() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let log = export(&f, Format::Hdr, false);
     let mut tags = std::collections::BTreeSet::new();
     let mut intervals = 0;

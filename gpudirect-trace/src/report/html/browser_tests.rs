@@ -42,15 +42,6 @@ struct Loaded {
     page: PathBuf,
 }
 
-/// A recording `make` writes as `name` in a fresh tempdir (the caller keeps
-/// the tempdir while it uses the file).
-fn recording(name: &str, make: fn(&Path)) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join(name);
-    make(&f);
-    (dir, f)
-}
-
 fn load(file: &Path, scripts: bool) -> Loaded {
     let (html, json) = render(file, &Window::default());
     assert_self_contained(&html);
@@ -283,7 +274,7 @@ fn format_1_0_recording_shows_the_fault_after_unmap_the_xid_and_the_page_fault_o
 #[test]
 fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filter() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let (_recording, f) = recording("rich.gdt", synthetic::rich);
+    let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let mut l = load(&f, true);
     let img = common(&mut l, "report-synthetic");
     let n = l.json["incidents"].as_array().map_or(0, Vec::len);
@@ -424,7 +415,7 @@ fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filt
 #[test]
 fn synthetic_recording_reads_without_scripts() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let (_recording, f) = recording("rich.gdt", synthetic::rich);
+    let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let mut l = load(&f, false);
     let img = common(&mut l, "report-synthetic-noscript");
     let b = &mut l.b;
@@ -444,7 +435,7 @@ fn synthetic_recording_reads_without_scripts() {
 #[test]
 fn aggregate_only_recording_renders_from_the_kernel_counters() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let (_recording, f) = recording("agg.gdt", synthetic::aggregate_only);
+    let (_recording, f) = synthetic::in_tempdir("agg.gdt", synthetic::aggregate_only);
     let mut l = load(&f, true);
     let img = common(&mut l, "report-aggregate-only");
     let b = &mut l.b;
