@@ -245,11 +245,7 @@ fn aggregate_only_mode_counts_in_kernel_without_streaming() {
         0,
         "hot events are not streamed in aggregate-only mode"
     );
-    let snap = inj.snapshot();
-    let platform = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("device row");
+    let platform = inj.device_row();
     assert_eq!(
         (
             platform.maps,
@@ -349,11 +345,7 @@ fn ring_overflow_loss_is_counted_exactly() {
         "received {received} + lost {lost}"
     );
     // The in-kernel counters saw every event regardless.
-    let snap = inj.snapshot();
-    let platform = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("device row");
+    let platform = inj.device_row();
     assert_eq!(platform.maps, injected);
 }
 
