@@ -96,15 +96,9 @@ mod tests {
 
     use gpudirect_trace_common::{inval, kind, op, Event};
 
-    use super::super::{render, DeviceLabels};
+    use super::super::{render, tests::sample, DeviceLabels};
     use super::*;
     use crate::{decode::Record, ebpf::SelfStats};
-
-    fn sample(text: &str, series: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .map(|v| v.parse().expect("numeric sample"))
-    }
 
     #[test]
     fn invalidations_and_the_budget_are_exported_per_device_unit_and_type() {
