@@ -534,6 +534,22 @@ fn encode_value(
     }
 }
 
+/// The Prometheus text of `agg` alone (no self-statistics, probes or
+/// faults; up to 8 device labels): what the invalidation tests, here and on
+/// the host, read.
+#[cfg(any(test, feature = "test-support"))]
+pub fn text_of(agg: &crate::aggregate::Aggregator) -> String {
+    let model = Model::build(
+        agg,
+        &SelfStats::default(),
+        &[],
+        &[],
+        &mut DeviceLabels::new(8),
+        true,
+    );
+    render(model, false).expect("encodes")
+}
+
 /// The model encoded as OpenMetrics 1.0 (`openmetrics`) or the Prometheus
 /// text format 0.0.4.
 pub fn render(model: Model, openmetrics: bool) -> Result<String, std::fmt::Error> {
