@@ -170,6 +170,15 @@ pub(crate) fn lengths(n: usize) -> Vec<u32> {
     (0..n).map(|i| 512 * (1 + (i as u32 * 7) % 23)).collect()
 }
 
+/// An injector whose dma_map_sg walk stops after `walk_max` entries, the
+/// stand-in device it maps for, and an arena for its scatterlists.
+fn walk_setup(walk_max: u32) -> (Injector, u64, Arena) {
+    let inj = Injector::new(tracer(walk_max));
+    let dev = inj.device.addr;
+    let arena = Arena::new(inj.tracer.offsets);
+    (inj, dev, arena)
+}
+
 fn tracer(walk_max: u32) -> Tracer {
     Tracer::load(&TracerOptions {
         attach: false,
@@ -183,9 +192,7 @@ fn tracer(walk_max: u32) -> Tracer {
 #[test]
 fn a_long_chained_list_is_walked_to_its_end_mark() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     // 5000 entries in arrays of 128 (SG_MAX_SINGLE_ALLOC on 4 KiB pages),
     // 39 chain entries; the end mark must not sit on a page boundary.
     let mut n = 5000;
@@ -229,9 +236,7 @@ fn a_long_chained_list_is_walked_to_its_end_mark() {
 #[test]
 fn a_list_of_chain_entries_every_other_slot_is_walked_whole() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     // The worst case for the iteration budget: one data entry per array.
     let lens = lengths(3000);
     let (sgl, _) = arena.chained(&lens, 2, 1);
@@ -247,9 +252,7 @@ fn a_list_of_chain_entries_every_other_slot_is_walked_whole() {
 #[test]
 fn a_walk_cut_by_the_bound_is_counted_truncated_on_both_sides() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1000));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1000);
     let lens = lengths(5000);
     let (sgl, _) = arena.chained(&lens, 128, 0);
     let walked: u64 = lens[..1000].iter().map(|&l| u64::from(l)).sum();
@@ -271,9 +274,7 @@ fn a_walk_cut_by_the_bound_is_counted_truncated_on_both_sides() {
 #[test]
 fn a_100k_entry_list_is_exact_and_its_walk_cost_bounded() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     let n = 100_000;
     let lens = lengths(n);
     let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
