@@ -21,15 +21,40 @@ pub fn release() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// The names in directory `dir`, sorted; none where it cannot be read (a
+/// sysfs class this kernel does not have).
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// CLOCK_MONOTONIC now, in nanoseconds: the clock of `bpf_ktime_get_ns()`
 /// event stamps and of /dev/kmsg timestamps.
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time this thread has used, in nanoseconds: the crate's ignored
+/// benchmarks measure with it, so that other load on the machine does not
+/// count.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

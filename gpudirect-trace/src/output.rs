@@ -91,6 +91,16 @@ pub fn warn_unmatched(filters: &[String], seen: &[String]) {
     }
 }
 
+/// `note(n)` when `n` is not 0, else nothing: the optional tail of a
+/// summary line (`, 3 undecodable`), left out when there is nothing to say.
+pub fn tail_if_any(n: u64, note: impl FnOnce(u64) -> String) -> String {
+    if n > 0 {
+        note(n)
+    } else {
+        String::new()
+    }
+}
+
 /// 1234 -> "1.2us".
 pub fn ns(v: u64) -> String {
     match v {

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use crate::{
     aggregate::{DeviceSnapshot, LongLived},
     model::Incident,
-    output::bytes,
+    output::{bytes, tail_if_any},
 };
 
 pub struct Totals<'a> {
@@ -53,11 +53,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
         t.events,
         t.lost,
         t.missed,
-        if t.decode_errors > 0 {
-            format!(", {} undecodable", t.decode_errors)
-        } else {
-            String::new()
-        }
+        tail_if_any(t.decode_errors, |n| format!(", {n} undecodable"))
     );
     let _ = writeln!(
         s,
@@ -208,16 +204,8 @@ pub fn device_notes(devices: &[DeviceSnapshot]) -> String {
                 v.unlinks,
                 v.syncs,
                 v.frees,
-                if v.declined > 0 {
-                    format!(", {} declined (fell back to dma_map_*)", v.declined)
-                } else {
-                    String::new()
-                },
-                if v.out_of_range > 0 {
-                    format!(", {} PAST THEIR ALLOCATION", v.out_of_range)
-                } else {
-                    String::new()
-                }
+                tail_if_any(v.declined, |n| format!(", {n} declined (fell back to dma_map_*)")),
+                tail_if_any(v.out_of_range, |n| format!(", {n} PAST THEIR ALLOCATION"))
             );
         }
         if d.dma.unmaps_skipped > 0 || d.unmap_not_needed > 0 {

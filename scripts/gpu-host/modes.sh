@@ -5,11 +5,9 @@
 # kernel's mapping table and log2 histogram). Writes $OUT/modes-*.json.
 # Usage: scripts/gpu-host/modes.sh BIN [ITERS]
 set -u
-BIN=${1:?usage: modes.sh BIN [ITERS]}
+USAGE="modes.sh BIN [ITERS]"
+. "$(dirname "$0")/prelude.sh"
 ITERS=${2:-1500}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
 "$BIN" live --json --interval 60s > /tmp/m-s.jsonl 2> /tmp/m-s.err & s=$!
 "$BIN" live --json --aggregate-only --interval 60s > /tmp/m-a.jsonl 2> /tmp/m-a.err & a=$!
 for f in /tmp/m-s.err /tmp/m-a.err; do

@@ -8,11 +8,9 @@
 # stacks: streaming with --check, and with --check --stacks; stacks-N:
 # with --stack-depth N).
 set -u
-BIN=${1:?usage: progcost.sh BIN [ITERS]}
+USAGE="progcost.sh BIN [ITERS]"
+. "$(dirname "$0")/prelude.sh"
 ITERS=${2:-3000}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
 MODES=${MODES:-streaming aggregate aggregate-nolife}
 for mode in $MODES; do

@@ -4,14 +4,11 @@
 # streaming vs aggregate-only, alternating, ROUNDS rounds). Results go to $OUT
 # (or ./gpu-out). Usage: scripts/gpu-host/run.sh PATH/TO/gpudirect-trace [ROUNDS]
 set -u
-BIN=${1:?usage: run.sh BIN [ROUNDS]}
+USAGE="run.sh BIN [ROUNDS]"
+. "$(dirname "$0")/prelude.sh"
 ROUNDS=${2:-3}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
 T=/sys/kernel/tracing
 [ -d $T/events ] || mount -t tracefs nodev $T
-chmod +x "$BIN"
 {
   uname -r; nvidia-smi -L 2>/dev/null; cat /proc/driver/nvidia/version 2>/dev/null | head -1
 } > "$OUT/host.txt" 2>&1

@@ -12,12 +12,9 @@
 # Each part has its own time limit; PARTS picks them (default: all four).
 # Usage: OUT=DIR scripts/gpu-host/session3.sh BIN
 set -u
-BIN=${1:?usage: session3.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
+USAGE="session3.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 PARTS=${PARTS:-golden flight nvml sgbig}
-mkdir -p "$OUT"
-chmod +x "$BIN"
 T=/sys/kernel/tracing
 [ -d $T/events ] || mount -t tracefs nodev $T 2>/dev/null
 { uname -r; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc; free -g; } > "$OUT/host.txt" 2>&1

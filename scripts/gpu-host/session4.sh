@@ -9,12 +9,9 @@
 #             the probe list's word on the preempt count and the IOMMU hooks.
 # Usage: OUT=DIR scripts/gpu-host/session4.sh BIN
 set -u
-BIN=${1:?usage: session4.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
+USAGE="session4.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 PARTS=${PARTS:-progcost irq}
-mkdir -p "$OUT"
-chmod +x "$BIN"
 T=/sys/kernel/tracing
 [ -d $T/events ] || mount -t tracefs nodev $T 2>/dev/null
 { uname -r; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc;

@@ -6,11 +6,8 @@
 # findings (none expected), missed_events, lost_events and stacks_lost.
 # Usage: OUT=DIR scripts/gpu-host/session5.sh BIN
 set -u
-BIN=${1:?usage: session5.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN"
+USAGE="session5.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 T=/sys/kernel/tracing
 [ -d $T/events ] || mount -t tracefs nodev $T 2>/dev/null
 { uname -r; nvidia-smi -L; head -1 /proc/driver/nvidia/version; nproc;

@@ -5,11 +5,8 @@
 # record; the GPU's process rows must name them python3 though they are
 # gone before the final summary. Usage: session6.sh BIN; results in $OUT.
 set -u
-BIN=${1:?usage: session6.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN"
+USAGE="session6.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 uname -r > "$OUT/host.txt"
 "$BIN" probes > "$OUT/probes.txt" 2>&1
 "$BIN" live --json --interval 2s > "$OUT/live.jsonl" 2> "$OUT/live.err" &

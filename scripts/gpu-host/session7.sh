@@ -6,11 +6,8 @@
 # idle); doctor's link finding; serve's pcie series. Usage: session7.sh
 # BIN; results in $OUT.
 set -u
-BIN=${1:?usage: session7.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN"
+USAGE="session7.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 { uname -r; nvidia-smi -L 2>/dev/null; } > "$OUT/host.txt" 2>&1
 "$BIN" probes > "$OUT/probes.txt" 2>&1
 GPU=$(ls -d /sys/bus/pci/drivers/nvidia/0000:* 2>/dev/null | head -1 | xargs -n1 basename)

@@ -5,11 +5,8 @@
 # its 8 s before the Xid while PyTorch DMA runs, then `report DIR` over what is
 # left (the fleet summary of one host). Usage: session8.sh BIN; results in $OUT.
 set -u
-BIN=${1:?usage: session8.sh BIN}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN"
+USAGE="session8.sh BIN"
+. "$(dirname "$0")/prelude.sh"
 { uname -r; nvidia-smi -L 2>/dev/null; } > "$OUT/host.txt" 2>&1
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 "$NVCC" -O2 -o /tmp/xid31 "$HERE/xid31.cu" > "$OUT/nvcc.txt" 2>&1

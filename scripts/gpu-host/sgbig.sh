@@ -8,12 +8,9 @@
 # prints a verdict line per check.
 # Usage: scripts/gpu-host/sgbig.sh BIN [SIZES_GIB]   (SIZES default 0.25,1,4,16)
 set -u
-BIN=${1:?usage: sgbig.sh BIN [SIZES_GIB]}
+USAGE="sgbig.sh BIN [SIZES_GIB]"
+. "$(dirname "$0")/prelude.sh"
 SIZES=${2:-0.25,1,4,16}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN"
 
 # trace NAME ARGS...: live --json around one run of sgbig.py ARGS.
 trace() {

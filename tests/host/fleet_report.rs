@@ -2,11 +2,11 @@
 //! hosts, made from the real H200 recordings under other host names and
 //! boot ids (the one part synthetic), one of them cut short.
 
-use std::{fs, process::Stdio, time::Duration};
+use std::{fs, time::Duration};
 
 use crate::{
     hostile::{assert_stderr_has, bin, run, stderr},
-    hostile_bounds::{peak_rss, RSS_BOUND_KIB},
+    hostile_bounds::{peak_rss, spawn_quiet, RSS_BOUND_KIB},
 };
 
 const FIXTURES: &str = concat!(
@@ -97,15 +97,7 @@ fn report_over_100_snapshots_of_10_hosts_names_each_host_and_the_damaged_one() {
 #[test]
 fn report_over_a_fleet_stays_within_the_readers_memory_bound() {
     let dir = fleet_dir();
-    let child = bin()
-        .arg("report")
-        .arg(dir.path())
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let child = spawn_quiet(bin().arg("report").arg(dir.path()).arg("--json"));
     let (kib, running) = peak_rss(child, Duration::from_secs(300));
     assert!(!running, "report over 100 files did not finish in 300 s");
     eprintln!("report over 100 snapshots: peak RSS {kib} KiB");

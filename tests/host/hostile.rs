@@ -114,9 +114,11 @@ fn assert_dev_null_copy(p: &Path) {
     assert_eq!(m.rdev(), libc::makedev(1, 3));
 }
 
-/// After a `record --force` that failed: `old` (old.gdt in `dir`) is as it
-/// was seeded, and no temporary is left beside it.
-fn assert_old_file_kept(dir: &Path, old: &Path) {
+/// A `record --force` that failed with exit 1, saying `says`: `old`
+/// (old.gdt in `dir`) is as it was seeded, and no temporary is left beside it.
+fn assert_failed_keeping_old_file(out: &Output, says: &str, dir: &Path, old: &Path) {
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    assert_stderr_has(out, says);
     assert_eq!(fs::read(old).expect("old file"), b"precious trace");
     assert_eq!(names(dir), vec!["old.gdt"], "no temporary left behind");
 }
@@ -135,9 +137,7 @@ fn record_force_that_fails_to_start_keeps_the_old_file() {
             .args(["record", "-o"])
             .arg(&old)
             .args(["--force", "--duration", "1s"]));
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_stderr_has(&out, "missing capability");
-    assert_old_file_kept(dir.path(), &old);
+    assert_failed_keeping_old_file(&out, "missing capability", dir.path(), &old);
 }
 
 /// Issue 30: a command that cannot start must not cost the old file
@@ -153,9 +153,7 @@ fn record_force_with_a_command_that_cannot_run_keeps_the_old_file() {
             .args(["record", "-o"])
             .arg(&old)
             .args(["--force", "--", "/nonexistent/cmd"]));
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_stderr_has(&out, "cannot run /nonexistent/cmd");
-    assert_old_file_kept(dir.path(), &old);
+    assert_failed_keeping_old_file(&out, "cannot run /nonexistent/cmd", dir.path(), &old);
     // A command that starts replaces it, with a whole recording.
     let out = run(bin()
         .args(["record", "-o"])

@@ -46,10 +46,17 @@ pub(crate) fn peak_rss(mut child: Child, limit: Duration) -> (u64, bool) {
     (peak, running)
 }
 
-fn spawn_quiet(cmd: &mut Command) -> Child {
+/// The command started with no input and its output thrown away: the
+/// memory-bound tests watch only its peak RSS and how it ends.
+pub(crate) fn spawn_quiet(cmd: &mut Command) -> Child {
+    spawn_with_stderr(cmd, Stdio::null())
+}
+
+/// As `spawn_quiet`, its stderr sent to `stderr` (a pipe the test keeps).
+pub(crate) fn spawn_with_stderr(cmd: &mut Command, stderr: Stdio) -> Child {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("spawn")
 }
@@ -126,14 +133,7 @@ fn report_on_a_fifo_with_a_300_mib_damaged_tail_stays_bounded() {
         vec![0xff; 1 << 20],
         Some(300 << 20),
     );
-    let child = bin()
-        .arg("report")
-        .arg(&fifo)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("report");
+    let child = spawn_with_stderr(bin().arg("report").arg(&fifo), Stdio::piped());
     let (kib, running) = peak_rss(child, Duration::from_secs(60));
     assert!(!running, "report read the 300 MiB within 60 s");
     assert!(

@@ -21,7 +21,7 @@ use std::{
 
 use crate::{
     hostile::{assert_stderr_has, bin, run, stderr},
-    hostile_bounds::{peak_rss, RSS_BOUND_KIB},
+    hostile_bounds::{peak_rss, spawn_quiet, spawn_with_stderr, RSS_BOUND_KIB},
     require_root,
 };
 
@@ -260,14 +260,10 @@ fn baseline_refuses_devices_fifos_and_archives_that_expand_without_end() {
         .status()
         .expect("gzip");
     assert!(st.success());
-    let child = bin()
-        .args(["doctor", "--baseline"])
-        .arg(&bomb)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("doctor");
+    let child = spawn_with_stderr(
+        bin().args(["doctor", "--baseline"]).arg(&bomb),
+        Stdio::piped(),
+    );
     let (kib, running) = peak_rss(child, Duration::from_secs(60));
     assert!(!running, "doctor --baseline on a gzip bomb ends");
     assert!(kib < RSS_BOUND_KIB, "{kib} KiB");
@@ -307,15 +303,7 @@ fn doctor_on_a_capture_of_files_at_the_limits_stays_bounded() {
         .set_len(1 << 40)
         .expect("1 TiB sparse");
     for args in [vec!["-v"], vec!["--json"]] {
-        let child = bin()
-            .args(["doctor", "--root"])
-            .arg(&cap)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("doctor");
+        let child = spawn_quiet(bin().args(["doctor", "--root"]).arg(&cap).args(&args));
         let (kib, running) = peak_rss(child, Duration::from_secs(120));
         assert!(!running, "{args:?} ends");
         assert!(kib < RSS_BOUND_KIB, "{args:?}: {kib} KiB");

@@ -20,6 +20,7 @@ use crate::{
     hostile::{
         assert_stderr_has, bin, doctor_root, names, record_through_stdout, run, small_trace, stderr,
     },
+    hostile_bounds::{spawn_quiet, spawn_with_stderr},
     hostile_capture::Tmpfs,
     require_root,
 };
@@ -170,14 +171,7 @@ fn the_input_is_never_written_over_whatever_name_reaches_it() {
 
 /// `record ARGS` with its stderr lines sent to the receiver as they come.
 pub(crate) fn spawn_record(args: &[&std::ffi::OsStr]) -> (Child, mpsc::Receiver<String>) {
-    let mut child = bin()
-        .arg("record")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("record");
+    let mut child = spawn_with_stderr(bin().arg("record").args(args), Stdio::piped());
     let err = child.stderr.take().expect("stderr");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -301,12 +295,7 @@ fn a_stop_signal_at_any_moment_of_the_start_leaves_no_empty_or_temporary_file() 
         if force {
             cmd.arg("--force");
         }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("record");
+        let child = spawn_quiet(&mut cmd);
         std::thread::sleep(Duration::from_millis(ms));
         // SAFETY: kill(2) on our own child, not yet reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, sig) };

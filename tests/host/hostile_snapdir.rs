@@ -11,13 +11,13 @@ use std::{
     net::SocketAddr,
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},
-    process::{Child, Stdio},
+    process::Child,
     time::{Duration, Instant},
 };
 
 use crate::{
     hostile::{bin, run, stderr},
-    hostile_bounds::try_get,
+    hostile_bounds::{spawn_quiet, try_get},
     hostile_capture::Tmpfs,
     hostile_outputs::{spawn_record, wait_for},
     require_root,
@@ -135,17 +135,14 @@ fn the_budget_deletes_only_the_snapshots_the_recorder_wrote() {
     let stray = dir.join("gdt-20000101T000001Z-planted-stray.gdt");
     fs::write(&stray, vec![7u8; 64 << 10]).expect("write");
     let addr = free_addr();
-    let mut serve = bin()
-        .args(["serve", "--listen", &addr.to_string()])
-        .args(["--ring", "30s", "--trigger", "signal", "--after", "1s"])
-        .args(["--min-spacing", "0s", "--snapshot-max-bytes", "1"])
-        .arg("--snapshot-dir")
-        .arg(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve");
+    let mut serve = spawn_quiet(
+        bin()
+            .args(["serve", "--listen", &addr.to_string()])
+            .args(["--ring", "30s", "--trigger", "signal", "--after", "1s"])
+            .args(["--min-spacing", "0s", "--snapshot-max-bytes", "1"])
+            .arg("--snapshot-dir")
+            .arg(&dir),
+    );
     poll("serve's /healthz", || {
         try_get(addr, "/healthz").is_some_and(|(s, _)| s == 200)
     });

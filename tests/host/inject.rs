@@ -121,4 +121,14 @@ impl Injector {
         self.analysis.agg.apply_kernel_counters(&counters);
         self.analysis.agg.snapshot(1.0, &[])
     }
+
+    /// The stand-in device's row of `snapshot()` (a failure showing every
+    /// row when it has none).
+    pub fn device_row(&mut self) -> DeviceSnapshot {
+        let mut snap = self.snapshot();
+        match snap.iter().position(|d| d.device == self.device.name) {
+            Some(i) => snap.swap_remove(i),
+            None => panic!("no row for {:?}; got {snap:?}", self.device.name),
+        }
+    }
 }

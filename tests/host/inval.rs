@@ -7,12 +7,7 @@
 
 use std::sync::Arc;
 
-use gpudirect_trace::{
-    aggregate::Aggregator,
-    decode::Record,
-    ebpf::SelfStats,
-    serve::metrics::{render, DeviceLabels, Model},
-};
+use gpudirect_trace::{aggregate::Aggregator, decode::Record, serve::metrics::text_of};
 use gpudirect_trace_common::{inval, kind, Event};
 
 use crate::{
@@ -88,15 +83,7 @@ fn invalidation_and_budget_families_pass_promtool() {
         };
         agg.ingest(&Record::Event(ev), &dev);
     }
-    let model = Model::build(
-        &agg,
-        &SelfStats::default(),
-        &[],
-        &[],
-        &mut DeviceLabels::new(8),
-        true,
-    );
-    let text = render(model, false).expect("encodes");
+    let text = text_of(&agg);
     for family in [
         "gpudirect_iommu_invalidation_seconds_bucket",
         "gpudirect_translation_seconds_total",

@@ -246,11 +246,7 @@ fn aggregate_only_mode_counts_in_kernel_without_streaming() {
         0,
         "hot events are not streamed in aggregate-only mode"
     );
-    let snap = inj.snapshot();
-    let platform = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("device row");
+    let platform = inj.device_row();
     assert_eq!(
         (
             platform.maps,
@@ -350,11 +346,7 @@ fn ring_overflow_loss_is_counted_exactly() {
         "received {received} + lost {lost}"
     );
     // The in-kernel counters saw every event regardless.
-    let snap = inj.snapshot();
-    let platform = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("device row");
+    let platform = inj.device_row();
     assert_eq!(platform.maps, injected);
 }
 
@@ -372,6 +364,19 @@ fn bad_flags_give_usage_and_exit_2() {
     );
 }
 
+/// The timing hooks' entry state of one call at `level` on device `dev`.
+fn one_call(level: usize, dev: u64) -> TaskState {
+    let mut s = TaskState::default();
+    s.ts[level][0] = 1;
+    s.dev[level][0] = dev;
+    s
+}
+
+/// Makes `state` the calls in flight on thread `tid`, as the hooks would.
+fn in_flight(inj: &mut Injector, tid: u32, state: &TaskState) {
+    inj.tracer.set_task_state(tid, state).expect("write TASKS");
+}
+
 #[test]
 fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
     require_root();
@@ -382,12 +387,7 @@ fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
     // As if dma_map_page_attrs(dev, ...) had been entered on this thread (the
     // timing hooks' entry state; fentry/kprobes do not exist on the CI host):
     // the iommu:map it causes must carry dev.
-    let mut in_dma_api = TaskState::default();
-    in_dma_api.ts[level::DMA_API][0] = 1;
-    in_dma_api.dev[level::DMA_API][0] = dev;
-    inj.tracer
-        .set_task_state(tid, &in_dma_api)
-        .expect("write TASKS");
+    in_flight(&mut inj, tid, &one_call(level::DMA_API, dev));
     inj.run("iommu_map", &[0xfff0_0000, 0x5000_0000, 4096]);
     // An interrupt handler's DMA-API call nested on top of the task's own
     // (nesting slot 1): the IOMMU work is the handler's, so its device wins
@@ -395,22 +395,13 @@ fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
     let mut nested = TaskState::default();
     nested.ts[level::DMA_API] = [1, 2];
     nested.dev[level::DMA_API] = [0xdead_0000, dev];
-    inj.tracer
-        .set_task_state(tid, &nested)
-        .expect("write TASKS");
+    in_flight(&mut inj, tid, &nested);
     inj.run("iommu_map", &[0xfff1_0000, 0x5100_0000, 4096]);
     // As if VFIO's iommu_unmap on a domain whose device is known were in flight.
-    let mut in_iommu = TaskState::default();
-    in_iommu.ts[level::IOMMU][0] = 1;
-    in_iommu.dev[level::IOMMU][0] = dev;
-    inj.tracer
-        .set_task_state(tid, &in_iommu)
-        .expect("write TASKS");
+    in_flight(&mut inj, tid, &one_call(level::IOMMU, dev));
     inj.run("iommu_unmap", &[0xfff0_0000, 4096, 4096]);
     // Nothing in flight: stays unattributed, never guessed.
-    inj.tracer
-        .set_task_state(tid, &TaskState::default())
-        .expect("write TASKS");
+    in_flight(&mut inj, tid, &TaskState::default());
     inj.run("iommu_map", &[0xeee0_0000, 0x6000_0000, 8192]);
 
     assert_eq!(inj.drain_all(), 4);

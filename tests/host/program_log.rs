@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpudirect_trace::ebpf::{ProgramLog, Status, Tracer, TracerOptions};
+use gpudirect_trace::ebpf::{ProgramLog, Tracer, TracerOptions};
 
 use crate::{
     inject::Injector,
@@ -55,13 +55,7 @@ fn every_program_loads_with_debug_messages_and_a_cut_walk_says_so() {
         ..Default::default()
     })
     .expect("load the eBPF object");
-    let failed: Vec<String> = tracer
-        .probes
-        .iter()
-        .filter(|p| p.status == Status::Failed)
-        .map(|p| format!("{}: {}", p.name, p.reason))
-        .collect();
-    assert_eq!(failed, Vec::<String>::new(), "no program refused");
+    assert_eq!(tracer.failed(), Vec::<String>::new(), "no program refused");
     assert!(
         tracer.program_log_on(),
         "the messages are read (the loader did not fall back to programs without them)"

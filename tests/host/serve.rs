@@ -192,6 +192,19 @@ impl Drop for Prometheus {
     }
 }
 
+/// `n` dma_map calls of `size` bytes for `dev` through the session's real
+/// program: the k-th at physical address k pages, DMA address `dma` plus k
+/// pages, direction to-device.
+pub(crate) fn map_pages(server: &serve::Server, dev: u64, n: u64, dma: u64, size: u64) {
+    server.with_session(move |s| {
+        let fd = s.tracer.program_fd("dma_map").expect("program");
+        for i in 0..n {
+            let args = [dev, i << 12, dma + (i << 12), size, 1, 0];
+            assert_eq!(run_raw_tracepoint(fd, &args, None).expect("run"), 0);
+        }
+    });
+}
+
 #[test]
 fn prometheus_scrapes_events_injected_through_the_real_programs() {
     require_root();
@@ -381,14 +394,7 @@ fn aggregate_only_serve_exports_the_kernel_counts() {
         &ServeOptions::default(),
     )
     .expect("start");
-    let addr = device.addr;
-    server.with_session(move |s| {
-        let fd = s.tracer.program_fd("dma_map").expect("program");
-        for i in 0..20u64 {
-            let args = [addr, i << 12, 0x10_0000 + (i << 12), 8192, 1, 0];
-            assert_eq!(run_raw_tracepoint(fd, &args, None).expect("run"), 0);
-        }
-    });
+    map_pages(&server, device.addr, 20, 0x10_0000, 8192);
     let (status, text) = http_get(server.local_addr(), "/metrics", "text/plain");
     assert_eq!(status, 200);
     let d = &device.name;

@@ -11,7 +11,6 @@ use std::{
 };
 
 use gpudirect_trace::{
-    ebpf::testrun::run_raw_tracepoint,
     serve::{self, ServeOptions, WebConfig},
     session::Session,
 };
@@ -19,7 +18,7 @@ use gpudirect_trace::{
 use crate::{
     inject::{known_kernel_object, load_unattached},
     require_root,
-    serve::{serve_cli, Prometheus},
+    serve::{map_pages, serve_cli, Prometheus},
 };
 
 #[path = "../../gpudirect-trace/src/serve/test_certs.rs"]
@@ -81,14 +80,7 @@ fn prometheus_scrapes_serve_over_tls_with_basic_auth_and_is_refused_without() {
     };
     let server = serve::start(Session::from_tracer(tracer, true), listener, &opts)
         .expect("start the metrics server");
-    let dev = device.addr;
-    server.with_session(move |s| {
-        let fd = s.tracer.program_fd("dma_map").expect("program");
-        for i in 0..5u64 {
-            let args = [dev, i << 12, 0xa000_0000 + (i << 12), 4096, 1, 0];
-            assert_eq!(run_raw_tracepoint(fd, &args, None).expect("run"), 0);
-        }
-    });
+    map_pages(&server, device.addr, 5, 0xa000_0000, 4096);
     let target = server.local_addr().to_string();
     let d = dir.path();
     let prom = Prometheus::with_scrape_configs(&format!(

@@ -170,6 +170,15 @@ pub(crate) fn lengths(n: usize) -> Vec<u32> {
     (0..n).map(|i| 512 * (1 + (i as u32 * 7) % 23)).collect()
 }
 
+/// An injector whose dma_map_sg walk stops after `walk_max` entries, the
+/// stand-in device it maps for, and an arena for its scatterlists.
+fn walk_setup(walk_max: u32) -> (Injector, u64, Arena) {
+    let inj = Injector::new(tracer(walk_max));
+    let dev = inj.device.addr;
+    let arena = Arena::new(inj.tracer.offsets);
+    (inj, dev, arena)
+}
+
 fn tracer(walk_max: u32) -> Tracer {
     Tracer::load(&TracerOptions {
         attach: false,
@@ -183,9 +192,7 @@ fn tracer(walk_max: u32) -> Tracer {
 #[test]
 fn a_long_chained_list_is_walked_to_its_end_mark() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     // 5000 entries in arrays of 128 (SG_MAX_SINGLE_ALLOC on 4 KiB pages),
     // 39 chain entries; the end mark must not sit on a page boundary.
     let mut n = 5000;
@@ -219,11 +226,7 @@ fn a_long_chained_list_is_walked_to_its_end_mark() {
         let un = one_sg_record(&mut inj);
         assert_eq!((un.event.kind, un.event.size), (kind::DMA_UNMAP_SG, want));
     }
-    let snap = inj.snapshot();
-    let d = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("the device");
+    let d = inj.device_row();
     assert_eq!((d.maps, d.unmaps, d.sg_truncated), (3, 3, 0));
     assert_eq!(d.bytes_mapped, d.bytes_unmapped);
     assert_eq!(d.outstanding_bytes, 0);
@@ -233,9 +236,7 @@ fn a_long_chained_list_is_walked_to_its_end_mark() {
 #[test]
 fn a_list_of_chain_entries_every_other_slot_is_walked_whole() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     // The worst case for the iteration budget: one data entry per array.
     let lens = lengths(3000);
     let (sgl, _) = arena.chained(&lens, 2, 1);
@@ -251,9 +252,7 @@ fn a_list_of_chain_entries_every_other_slot_is_walked_whole() {
 #[test]
 fn a_walk_cut_by_the_bound_is_counted_truncated_on_both_sides() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1000));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1000);
     let lens = lengths(5000);
     let (sgl, _) = arena.chained(&lens, 128, 0);
     let walked: u64 = lens[..1000].iter().map(|&l| u64::from(l)).sum();
@@ -265,11 +264,7 @@ fn a_walk_cut_by_the_bound_is_counted_truncated_on_both_sides() {
     let un = one_sg_record(&mut inj);
     assert_ne!(un.event.flags & flags::SG_TRUNCATED, 0);
     assert_eq!(un.event.size, walked, "the unmap agrees with its map");
-    let snap = inj.snapshot();
-    let d = snap
-        .iter()
-        .find(|d| d.device == inj.device.name)
-        .expect("the device");
+    let d = inj.device_row();
     // Counted per device (from the kernel's counters), and no drift.
     assert_eq!((d.sg_truncated, d.sg_unmap_truncated), (1, 1));
     assert_eq!((d.bytes_mapped, d.bytes_unmapped), (walked, walked));
@@ -279,9 +274,7 @@ fn a_walk_cut_by_the_bound_is_counted_truncated_on_both_sides() {
 #[test]
 fn a_100k_entry_list_is_exact_and_its_walk_cost_bounded() {
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    let dev = inj.device.addr;
-    let mut arena = Arena::new(inj.tracer.offsets);
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
     let n = 100_000;
     let lens = lengths(n);
     let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
@@ -312,6 +305,27 @@ fn a_100k_entry_list_is_exact_and_its_walk_cost_bounded() {
     );
 }
 
+/// An injector whose dma_map_sg program walks with the bounded loop of
+/// kernels without bpf_loop() (`continued`: and its tail-called chunks).
+fn bounded_walk_injector(continued: bool) -> Injector {
+    let mut inj = Injector::new(tracer(1 << 22));
+    inj.tracer
+        .load_bounded_walk(continued)
+        .expect("the bounded walk (and its continuation) passes this kernel's verifier");
+    inj
+}
+
+/// One dma_map_sg of the `n`-entry list at `sgl` through the bounded walk:
+/// its record, and the seconds the program took.
+fn bounded_map(inj: &mut Injector, sgl: u64, n: usize) -> (SgEvent, f64) {
+    let fd = inj.tracer.program_fd("bench_sg_bounded").expect("program");
+    let dev = inj.device.addr;
+    let t = Instant::now();
+    run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 2, 0], None).expect("test run");
+    let secs = t.elapsed().as_secs_f64();
+    (one_sg_record(inj), secs)
+}
+
 /// The walk of the programs for kernels without bpf_loop() (5.10 to 5.16):
 /// exact up to its bound (SG_PREFIX + SG_BOUNDED_REST steps, chain entries
 /// included), counted as truncated beyond; and what an entry costs there.
@@ -319,11 +333,7 @@ fn a_100k_entry_list_is_exact_and_its_walk_cost_bounded() {
 fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
     use gpudirect_trace_common::{SG_BOUNDED_REST, SG_PREFIX};
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    inj.tracer
-        .load_bounded_walk(false)
-        .expect("the bounded walk passes this kernel's verifier");
-    let dev = inj.device.addr;
+    let mut inj = bounded_walk_injector(false);
     let mut arena = Arena::new(inj.tracer.offsets);
     let steps = (SG_PREFIX + SG_BOUNDED_REST) as usize;
     // Arrays of 128: every 128th step is a chain entry.
@@ -331,11 +341,7 @@ fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
     for (n, whole) in [(fits, true), (fits + 500, false)] {
         let lens = lengths(n);
         let (sgl, _) = arena.chained(&lens, 128, 0);
-        let fd = inj.tracer.program_fd("bench_sg_bounded").expect("program");
-        let t = Instant::now();
-        run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 2, 0], None).expect("test run");
-        let secs = t.elapsed().as_secs_f64();
-        let ev = one_sg_record(&mut inj);
+        let (ev, secs) = bounded_map(&mut inj, sgl, n);
         let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         if whole {
             assert_eq!(ev.event.flags & flags::SG_TRUNCATED, 0, "{n} entries fit");
@@ -363,22 +369,14 @@ fn the_bounded_walk_is_exact_to_its_bound_and_counts_the_rest() {
 fn the_bounded_walk_continues_in_tail_calls_to_100k_entries() {
     use gpudirect_trace_common::{SG_BOUNDED_REST, SG_PREFIX, SG_TAIL_CALLS};
     crate::require_root();
-    let mut inj = Injector::new(tracer(1 << 22));
-    inj.tracer
-        .load_bounded_walk(true)
-        .expect("the bounded walk and its continuation load");
-    let dev = inj.device.addr;
+    let mut inj = bounded_walk_injector(true);
     let mut arena = Arena::new(inj.tracer.offsets);
     let n = 100_000;
     assert!(n < (SG_PREFIX + SG_BOUNDED_REST * (1 + SG_TAIL_CALLS)) as usize);
     let lens = lengths(n);
     let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
     let (sgl, _) = arena.chained(&lens, 128, 0);
-    let fd = inj.tracer.program_fd("bench_sg_bounded").expect("program");
-    let t = Instant::now();
-    run_raw_tracepoint(fd, &[dev, sgl, n as u64, n as u64, 2, 0], None).expect("test run");
-    let secs = t.elapsed().as_secs_f64();
-    let ev = one_sg_record(&mut inj);
+    let (ev, secs) = bounded_map(&mut inj, sgl, n);
     assert_eq!(ev.event.flags & flags::SG_TRUNCATED, 0, "walked to the end");
     assert_eq!(ev.event.size, total, "exact over {} chunks", n / 5000 + 1);
     println!(

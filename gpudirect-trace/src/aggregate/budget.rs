@@ -159,18 +159,29 @@ pub fn budget(
 mod tests {
     use super::*;
 
+    /// Latencies of one call each, taking `ns` in all, by operation.
+    fn timed(calls: &[(&'static str, u64)]) -> BTreeMap<&'static str, LatencySnapshot> {
+        calls
+            .iter()
+            .map(|&(op, ns)| {
+                let one = LatencySnapshot {
+                    count: 1,
+                    total_ns: ns,
+                    ..Default::default()
+                };
+                (op, one)
+            })
+            .collect()
+    }
+
     #[test]
     fn the_budget_sums_the_timed_calls_per_second_and_per_gb() {
-        let mut l = BTreeMap::new();
-        let t = |ns| LatencySnapshot {
-            count: 1,
-            total_ns: ns,
-            ..Default::default()
-        };
-        l.insert("dma_map_sg", t(30_000_000));
-        l.insert("dma_unmap_sg", t(10_000_000));
-        l.insert("iommu_map", t(15_000_000));
-        l.insert("iotlb_sync", t(5_000_000));
+        let l = timed(&[
+            ("dma_map_sg", 30_000_000),
+            ("dma_unmap_sg", 10_000_000),
+            ("iommu_map", 15_000_000),
+            ("iotlb_sync", 5_000_000),
+        ]);
         // 4 ms of invalidations, 2 of them inside iotlb_sync (already counted).
         let b = budget(&l, 2.0, 4_000_000_000, (4_000_000, 2_000_000)).expect("timed");
         assert_eq!(b.dma_api_ms_per_s, 20.0);
@@ -195,14 +206,7 @@ mod tests {
                 "{name}: the eBPF side's nesting and the budget's IOMMU part disagree"
             );
         }
-        let mut l = BTreeMap::new();
-        let t = |ns| LatencySnapshot {
-            count: 1,
-            total_ns: ns,
-            ..Default::default()
-        };
-        l.insert("dma_iova_link", t(6_000_000));
-        l.insert("dma_iova_sync", t(2_000_000));
+        let l = timed(&[("dma_iova_link", 6_000_000), ("dma_iova_sync", 2_000_000)]);
         // The flushes inside the sync are nested: not added again.
         let b = budget(&l, 1.0, 0, (1_500_000, 0)).expect("timed");
         assert_eq!((b.dma_api_ms_per_s, b.iommu_ms_per_s), (8.0, 8.0));

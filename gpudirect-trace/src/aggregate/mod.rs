@@ -514,6 +514,6 @@ pub fn fault_access(flags: u64) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tests_iova;

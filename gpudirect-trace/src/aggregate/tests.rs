@@ -8,7 +8,9 @@ use crate::{
     model::{MappingState, Process},
 };
 
-fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
+/// An event of kind `k` and nothing else set: the serve tests build their
+/// aggregates from these too.
+pub(crate) fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
     Record::Event(Event {
         kind: k,
         addr,

@@ -9,7 +9,7 @@ use super::{
     capture, diagnose, diagnose_with,
     findings::Severity,
     report::Report,
-    testutil::{find, fixture, Synth, FIXTURE, GPU0, GPU1},
+    testutil::{assert_has, find, fixture, Synth, FIXTURE, GPU0, GPU1},
     tree::Tree,
 };
 use crate::gpu::{
@@ -47,16 +47,8 @@ fn recorded_nvml_h200_host_is_healthy_and_named_as_users_know_it() {
     for bdf in [GPU0, GPU1] {
         let b = find(&r, "gpu.bar1", bdf);
         assert_eq!(b.severity, Severity::Ok);
-        assert!(
-            b.summary.contains("0% used (1 MiB of 262144 MiB)"),
-            "{}",
-            b.summary
-        );
-        assert!(
-            b.evidence[0].contains("nvmlDeviceGetBAR1MemoryInfo"),
-            "{:?}",
-            b.evidence
-        );
+        assert_has(&b.summary, "0% used (1 MiB of 262144 MiB)");
+        assert_has(&b.evidence[0], "nvmlDeviceGetBAR1MemoryInfo");
         assert_eq!(find(&r, "gpu.link", bdf).severity, Severity::Ok);
         assert_eq!(find(&r, "gpu.remapped_rows", bdf).severity, Severity::Ok);
         assert_eq!(find(&r, "gpu.ecc", bdf).severity, Severity::Ok);
@@ -69,11 +61,7 @@ fn recorded_nvml_h200_host_is_healthy_and_named_as_users_know_it() {
     // over the recording's two readings one second apart.
     let rp = find(&r, "gpu.pcie_replays", GPU1);
     assert_eq!(rp.severity, Severity::Ok);
-    assert!(
-        rp.summary.contains("steady at 2 over 1 s"),
-        "{}",
-        rp.summary
-    );
+    assert_has(&rp.summary, "steady at 2 over 1 s");
     assert!(r.findings.iter().all(|f| f.id != "gpu.persistence_off"));
     assert!(r.findings.iter().all(|f| f.id != "nvml.unavailable"));
     assert_eq!(
@@ -111,17 +99,8 @@ fn recorded_nvml_bar1_nearly_full_and_small() {
     let r = run(&rec, None);
     let b = find(&r, "gpu.bar1", GPU0);
     assert_eq!(b.severity, Severity::Problem);
-    assert!(
-        b.summary
-            .contains("93% used (240 MiB of 256 MiB): nearly full"),
-        "{}",
-        b.summary
-    );
-    assert!(
-        b.summary.contains("warn at 75%, problem at 90%"),
-        "{}",
-        b.summary
-    );
+    assert_has(&b.summary, "93% used (240 MiB of 256 MiB): nearly full");
+    assert_has(&b.summary, "warn at 75%, problem at 90%");
     assert!(b.advice.contains("registrations"), "{}", b.advice);
     assert_eq!(find(&r, "gpu.bar1.small", GPU0).severity, Severity::Warn);
     assert_eq!(find(&r, "gpu.bar1", GPU1).severity, Severity::Warn);
@@ -145,20 +124,14 @@ fn recorded_nvml_link_below_max_busy_is_a_problem_idle_may_be_power_saving() {
     let r = run(&rec, None);
     let busy = find(&r, "gpu.link.below_max", GPU0);
     assert_eq!(busy.severity, Severity::Problem);
-    assert!(
-        busy.summary
-            .contains("Gen4 x8, below its maximum Gen5 x16 in P0 (not idle)"),
-        "{}",
-        busy.summary
+    assert_has(
+        &busy.summary,
+        "Gen4 x8, below its maximum Gen5 x16 in P0 (not idle)",
     );
     let idle = find(&r, "gpu.link.below_max", GPU1);
     assert_eq!(idle.severity, Severity::Info);
     assert!(idle.summary.contains("P8") && idle.summary.contains("may be power saving"));
-    assert!(
-        idle.evidence[0].contains("Gen1 x16 now, Gen5 x16 max; P8"),
-        "{:?}",
-        idle.evidence
-    );
+    assert_has(&idle.evidence[0], "Gen1 x16 now, Gen5 x16 max; P8");
 }
 
 #[test]
@@ -168,12 +141,7 @@ fn recorded_nvml_replays_rising_between_readings_and_against_a_baseline() {
     let r = run(&rec, None);
     let w = find(&r, "gpu.pcie_replays", GPU0);
     assert_eq!(w.severity, Severity::Warn);
-    assert!(
-        w.summary
-            .contains("+3 in 1 s (180.0/min, above DCGM's 8/min)"),
-        "{}",
-        w.summary
-    );
+    assert_has(&w.summary, "+3 in 1 s (180.0/min, above DCGM's 8/min)");
     assert!(w.advice.contains("Xid 79"), "{}", w.advice);
     assert_eq!(w.evidence.len(), 2);
     // Against a capture taken an hour earlier with 0 and 2 replays: +1 and +0.
@@ -185,16 +153,8 @@ fn recorded_nvml_replays_rising_between_readings_and_against_a_baseline() {
     let r = run(&h200(), Some(&base));
     let slow = find(&r, "gpu.pcie_replays", GPU0);
     assert_eq!(slow.severity, Severity::Info);
-    assert!(
-        slow.summary.contains("+1 in 3600 s (0.02/min)"),
-        "{}",
-        slow.summary
-    );
-    assert!(
-        slow.evidence[0].contains("0 at baseline"),
-        "{:?}",
-        slow.evidence
-    );
+    assert_has(&slow.summary, "+1 in 3600 s (0.02/min)");
+    assert_has(&slow.evidence[0], "0 at baseline");
     let steady = find(&r, "gpu.pcie_replays", GPU1);
     assert_eq!(steady.severity, Severity::Ok);
     // A counter lower than the baseline's: reset between the two.
@@ -294,11 +254,7 @@ fn without_nvml_one_note_and_identities_from_proc() {
     s.file(&format!("/{NVML_FILE}"), "{");
     let r = diagnose(&s.tree()).expect("diagnose");
     let n = find(&r, "nvml.unavailable", "host");
-    assert!(
-        n.summary.contains("parsing recorded NVML answers"),
-        "{}",
-        n.summary
-    );
+    assert_has(&n.summary, "parsing recorded NVML answers");
 }
 
 fn copy_tree(from: &Path, to: &Path) {

@@ -32,6 +32,12 @@ pub fn find<'a>(r: &'a Report, id: &str, dev: &str) -> &'a Finding {
         .unwrap_or_else(|| panic!("no finding {id} for {dev}: {:#?}", r.findings))
 }
 
+/// Fails, showing the whole text, unless `text` holds `part`: a finding's
+/// summary or evidence line checked for the words that matter.
+pub fn assert_has(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in {text:?}");
+}
+
 /// A 4 KiB config space with a PCIe capability at 0x60 (endpoint) and the
 /// given extended capabilities (id, body) chained from 0x100, 0x40 apart.
 pub fn config_with(devctl: u16, lnkcap: u32, lnksta: u16, ext: &[(u16, &[u8])]) -> Vec<u8> {

@@ -135,13 +135,5 @@ impl HookSupport {
 
 /// The unit names under `dir` (/sys/class/iommu), sorted; none if absent.
 pub fn iommu_units(dir: &Path) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    crate::kernel::dir_names(dir)
 }

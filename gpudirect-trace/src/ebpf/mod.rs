@@ -398,6 +398,16 @@ impl Tracer {
             .count()
     }
 
+    /// The probes that failed to load or attach, `name: reason` each: what
+    /// `--strict` refuses to start with and the messages' loader reports.
+    pub fn failed(&self) -> Vec<String> {
+        self.probes
+            .iter()
+            .filter(|p| p.status == Status::Failed)
+            .map(|p| format!("{}: {}", p.name, p.reason))
+            .collect()
+    }
+
     /// The file descriptor of a loaded program (for BPF_PROG_TEST_RUN).
     #[cfg(any(test, feature = "test-support"))]
     pub fn program_fd(&self, name: &str) -> anyhow::Result<std::os::fd::BorrowedFd<'_>> {

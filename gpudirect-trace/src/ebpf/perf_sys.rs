@@ -96,26 +96,21 @@ mod tests {
 
     #[test]
     fn attr_prefix_matches_the_kernel_header() {
-        assert_eq!(
-            offset_of!(PerfEventAttr, config),
-            offset_of!(perf_event_attr, config)
-        );
-        assert_eq!(
-            offset_of!(PerfEventAttr, read_format),
-            offset_of!(perf_event_attr, read_format)
-        );
-        assert_eq!(
-            offset_of!(PerfEventAttr, wakeup_events),
-            offset_of!(perf_event_attr, __bindgen_anon_2)
-        );
-        assert_eq!(
-            offset_of!(PerfEventAttr, bp_type),
-            offset_of!(perf_event_attr, bp_type)
-        );
-        assert_eq!(
-            offset_of!(PerfEventAttr, config1),
-            offset_of!(perf_event_attr, __bindgen_anon_3)
-        );
+        // Field names, not values: offset_of! needs them at compile time.
+        macro_rules! same_offset {
+            ($ours:ident, $kernels:ident) => {
+                assert_eq!(
+                    offset_of!(PerfEventAttr, $ours),
+                    offset_of!(perf_event_attr, $kernels),
+                    stringify!($ours)
+                )
+            };
+        }
+        same_offset!(config, config);
+        same_offset!(read_format, read_format);
+        same_offset!(wakeup_events, __bindgen_anon_2);
+        same_offset!(bp_type, bp_type);
+        same_offset!(config1, __bindgen_anon_3);
         // PERF_ATTR_SIZE_VER0.
         assert_eq!(std::mem::size_of::<PerfEventAttr>(), 64);
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use aya::Ebpf;
 
-use super::{Status, Tracer, TracerOptions};
+use super::{Tracer, TracerOptions};
 
 /// The log target of the programs' messages (the eBPF side's
 /// `debug_log::TARGET`): `RUST_LOG=ebpf=debug` shows them alone.
@@ -86,12 +86,12 @@ pub(super) fn load(
         return load_with(opts, false);
     }
     let mut tracer = load_with(opts, true)?;
-    let refused = failed(&tracer);
+    let refused = tracer.failed();
     if !refused.is_empty() {
         // Detach first: the second load attaches the same probes.
         drop(tracer);
         tracer = load_with(opts, false)?;
-        let without = failed(&tracer).len();
+        let without = tracer.failed().len();
         log::warn!(
             "the eBPF programs' debug messages are off: with them {} probe(s) failed \
              ({}), without them {without}",
@@ -105,15 +105,6 @@ pub(super) fn load(
         Err(e) => log::warn!("the eBPF programs' debug messages cannot be read: {e}"),
     }
     Ok(tracer)
-}
-
-fn failed(tracer: &Tracer) -> Vec<String> {
-    tracer
-        .probes
-        .iter()
-        .filter(|p| p.status == Status::Failed)
-        .map(|p| format!("{}: {}", p.name, p.reason))
-        .collect()
 }
 
 fn start(ebpf: &mut Ebpf, to: &ProgramLog) -> Result<Reader, String> {

@@ -144,8 +144,8 @@ impl Tracer {
             let total = merged.entry((dev, op)).or_default();
             *total = crate::aggregate::sum_log2([&*total, h].into_iter());
         };
-        for (k, per_cpu) in self.maps.latency.iter().filter_map(Result::ok) {
-            add(k.dev, k.op, &crate::aggregate::sum_log2(per_cpu.iter()));
+        for (k, h) in summed_over_cpus(self.maps.latency.iter()) {
+            add(k.dev, k.op, &h);
         }
         if let Ok(per_cpu) = self.maps.cpu_state.get(&0, 0) {
             for st in per_cpu.iter() {
@@ -165,13 +165,7 @@ impl Tracer {
     /// The kernel's log2 invalidation histograms (aggregate-only mode),
     /// summed over CPUs: (device name, `inval::class`, histogram).
     pub fn kernel_invalidations(&mut self) -> Vec<(Arc<str>, u32, LatHist)> {
-        let raw: Vec<(gpudirect_trace_common::InvalKey, LatHist)> = self
-            .maps
-            .invalidations
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
-            .collect();
+        let raw = summed_over_cpus(self.maps.invalidations.iter());
         raw.into_iter()
             .map(|(k, h)| (self.device_name(k.dev), k.class, h))
             .collect()
@@ -224,4 +218,15 @@ impl Tracer {
         self.maps.tasks.insert(tid, state, 0)?;
         Ok(())
     }
+}
+
+/// A per-CPU histogram map's entries, each summed over the CPUs (entries
+/// that fail to read, as one deleted while iterating, are passed over).
+fn summed_over_cpus<K>(
+    entries: impl Iterator<Item = Result<(K, aya::maps::PerCpuValues<LatHist>), aya::maps::MapError>>,
+) -> Vec<(K, LatHist)> {
+    entries
+        .filter_map(Result::ok)
+        .map(|(k, per_cpu)| (k, crate::aggregate::sum_log2(per_cpu.iter())))
+        .collect()
 }

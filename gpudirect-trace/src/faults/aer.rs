@@ -370,13 +370,7 @@ mod tests {
     use crate::faults::Decoder;
 
     fn decode(lines: &[&str]) -> Vec<Fault> {
-        let mut d = Decoder::new();
-        let mut out = Vec::new();
-        for l in lines {
-            out.extend(d.feed(l));
-        }
-        out.extend(d.finish());
-        out
+        Decoder::decode_all(lines.iter().copied())
     }
 
     // https://github.com/archfan/coreboot/issues/2 (4.19+ format)

@@ -277,9 +277,7 @@ mod tests {
             "kernel: [  221.562629] AMD-Vi: Event logged [",
             "kernel: [  221.565929] IO_PAGE_FAULT device=05:00.0 domain=0x0012 address=0x00000000ff6101b0 flags=0x0070]",
         ];
-        let mut d = crate::faults::Decoder::new();
-        let mut out: Vec<Fault> = lines.iter().flat_map(|l| d.feed(l)).collect();
-        out.extend(d.finish());
+        let out = crate::faults::Decoder::decode_all(lines);
         assert_eq!(out.len(), 2, "{out:#?}");
         assert_eq!(out[0].reason_code, Some(8));
         assert_eq!(out[0].device.as_deref(), Some("0000:00:00.1"));
@@ -297,9 +295,7 @@ mod tests {
             "AMD-Vi: Event logged [Device not attached to domain properly]",
             "AMD-Vi:   device=0000:03:00.0 domain=0x0004",
         ];
-        let mut d = crate::faults::Decoder::new();
-        let mut out: Vec<Fault> = lines.iter().flat_map(|l| d.feed(l)).collect();
-        out.extend(d.finish());
+        let out = crate::faults::Decoder::decode_all(lines);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].device.as_deref(), Some("0000:03:00.0"));
     }

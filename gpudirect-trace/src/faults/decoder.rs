@@ -48,6 +48,18 @@ impl Decoder {
         Self::default()
     }
 
+    /// Every fault in `lines`, a whole log read through one decoder (its
+    /// unfinished report included at the end).
+    pub fn decode_all<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<Fault> {
+        let mut d = Self::new();
+        let mut out = Vec::new();
+        for line in lines {
+            out.extend(d.feed(line));
+        }
+        out.extend(d.finish());
+        out
+    }
+
     /// Decode one line; returns the faults completed by it (possibly an
     /// earlier multi-line report that this line ends).
     pub fn feed(&mut self, line: &str) -> Vec<Fault> {

@@ -72,13 +72,7 @@ pub struct CauseCount {
 
 /// Decode a whole log text.
 pub fn decode_text(text: &str) -> Vec<Fault> {
-    let mut d = Decoder::new();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        out.extend(d.feed(line));
-    }
-    out.extend(d.finish());
-    out
+    Decoder::decode_all(text.lines())
 }
 
 /// The cause label faults are grouped by: Xid details (addresses, channels)

@@ -321,12 +321,7 @@ mod tests {
         let single = parse_line(lines[0]).expect("parsed");
         assert_eq!(single.reason_code, Some(7));
         assert!(single.reason.starts_with("F_TRANSL_FORBIDDEN"));
-        let mut d = Decoder::new();
-        let mut out = Vec::new();
-        for l in lines {
-            out.extend(d.feed(l));
-        }
-        out.extend(d.finish());
+        let out = Decoder::decode_all(lines);
         assert_eq!(out.len(), 2, "two events, raw dword lines folded in");
         assert!(out[0].flags.contains(&"sid=0x100".to_string()));
         assert_eq!(out[0].timestamp_ns, Some(7_471_032_000));

@@ -421,9 +421,7 @@ mod tests {
             "[ 1692.021403] DMAR:[fault reason 12] non-zero reserved fields in PTE",
             "[ 1692.021416] dmar: DRHD: handling fault status reg 2",
         ];
-        let mut d = crate::faults::Decoder::new();
-        let mut out: Vec<Fault> = lines.iter().flat_map(|l| d.feed(l)).collect();
-        out.extend(d.finish());
+        let out = crate::faults::Decoder::decode_all(lines);
         assert_eq!(out.len(), 2, "{out:#?}");
         let f = &out[0];
         assert_eq!(f.reason_code, Some(0x0c));

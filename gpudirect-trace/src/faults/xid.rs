@@ -370,17 +370,12 @@ mod tests {
             parse_line("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0"),
             None
         );
-        let mut d = crate::faults::Decoder::new();
-        let mut out = Vec::new();
-        for l in [
+        let out = crate::faults::Decoder::decode_all([
             "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
             "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
             "               NVRM: fallen off the bus and is not responding to commands.",
             "[ 1843.439662] NVRM: The NVIDIA probe routine failed for 1 device(s).",
-        ] {
-            out.extend(d.feed(l));
-        }
-        out.extend(d.finish());
+        ]);
         assert_eq!(out.len(), 1, "{out:#?}");
         assert_eq!(out[0].device.as_deref(), Some("0000:b3:00.0"));
         assert_eq!(out[0].xid, Some(79));

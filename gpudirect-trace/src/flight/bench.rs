@@ -17,6 +17,7 @@ use gpudirect_trace_common::{kind, Event};
 use super::{FlightOptions, Recorder, Trigger};
 use crate::{
     decode::Record,
+    kernel::thread_cpu_ns,
     session::Observed,
     tracefile::{tests::Rng, Header, TraceWriter},
 };
@@ -25,16 +26,6 @@ use crate::{
 static NOW: AtomicU64 = AtomicU64::new(0);
 fn now() -> u64 {
     NOW.load(Ordering::Relaxed)
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn rss_bytes() -> u64 {
@@ -53,6 +44,14 @@ struct Stream {
 }
 
 impl Stream {
+    fn new(seed: u64) -> Self {
+        Self {
+            rng: Rng::new(seed),
+            i: 0,
+            live: Vec::new(),
+        }
+    }
+
     fn next(&mut self) -> Record {
         self.i += 1;
         let ts = self.i * 1000;
@@ -100,6 +99,18 @@ fn opts(dir: &std::path::Path) -> FlightOptions {
     }
 }
 
+/// The recorder sees the stream's next record as event `i`, at its
+/// synthetic time (1 µs per event).
+fn observe_next(r: &mut Recorder, s: &mut Stream, i: u64, device: &Arc<str>) {
+    NOW.store(i * 1000, Ordering::Relaxed);
+    let rec = s.next();
+    r.observe(&Observed::Record {
+        record: &rec,
+        device,
+    })
+    .expect("observe");
+}
+
 #[test]
 #[ignore = "benchmark: cargo xtask bench"]
 fn bench_flight_recorder() {
@@ -112,11 +123,7 @@ fn bench_flight_recorder() {
     };
     // CPU per event: the same stream into a file and into the ring.
     let n = 4_000_000u64;
-    let mut s = Stream {
-        rng: Rng::new(7),
-        i: 0,
-        live: Vec::new(),
-    };
+    let mut s = Stream::new(7);
     let file = std::fs::File::create(dir.path().join("f.gdt")).expect("file");
     let mut w = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &header).expect("w");
     let t0 = thread_cpu_ns();
@@ -131,20 +138,10 @@ fn bench_flight_recorder() {
 
     NOW.store(0, Ordering::Relaxed);
     let mut r = Recorder::with_clock(header.clone(), opts(dir.path()), now).expect("recorder");
-    let mut s = Stream {
-        rng: Rng::new(7),
-        i: 0,
-        live: Vec::new(),
-    };
+    let mut s = Stream::new(7);
     let t0 = thread_cpu_ns();
     for i in 0..n {
-        NOW.store(i * 1000, Ordering::Relaxed);
-        let rec = s.next();
-        r.observe(&Observed::Record {
-            record: &rec,
-            device: &device,
-        })
-        .expect("observe");
+        observe_next(&mut r, &mut s, i, &device);
         if i % 1_000_000 == 999_999 {
             r.writer.flush().expect("flush");
         }
@@ -159,23 +156,13 @@ fn bench_flight_recorder() {
     drop(r);
     let base = rss_bytes();
     let mut r = Recorder::with_clock(header, opts(dir.path()), now).expect("recorder");
-    let mut s = Stream {
-        rng: Rng::new(11),
-        i: 0,
-        live: Vec::new(),
-    };
+    let mut s = Stream::new(11);
     let total = 300_000_000u64;
     let mut max_rss = 0u64;
     let mut max_ring = 0u64;
     let started = Instant::now();
     for i in 0..total {
-        NOW.store(i * 1000, Ordering::Relaxed);
-        let rec = s.next();
-        r.observe(&Observed::Record {
-            record: &rec,
-            device: &device,
-        })
-        .expect("observe");
+        observe_next(&mut r, &mut s, i, &device);
         if i % 1_000_000 == 999_999 {
             r.writer.flush().expect("flush");
             if i % 10_000_000 == 9_999_999 {

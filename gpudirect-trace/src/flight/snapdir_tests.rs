@@ -14,6 +14,15 @@ fn chmod(p: &Path, mode: u32) {
     fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
+/// A prepared, empty snapshot directory in a fresh tempdir (kept by the
+/// caller).
+fn snapshot_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let top = tempfile::tempdir().expect("tempdir");
+    let dir = top.path().join("snaps");
+    prepare_dir(&dir).expect("dir");
+    (top, dir)
+}
+
 #[test]
 fn a_link_or_a_directory_others_can_write_is_refused_with_its_name() {
     let top = tempfile::tempdir().expect("tempdir");
@@ -57,9 +66,7 @@ fn snapshot(dir: &Path, name: &str, len: usize) -> std::path::PathBuf {
 
 #[test]
 fn the_budget_counts_and_deletes_only_our_snapshots_by_blocks_used() {
-    let top = tempfile::tempdir().expect("tempdir");
-    let dir = top.path().join("snaps");
-    prepare_dir(&dir).expect("dir");
+    let (top, dir) = snapshot_dir();
     let a = snapshot(&dir, "gdt-20261201T000001Z-h-a.gdt", 100 << 10);
     let b = snapshot(&dir, "gdt-20261201T000002Z-h-b.gdt", 100 << 10);
     let c = snapshot(&dir, "gdt-20261201T000003Z-h-c.gdt", 100 << 10);
@@ -103,9 +110,7 @@ fn the_budget_counts_and_deletes_only_our_snapshots_by_blocks_used() {
 
 #[test]
 fn an_index_that_is_not_ours_alone_deletes_nothing() {
-    let top = tempfile::tempdir().expect("tempdir");
-    let dir = top.path().join("snaps");
-    prepare_dir(&dir).expect("dir");
+    let (top, dir) = snapshot_dir();
     let a = snapshot(&dir, "gdt-20261201T000001Z-h-a.gdt", 10 << 10);
     let b = snapshot(&dir, "gdt-20261201T000002Z-h-b.gdt", 10 << 10);
     chmod(&dir.join(INDEX), 0o644);
@@ -123,9 +128,7 @@ fn an_index_that_is_not_ours_alone_deletes_nothing() {
 
 #[test]
 fn a_restarted_recorder_counts_its_predecessors_snapshots() {
-    let top = tempfile::tempdir().expect("tempdir");
-    let dir = top.path().join("snaps");
-    prepare_dir(&dir).expect("dir");
+    let (_top, dir) = snapshot_dir();
     let old = snapshot(&dir, "gdt-20261201T000001Z-h-a.gdt", 64 << 10);
     // A new process: nothing but the directory carries over.
     prepare_dir(&dir).expect("again");
@@ -139,9 +142,7 @@ fn a_restarted_recorder_counts_its_predecessors_snapshots() {
 #[test]
 fn count_and_age_bounds_delete_the_oldest_of_ours_and_say_why() {
     use std::time::{Duration, SystemTime};
-    let top = tempfile::tempdir().expect("tempdir");
-    let dir = top.path().join("snaps");
-    prepare_dir(&dir).expect("dir");
+    let (_top, dir) = snapshot_dir();
     let names = [
         "gdt-20261201T000001Z-h-a.gdt",
         "gdt-20261201T000002Z-h-b.gdt",

@@ -64,17 +64,32 @@ fn dropped(j: &serde_json::Value, keeper: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `dma.<field>` summed over the report's devices.
+fn dma_total(j: &serde_json::Value, field: &str) -> u64 {
+    j["devices"]
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| d["dma"][field].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// The test header of a recording made with `--check` (and `--stacks`).
+fn checked_header(stacks: bool) -> Header {
+    Header {
+        checks: Some(CheckSetup {
+            kernel_image: Vec::new(),
+            stacks,
+        }),
+        ..header()
+    }
+}
+
 #[test]
 fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("maps.gdt");
-    let h = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: false,
-        }),
-        ..header()
-    };
+    let h = checked_header(false);
     let mut w = writer(&f, &h);
     let (devices, per) = (16u64, 4000u64);
     for d in 0..devices {
@@ -98,20 +113,8 @@ fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget(
         assert!(dropped(&j, keeper) > 0, "{keeper}: {}", j["memory_budget"]);
     }
     // Every map is still counted, and outstanding (tracked or not).
-    let maps: u64 = j["devices"]
-        .as_array()
-        .expect("devices")
-        .iter()
-        .map(|d| d["dma"]["maps"].as_u64().unwrap_or(0))
-        .sum();
-    assert_eq!(maps, devices * per);
-    let outstanding: u64 = j["devices"]
-        .as_array()
-        .expect("devices")
-        .iter()
-        .map(|d| d["dma"]["outstanding_mappings"].as_u64().unwrap_or(0))
-        .sum();
-    assert_eq!(outstanding, devices * per);
+    assert_eq!(dma_total(&j, "maps"), devices * per);
+    assert_eq!(dma_total(&j, "outstanding_mappings"), devices * per);
     let peak = j["memory_budget"]["peak_bytes"].as_u64().expect("peak");
     assert!(peak <= SMALL as u64 + (1 << 20), "{peak}");
     assert!(t.contains("note: the file asks a reader to keep more than its memory budget (2 MiB)"));
@@ -123,13 +126,7 @@ fn never_unmapped_maps_over_devices_levels_and_pids_are_counted_past_the_budget(
 fn names_stacks_faults_triggers_and_losses_stay_within_and_say_so() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("text.gdt");
-    let h = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: true,
-        }),
-        ..header()
-    };
+    let h = checked_header(true);
     let mut w = writer(&f, &h);
     let long = |tag: String| format!("{}{tag}", "x".repeat(3000));
     w.push(

@@ -5,7 +5,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 use gpudirect_trace_common::{kind, Event};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 
-use super::{html, replay, Window};
+use super::{html, html::synthetic::in_tempdir, replay, Window};
 use crate::{
     decode::Record,
     export::{self, ExportOptions, Format},
@@ -18,12 +18,18 @@ use crate::{
 const N: usize = 1000;
 const SHARED_PHYS: u64 = 0x7_7777_7000;
 
+/// A trace file at `path` with the test header, and the header's start
+/// time (the recordings' t0).
+fn test_writer(path: &Path) -> (TraceWriter<std::fs::File>, u64) {
+    let h = header();
+    let w = TraceWriter::new(std::fs::File::create(path).expect("create"), &h).expect("header");
+    (w, h.start_ts_ns)
+}
+
 /// 1000 map/unmap events 10 ms apart (10 s), a fault at 3 s, a loss at 5 s,
 /// checkpoints at 1 s and 9 s; the first two maps share a physical page.
 fn sample(path: &Path) -> u64 {
-    let h = header();
-    let t0 = h.start_ts_ns;
-    let mut w = TraceWriter::new(std::fs::File::create(path).expect("create"), &h).expect("header");
+    let (mut w, t0) = test_writer(path);
     let mut shared = 0;
     for (i, (mut r, d)) in map_unmap_stream(N, 3).into_iter().enumerate() {
         if let Record::Event(e) = &mut r {
@@ -81,9 +87,7 @@ fn sample(path: &Path) -> u64 {
 
 #[test]
 fn report_replays_whole_file_and_windows() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let r = replay(&f, &Window::default()).expect("replay");
     assert_eq!(r.analysis.agg.events, N as u64 + 1);
     assert_eq!(r.losses.iter().map(|l| l.lost).sum::<u64>(), 42);
@@ -156,9 +160,7 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
 
 #[test]
 fn jsonl_has_every_event_and_redaction_keeps_pseudonyms_stable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let plain = export(&f, Format::Jsonl, false);
     let lines: Vec<serde_json::Value> = plain
         .lines()
@@ -208,9 +210,7 @@ fn jsonl_has_every_event_and_redaction_keeps_pseudonyms_stable() {
 
 #[test]
 fn chrome_export_has_device_tracks_spans_and_instants() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let doc: serde_json::Value =
         serde_json::from_str(&export(&f, Format::Chrome, false)).expect("chrome JSON");
     let ev = doc["traceEvents"].as_array().expect("traceEvents");
@@ -239,9 +239,7 @@ fn chrome_export_has_device_tracks_spans_and_instants() {
 
 #[test]
 fn hdr_export_is_a_v2_interval_log_per_device_and_operation() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("t.gdt");
-    sample(&f);
+    let (_dir, f) = in_tempdir("t.gdt", sample);
     let log = export(&f, Format::Hdr, false);
     let mut tags = std::collections::BTreeSet::new();
     let mut intervals = 0;
@@ -373,10 +371,7 @@ fn every_view_shows_one_clock() {
 fn crafted_sizes_and_far_timestamps_neither_panic_nor_bomb_memory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("crafted.gdt");
-    let h = header();
-    let t0 = h.start_ts_ns;
-    let mut w =
-        TraceWriter::new(std::fs::File::create(&path).expect("create"), &h).expect("header");
+    let (mut w, t0) = test_writer(&path);
     for d in 0..64u64 {
         for (kind, size) in [(kind::DMA_MAP, u64::MAX), (kind::DMA_MAP, u64::MAX)] {
             let e = Event {
@@ -427,10 +422,7 @@ fn xid_formats_replayed_take_the_process_from_the_line_not_the_tracepoints_task(
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("xids.gdt");
-    let h = header();
-    let t0 = h.start_ts_ns;
-    let mut w =
-        TraceWriter::new(std::fs::File::create(&path).expect("create"), &h).expect("header");
+    let (mut w, t0) = test_writer(&path);
     for (i, form) in FORMS.iter().enumerate() {
         let ts = t0 + (i as u64 + 1) * 3_000_000_000;
         let msg = form

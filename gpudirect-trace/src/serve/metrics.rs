@@ -105,15 +105,7 @@ impl HistogramValue {
             counts[bounds.partition_point(|&b| b < low)] += n;
             sum += low as f64 * n as f64;
         }
-        let uppers = bounds
-            .iter()
-            .map(|&b| b as f64 * scale)
-            .chain(std::iter::once(f64::INFINITY));
-        Self {
-            buckets: uppers.zip(counts).collect(),
-            sum: sum * scale,
-            count: h.len(),
-        }
+        Self::at_bounds(bounds, scale, counts, sum * scale, h.len())
     }
 
     /// Buckets of a kernel log2 histogram (bucket b: [2^b, 2^(b+1)) ns) at
@@ -126,14 +118,20 @@ impl HistogramValue {
             let upper = 1u128 << (b + 1);
             counts[bounds_ns.partition_point(|&x| u128::from(x) < upper)] += n;
         }
-        let uppers = bounds_ns
+        Self::at_bounds(bounds_ns, scale, counts, h.sum_ns as f64 * scale, h.count)
+    }
+
+    /// `counts[i]` under upper bound `bounds[i]` (exported multiplied by
+    /// `scale`), the last under +Inf.
+    fn at_bounds(bounds: &[u64], scale: f64, counts: Vec<u64>, sum: f64, count: u64) -> Self {
+        let uppers = bounds
             .iter()
             .map(|&b| b as f64 * scale)
             .chain(std::iter::once(f64::INFINITY));
         Self {
             buckets: uppers.zip(counts).collect(),
-            sum: h.sum_ns as f64 * scale,
-            count: h.count,
+            sum,
+            count,
         }
     }
 
@@ -453,43 +451,21 @@ impl Model {
             let l = vec![("kind", kind_name(k as u16).to_owned())];
             self.add(&crate::metrics::tracer::EVENTS_TOTAL, l, n);
         }
-        let lost = stats.lost_events;
-        self.add(
-            &crate::metrics::tracer::EVENTS_RECEIVED_TOTAL,
-            vec![],
-            agg.events,
-        );
-        self.add(&crate::metrics::tracer::EVENTS_LOST_TOTAL, vec![], lost);
-        let missed = stats.missed_events;
-        self.add(&crate::metrics::tracer::EVENTS_MISSED_TOTAL, vec![], missed);
-        let bad = agg.decode_errors;
-        self.add(
-            &crate::metrics::tracer::EVENTS_UNDECODABLE_TOTAL,
-            vec![],
-            bad,
-        );
-        let nest = stats.timing_nest_full;
-        self.add(&crate::metrics::tracer::TIMINGS_SKIPPED_TOTAL, vec![], nest);
-        let stacks = stats.stacks_lost;
-        self.add(&crate::metrics::tracer::STACKS_LOST_TOTAL, vec![], stacks);
-        let untracked = stats.mappings_untracked;
-        self.add(
-            &crate::metrics::tracer::MAPPINGS_UNTRACKED_TOTAL,
-            vec![],
-            untracked,
-        );
-        let unmatched = stats.lifetime_unmatched;
-        self.add(
-            &crate::metrics::tracer::UNMAPS_UNMATCHED_TOTAL,
-            vec![],
-            unmatched,
-        );
-        let folded = labels.folded();
-        self.add(
-            &crate::metrics::tracer::DEVICES_FOLDED_TOTAL,
-            vec![],
-            folded,
-        );
+        // The tracer's own unlabelled counters, in the order they are exported.
+        use crate::metrics::tracer as t;
+        for (metric, value) in [
+            (&t::EVENTS_RECEIVED_TOTAL, agg.events),
+            (&t::EVENTS_LOST_TOTAL, stats.lost_events),
+            (&t::EVENTS_MISSED_TOTAL, stats.missed_events),
+            (&t::EVENTS_UNDECODABLE_TOTAL, agg.decode_errors),
+            (&t::TIMINGS_SKIPPED_TOTAL, stats.timing_nest_full),
+            (&t::STACKS_LOST_TOTAL, stats.stacks_lost),
+            (&t::MAPPINGS_UNTRACKED_TOTAL, stats.mappings_untracked),
+            (&t::UNMAPS_UNMATCHED_TOTAL, stats.lifetime_unmatched),
+            (&t::DEVICES_FOLDED_TOTAL, labels.folded()),
+        ] {
+            self.add(metric, vec![], value);
+        }
     }
 
     /// The metric names as exported (with unit and `_total` suffixes).
@@ -556,6 +532,22 @@ fn encode_value(
         Type::Counter => ConstCounter::new(v).encode(m),
         _ => ConstGauge::new(v).encode(m),
     }
+}
+
+/// The Prometheus text of `agg` alone (no self-statistics, probes or
+/// faults; up to 8 device labels): what the invalidation tests, here and on
+/// the host, read.
+#[cfg(any(test, feature = "test-support"))]
+pub fn text_of(agg: &crate::aggregate::Aggregator) -> String {
+    let model = Model::build(
+        agg,
+        &SelfStats::default(),
+        &[],
+        &[],
+        &mut DeviceLabels::new(8),
+        true,
+    );
+    render(model, false).expect("encodes")
 }
 
 /// The model encoded as OpenMetrics 1.0 (`openmetrics`) or the Prometheus

@@ -6,9 +6,10 @@
 //! one value per GPU; `fact`, `cause`, `scope` and `error` are fixed sets.
 //! Never pids.
 
-use std::{collections::HashSet, sync::Arc};
+use std::sync::Arc;
 
-use super::{DeviceLabels, Labels, Model};
+use super::{labels::BoundedLabels, DeviceLabels, Labels, Model};
+use crate::families::nvidia::metrics as nv;
 use crate::gpu::{process::Container, Fact, GpuFacts, GpuIdentity, NvmlStatus, Sample};
 use crate::metrics::Metric;
 
@@ -30,19 +31,11 @@ const MAX_FOLDED_TRACKED: usize = 4096;
 /// folded container is counted once in `gpudirect_containers_folded_total`.
 /// Tasks outside any container are `host`, which is never folded.
 #[derive(Debug)]
-pub struct ContainerLabels {
-    max: usize,
-    admitted: HashSet<Arc<str>>,
-    folded: HashSet<Arc<str>>,
-}
+pub struct ContainerLabels(BoundedLabels);
 
 impl ContainerLabels {
     pub fn new(max: usize) -> Self {
-        Self {
-            max,
-            admitted: HashSet::new(),
-            folded: HashSet::new(),
-        }
+        Self(BoundedLabels::new(max, MAX_FOLDED_TRACKED))
     }
 
     /// The label value for a task in `container` (`None`: not in one).
@@ -58,24 +51,15 @@ impl ContainerLabels {
             }
             name = &name[..cut];
         }
-        if let Some(l) = self.admitted.get(name) {
-            return l.clone();
-        }
         let reserved = name == OTHER_CONTAINER || name == HOST_CONTAINER;
-        if !reserved && self.admitted.len() < self.max && !self.folded.contains(name) {
-            let l: Arc<str> = Arc::from(name);
-            self.admitted.insert(l.clone());
-            return l;
-        }
-        if self.folded.len() < MAX_FOLDED_TRACKED {
-            self.folded.insert(Arc::from(name));
-        }
-        Arc::from(OTHER_CONTAINER)
+        self.0
+            .admit(name, reserved)
+            .unwrap_or_else(|| Arc::from(OTHER_CONTAINER))
     }
 
     /// Distinct containers folded into `other` so far (at most 4096 counted).
     pub fn folded(&self) -> u64 {
-        self.folded.len() as u64
+        self.0.folded()
     }
 }
 
@@ -90,20 +74,12 @@ impl Model {
     /// `gpudirect_gpu_fact_unavailable{fact}` where it did not.
     pub fn add_gpus(&mut self, status: &NvmlStatus, sample: &Sample, labels: &mut DeviceLabels) {
         let up = flag(status.is_available());
-        self.add(
-            &crate::families::nvidia::metrics::NVML_AVAILABLE,
-            vec![],
-            up,
-        );
+        self.add(&nv::NVML_AVAILABLE, vec![], up);
         if !status.is_available() {
             return;
         }
         let errors = sample.errors.len() as u64;
-        self.add(
-            &crate::families::nvidia::metrics::NVML_DEVICE_ERRORS,
-            vec![],
-            errors,
-        );
+        self.add(&nv::NVML_DEVICE_ERRORS, vec![], errors);
         for g in &sample.gpus {
             let base = gpu_labels(&g.identity, labels);
             let with = |k: &'static str, v: &str| {
@@ -112,25 +88,17 @@ impl Model {
                 l
             };
             let name = with("name", &g.identity.name);
-            self.add(&crate::families::nvidia::metrics::GPU_INFO, name, 1);
+            self.add(&nv::GPU_INFO, name, 1);
             self.add_gpu_values(g, &base);
             for (fact, _) in g.unavailable() {
                 let l = with("fact", fact);
-                self.add(
-                    &crate::families::nvidia::metrics::GPU_FACT_UNAVAILABLE,
-                    l,
-                    1,
-                );
+                self.add(&nv::GPU_FACT_UNAVAILABLE, l, 1);
             }
             let r = &g.retired_pages;
             for (cause, f) in [("single_bit", &r.single_bit), ("double_bit", &r.double_bit)] {
                 if let Fact::Ok(n) = f {
                     let l = with("cause", cause);
-                    self.add(
-                        &crate::families::nvidia::metrics::GPU_RETIRED_PAGES,
-                        l,
-                        u64::from(*n),
-                    );
+                    self.add(&nv::GPU_RETIRED_PAGES, l, u64::from(*n));
                 }
             }
             let e = &g.ecc;
@@ -143,11 +111,7 @@ impl Model {
                 if let Fact::Ok(n) = f {
                     let mut l = with("scope", scope);
                     l.push(("error", error.to_owned()));
-                    self.add(
-                        &crate::families::nvidia::metrics::GPU_ECC_ERRORS_TOTAL,
-                        l,
-                        *n,
-                    );
+                    self.add(&nv::GPU_ECC_ERRORS_TOTAL, l, *n);
                 }
             }
         }
@@ -160,45 +124,20 @@ impl Model {
             }
         };
         if let Fact::Ok(b) = g.bar1 {
-            self.add(
-                &crate::families::nvidia::metrics::GPU_BAR1_TOTAL_BYTES,
-                base.clone(),
-                b.total,
-            );
-            self.add(
-                &crate::families::nvidia::metrics::GPU_BAR1_USED_BYTES,
-                base.clone(),
-                b.used,
-            );
+            self.add(&nv::GPU_BAR1_TOTAL_BYTES, base.clone(), b.total);
+            self.add(&nv::GPU_BAR1_USED_BYTES, base.clone(), b.used);
         }
         let p = &g.pcie;
-        let v = |f: &Fact<u32>| f.ok().map(|&x| u64::from(x));
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_CURRENT,
-            v(&p.gen_current),
-        );
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PCIE_LINK_GEN_MAX,
-            v(&p.gen_max),
-        );
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_CURRENT,
-            v(&p.width_current),
-        );
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PCIE_LINK_WIDTH_MAX,
-            v(&p.width_max),
-        );
+        for (metric, fact) in [
+            (&nv::GPU_PCIE_LINK_GEN_CURRENT, &p.gen_current),
+            (&nv::GPU_PCIE_LINK_GEN_MAX, &p.gen_max),
+            (&nv::GPU_PCIE_LINK_WIDTH_CURRENT, &p.width_current),
+            (&nv::GPU_PCIE_LINK_WIDTH_MAX, &p.width_max),
+        ] {
+            gauge(self, metric, fact.ok().map(|&x| u64::from(x)));
+        }
         if let Fact::Ok(n) = p.replays {
-            self.add(
-                &crate::families::nvidia::metrics::GPU_PCIE_REPLAYS_TOTAL,
-                base.clone(),
-                n,
-            );
+            self.add(&nv::GPU_PCIE_REPLAYS_TOTAL, base.clone(), n);
         }
         if let Fact::Ok(r) = g.remapped_rows {
             for (cause, n) in [
@@ -207,57 +146,27 @@ impl Model {
             ] {
                 let mut l = base.clone();
                 l.push(("cause", cause.to_owned()));
-                self.add(
-                    &crate::families::nvidia::metrics::GPU_REMAPPED_ROWS,
-                    l,
-                    u64::from(n),
-                );
+                self.add(&nv::GPU_REMAPPED_ROWS, l, u64::from(n));
             }
-            gauge(
-                self,
-                &crate::families::nvidia::metrics::GPU_ROW_REMAP_PENDING,
-                Some(flag(r.pending)),
-            );
-            gauge(
-                self,
-                &crate::families::nvidia::metrics::GPU_ROW_REMAP_FAILED,
-                Some(flag(r.failure)),
-            );
+            gauge(self, &nv::GPU_ROW_REMAP_PENDING, Some(flag(r.pending)));
+            gauge(self, &nv::GPU_ROW_REMAP_FAILED, Some(flag(r.failure)));
         }
-        let pending = g.retired_pages.pending.ok().map(|&b| flag(b));
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_RETIRED_PAGES_PENDING,
-            pending,
-        );
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_ECC_ENABLED,
-            g.ecc.enabled.ok().map(|&b| flag(b)),
-        );
-        let pm = g.persistence_mode.ok().map(|&b| flag(b));
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PERSISTENCE_MODE,
-            pm,
-        );
+        for (metric, fact) in [
+            (&nv::GPU_RETIRED_PAGES_PENDING, &g.retired_pages.pending),
+            (&nv::GPU_ECC_ENABLED, &g.ecc.enabled),
+            (&nv::GPU_PERSISTENCE_MODE, &g.persistence_mode),
+        ] {
+            gauge(self, metric, fact.ok().map(|&b| flag(b)));
+        }
         let ps = g.performance_state.ok().map(|&s| u64::from(s));
-        gauge(
-            self,
-            &crate::families::nvidia::metrics::GPU_PERFORMANCE_STATE,
-            ps,
-        );
+        gauge(self, &nv::GPU_PERFORMANCE_STATE, ps);
     }
 
     /// `gpudirect_containers_folded_total`, for an exporter that uses
     /// [`ContainerLabels`].
     pub fn add_container_folds(&mut self, containers: &ContainerLabels) {
         let n = containers.folded();
-        self.add(
-            &crate::families::nvidia::metrics::CONTAINERS_FOLDED_TOTAL,
-            vec![],
-            n,
-        );
+        self.add(&nv::CONTAINERS_FOLDED_TOTAL, vec![], n);
     }
 }
 

@@ -5,17 +5,15 @@
 use super::*;
 use crate::{
     gpu::{facts::RemappedRows, process::parse_cgroup, NvmlRecord},
-    serve::metrics::{render, OTHER_DEVICE},
+    serve::metrics::{
+        render,
+        tests::{assert_declared, sample},
+        OTHER_DEVICE,
+    },
 };
 
 const H200X2: &str = include_str!("../gpu/testdata/h200x2-nvml.json");
 const UUID0: &str = "GPU-acbd8c60-66a2-c5f7-967a-de51ca969cb3";
-
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().expect("numeric sample"))
-}
 
 fn h200_text(change: impl FnOnce(&mut NvmlRecord)) -> String {
     let mut rec = NvmlRecord::from_json(H200X2).expect("recorded answers");
@@ -74,14 +72,8 @@ fn recorded_nvml_h200_gpu_families_and_values() {
     for (series, value) in want {
         assert_eq!(sample(&text, &series), Some(value), "{series} in\n{text}");
     }
-    assert!(
-        text.contains("# TYPE gpudirect_gpu_pcie_replays_total counter\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("# TYPE gpudirect_gpu_bar1_used_bytes gauge\n"),
-        "{text}"
-    );
+    assert_declared(&text, "gpudirect_gpu_pcie_replays_total", "counter");
+    assert_declared(&text, "gpudirect_gpu_bar1_used_bytes", "gauge");
     // Hopper has no page retirement: no retired-pages series, only the note.
     assert!(!text.contains("gpudirect_gpu_retired_pages{"), "{text}");
     for l in text.lines().filter(|l| l.starts_with("# HELP ")) {

@@ -96,15 +96,9 @@ mod tests {
 
     use gpudirect_trace_common::{inval, kind, op, Event};
 
-    use super::super::{render, DeviceLabels};
+    use super::super::{tests::sample, text_of};
     use super::*;
-    use crate::{decode::Record, ebpf::SelfStats};
-
-    fn sample(text: &str, series: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .map(|v| v.parse().expect("numeric sample"))
-    }
+    use crate::decode::Record;
 
     #[test]
     fn invalidations_and_the_budget_are_exported_per_device_unit_and_type() {
@@ -136,15 +130,7 @@ mod tests {
         );
         agg.ingest(&Record::Event(inv(1_000_002_000, 2_000)), &nvme);
         agg.ingest(&Record::Event(inv(2_000_000_000, 1_000)), &nvme);
-        let model = Model::build(
-            &agg,
-            &SelfStats::default(),
-            &[],
-            &[],
-            &mut DeviceLabels::new(8),
-            true,
-        );
-        let text = render(model, false).expect("encodes");
+        let text = text_of(&agg);
         let l = r#"device="0000:00:04.0",iommu="dmar0",type="iotlb""#;
         assert_eq!(
             sample(

@@ -3,17 +3,12 @@ use std::sync::Arc;
 use gpudirect_trace_common::{kind, op, Event, LatHist, XidEvent, LAT_BUCKETS, XID_MSG_LEN};
 
 use super::*;
-use crate::{aggregate::UNATTRIBUTED, decode::Record, ebpf::Status, model::Source};
-
-fn ev(k: u16, addr: u64, size: u64, dir: u32) -> Record {
-    Record::Event(Event {
-        kind: k,
-        addr,
-        size,
-        dir,
-        ..Default::default()
-    })
-}
+use crate::{
+    aggregate::{tests::ev, UNATTRIBUTED},
+    decode::Record,
+    ebpf::Status,
+    model::Source,
+};
 
 fn xid(n: u32) -> Record {
     Record::Xid(XidEvent {
@@ -48,9 +43,16 @@ fn stats() -> SelfStats {
     }
 }
 
+/// Fails, showing the text, unless it declares `family` of type `kind`.
+pub(super) fn assert_declared(text: &str, family: &str, kind: &str) {
+    let line = format!("# TYPE {family} {kind}\n");
+    assert!(text.contains(&line), "no {line:?} in\n{text}");
+}
+
 /// The value of the sample line `series` (name and labels exactly as
-/// written) in the text format.
-fn sample(text: &str, series: &str) -> Option<f64> {
+/// written) in the text format; the GPU and invalidation tests read theirs
+/// with it too.
+pub(super) fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.parse().expect("numeric sample"))
@@ -220,14 +222,8 @@ fn prometheus_text_has_the_documented_series_and_values() {
     for (series, value) in want {
         assert_eq!(sample(&text, &series), Some(value), "{series} in\n{text}");
     }
-    assert!(
-        text.contains("# TYPE gpudirect_dma_map_bytes_total counter\n"),
-        "{text}"
-    );
-    assert!(
-        text.contains("# TYPE gpudirect_dma_map_size_bytes histogram\n"),
-        "{text}"
-    );
+    assert_declared(&text, "gpudirect_dma_map_bytes_total", "counter");
+    assert_declared(&text, "gpudirect_dma_map_size_bytes", "histogram");
     assert!(
         !text.contains("0x") && !text.contains("dead"),
         "no addresses:\n{text}"
@@ -249,10 +245,7 @@ fn openmetrics_has_units_and_eof() {
     let model = Model::build(&gpu_aggregator(), &stats(), &[], &[], &mut labels, true);
     let text = render(model, true).expect("encodes");
     assert!(text.ends_with("# EOF\n"), "{text}");
-    assert!(
-        text.contains("# TYPE gpudirect_dma_map_bytes counter\n"),
-        "{text}"
-    );
+    assert_declared(&text, "gpudirect_dma_map_bytes", "counter");
     assert!(
         text.contains("# UNIT gpudirect_dma_map_bytes bytes\n"),
         "{text}"

@@ -176,12 +176,7 @@ impl Session {
             stack_depth: opts.stack_depth,
             ..Default::default()
         })?;
-        let failed: Vec<String> = tracer
-            .probes
-            .iter()
-            .filter(|p| p.status == Status::Failed)
-            .map(|p| format!("{}: {}", p.name, p.reason))
-            .collect();
+        let failed = tracer.failed();
         if opts.strict && !failed.is_empty() {
             return Err(StrictFailure(failed).into());
         }

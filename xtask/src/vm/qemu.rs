@@ -495,22 +495,8 @@ mod tests {
     #[test]
     fn iommu_device_precedes_pci_devices() {
         let cfg = Config {
-            vmlinuz: "/k".into(),
-            initrd: "/i".into(),
-            iommu: Iommu::Intel,
             devices: vec![Device::Nvme, Device::Edu],
-            disk: "/d.img".into(),
-            memory_mib: 1024,
-            smp: 1,
-            timeout: Duration::from_secs(1),
-            stall: Duration::from_secs(1),
-            kernel_log: false,
-            prefix: String::new(),
-            append: Vec::new(),
-            extra_qemu: Vec::new(),
-            monitor: None,
-            net_forward: None,
-            console: None,
+            ..cfg(Iommu::Intel, &[])
         };
         let a = command_line(&cfg);
         let pos = |s: &str| a.iter().position(|x| x.starts_with(s)).expect(s);

@@ -436,28 +436,22 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
                 total: o.total,
             };
         }
+        // The row of a scenario whose VM never ran.
+        let unbooted = |result: String| Row {
+            scenario: s.name.clone(),
+            kernel: k.clone(),
+            result,
+            boot: None,
+            total: None,
+        };
         let out = match boot(spec, opts, &binaries) {
             Ok(out) => out,
             Err(e) if missing(&e).is_some() => {
                 let why = missing(&e).map(ToString::to_string).unwrap_or_default();
                 eprintln!("xtask: vm-test {} on {k}: skipped: {why}", s.name);
-                return Row {
-                    scenario: s.name.clone(),
-                    kernel: k.clone(),
-                    result: format!("skip ({why})"),
-                    boot: None,
-                    total: None,
-                };
+                return unbooted(format!("skip ({why})"));
             }
-            Err(e) => {
-                return Row {
-                    scenario: s.name.clone(),
-                    kernel: k.clone(),
-                    result: format!("FAIL (harness: {e:#})"),
-                    boot: None,
-                    total: None,
-                }
-            }
+            Err(e) => return unbooted(format!("FAIL (harness: {e:#})")),
         };
         let mut result = match (&out.problem, out.success) {
             (Some(p), _) => format!("FAIL ({p})"),

@@ -11,19 +11,10 @@ use gpudirect_trace_common::{kind, Event};
 use crate::{
     analysis::Analysis,
     decode::Record,
+    kernel::thread_cpu_ns,
     model::{misuse::CheckSetup, TraceClock},
     tracefile::tests::Rng,
 };
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// Maps and unmaps of 4 KiB FROM_DEVICE pages, up to 4096 live, IOVAs
 /// recycled as an IOVA allocator does.

@@ -20,7 +20,7 @@
 //! hooks attach only where /sys/class/iommu has a unit of that vendor
 //! (`units`), so an Intel host does not time AMD functions that never run.
 
-use crate::catalog::{ProbeKind, ProbeSpec, Provider, TimingSpec};
+use crate::catalog::{tp, ProbeSpec, TimingSpec};
 
 /// /sys/class/iommu unit names per vendor: dmar0 (VT-d), ivhd0 (AMD-Vi),
 /// smmu3.0x... (SMMUv3).
@@ -94,16 +94,14 @@ const fn intel_tp(
     args_read: usize,
     available: &'static str,
 ) -> ProbeSpec {
-    ProbeSpec {
+    tp(
         name,
-        kind: ProbeKind::RawTracepoint,
         program,
-        provider: Provider::Kernel,
         args_read,
         available,
-        fallback: "time:qi_submit_sync (classes a batch by its first descriptor)",
-        hot: true,
-    }
+        "time:qi_submit_sync (classes a batch by its first descriptor)",
+        true,
+    )
 }
 
 /// drivers/iommu/intel/trace.h's tracepoints.

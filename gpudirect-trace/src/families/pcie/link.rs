@@ -7,6 +7,8 @@
 use gpudirect_trace_common::{flags, pcie, Event};
 use serde::Serialize;
 
+use crate::output::tail_if_any;
+
 pub use crate::model::pci::LinkChange;
 
 /// `enum pci_bus_speed` to GT/s (0.0: not a PCIe speed).
@@ -403,11 +405,7 @@ impl LinkSnapshot {
                 self.state,
                 self.link_down,
                 self.link_up,
-                if self.removals > 0 {
-                    format!(", removed {}x", self.removals)
-                } else {
-                    String::new()
-                }
+                tail_if_any(self.removals, |n| format!(", removed {n}x"))
             );
         }
         let g = |gen: u8, w: u32| match gen {

@@ -73,14 +73,7 @@ impl Links {
     /// `POLL_INTERVAL` (the kernel has no pci:pcie_link_event attached).
     pub fn new(sysfs: &std::path::Path, poll: bool) -> Self {
         let root = sysfs.join("bus/pci/devices");
-        let mut names: Vec<String> = std::fs::read_dir(&root)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
+        let names = crate::kernel::dir_names(&root);
         let mut out = Self {
             root,
             watched: Vec::new(),

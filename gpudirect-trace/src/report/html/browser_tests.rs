@@ -274,9 +274,7 @@ fn format_1_0_recording_shows_the_fault_after_unmap_the_xid_and_the_page_fault_o
 #[test]
 fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filter() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("rich.gdt");
-    synthetic::rich(&f);
+    let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let mut l = load(&f, true);
     let img = common(&mut l, "report-synthetic");
     let n = l.json["incidents"].as_array().map_or(0, Vec::len);
@@ -417,9 +415,7 @@ fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filt
 #[test]
 fn synthetic_recording_reads_without_scripts() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("rich.gdt");
-    synthetic::rich(&f);
+    let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let mut l = load(&f, false);
     let img = common(&mut l, "report-synthetic-noscript");
     let b = &mut l.b;
@@ -439,9 +435,7 @@ fn synthetic_recording_reads_without_scripts() {
 #[test]
 fn aggregate_only_recording_renders_from_the_kernel_counters() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("agg.gdt");
-    synthetic::aggregate_only(&f);
+    let (_recording, f) = synthetic::in_tempdir("agg.gdt", synthetic::aggregate_only);
     let mut l = load(&f, true);
     let img = common(&mut l, "report-aggregate-only");
     let b = &mut l.b;

@@ -15,10 +15,11 @@ use std::{
     },
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc::{self, Receiver},
+    sync::mpsc::{self, Receiver, RecvTimeoutError},
     time::{Duration, Instant},
 };
 
+use base64::Engine as _;
 use serde_json::{json, Value};
 
 pub const CHROMIUM: &str = "/usr/bin/chromium";
@@ -166,10 +167,8 @@ impl Browser {
         self.tx.write_all(&bytes).expect("write to chromium");
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let v = self
-                .rx
-                .recv_timeout(left)
+                .receive_by(deadline)
                 .unwrap_or_else(|e| panic!("{method}: no answer from chromium ({e})"));
             if v["id"].as_u64() == Some(id) {
                 if let Some(e) = v.get("error") {
@@ -179,6 +178,12 @@ impl Browser {
             }
             self.events.push(v);
         }
+    }
+
+    /// The browser's next message, if one comes before `deadline`.
+    fn receive_by(&self, deadline: Instant) -> Result<Value, RecvTimeoutError> {
+        self.rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
     }
 
     fn call_browser(&mut self, method: &str, params: Value) -> Value {
@@ -200,10 +205,8 @@ impl Browser {
         }
         let deadline = Instant::now() + CALL_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let v = self
-                .rx
-                .recv_timeout(left)
+                .receive_by(deadline)
                 .unwrap_or_else(|e| panic!("{url} did not load ({e})"));
             let done = loaded(&v);
             self.events.push(v);
@@ -241,7 +244,9 @@ impl Browser {
             json!({"format": "png", "captureBeyondViewport": true,
                    "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}}),
         );
-        base64(r["data"].as_str().expect("screenshot data"))
+        base64::engine::general_purpose::STANDARD
+            .decode(r["data"].as_str().expect("screenshot data"))
+            .expect("the screenshot is standard base64")
     }
 
     /// Uncaught exceptions, console errors and warnings, and error log
@@ -297,32 +302,6 @@ impl Drop for Browser {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Standard base64 (the screenshot's encoding).
-fn base64(s: &str) -> Vec<u8> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0);
-    for v in s.bytes().filter_map(val) {
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    out
 }
 
 /// A decoded screenshot: RGB(A) rows.
@@ -387,13 +366,4 @@ pub fn near(hex: &str, tol: u8) -> impl Fn([u8; 3]) -> bool {
 /// Not (nearly) white: something is drawn there.
 pub fn ink(p: [u8; 3]) -> bool {
     p.iter().any(|&v| v < 235)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn base64_decodes_padding_and_all_digits() {
-        assert_eq!(super::base64("aGVsbG8="), b"hello");
-        assert_eq!(super::base64("+/8="), [0xfb, 0xff]);
-    }
 }

@@ -15,7 +15,7 @@ use super::{
     Ctx,
 };
 use crate::{
-    aggregate::{DeviceSnapshot, DeviceStats},
+    aggregate::{DeviceSnapshot, DeviceStats, LatencySnapshot},
     output::{bytes, ns},
     report::{
         series::{coarsen, Bucket, CpBucket, DeviceSeries, Gauge, LatBucket, LEVELS},
@@ -533,18 +533,8 @@ fn distributions(anchor: &str, st: &DeviceStats, d: &DeviceSnapshot) -> String {
              <th>p90</th><th>p99</th><th>p99.9</th><th>max</th><th>source</th></tr></thead><tbody>",
         );
         for (op, l) in &d.latency_ns {
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(op),
-                l.count,
-                ns(l.p50),
-                ns(l.p90),
-                ns(l.p99),
-                ns(l.p999),
-                ns(l.max),
-                l.source
-            );
+            let _ = write!(s, "<tr><td>{}</td><td>{}</td>", esc(op), l.count);
+            push_percentile_cells(&mut s, l);
         }
         // Submissions to the IOMMU's invalidation queue (time:qi_submit_sync
         // and the other vendors' waits), per unit and type.
@@ -552,17 +542,12 @@ fn distributions(anchor: &str, st: &DeviceStats, d: &DeviceSnapshot) -> String {
             let l = &r.latency_ns;
             let _ = write!(
                 s,
-                "<tr><td>invalidation {} ({})</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>invalidation {} ({})</td><td>{}</td>",
                 esc(r.kind),
                 esc(&r.iommu),
-                r.count,
-                ns(l.p50),
-                ns(l.p90),
-                ns(l.p99),
-                ns(l.p999),
-                ns(l.max),
-                l.source
+                r.count
             );
+            push_percentile_cells(&mut s, l);
         }
         s.push_str("</tbody></table>");
     } else {
@@ -572,4 +557,13 @@ fn distributions(anchor: &str, st: &DeviceStats, d: &DeviceSnapshot) -> String {
         );
     }
     s
+}
+
+/// The latency table's p50 … max and source cells, and the row's end: the
+/// same for an operation's row and an invalidation queue's.
+fn push_percentile_cells(s: &mut String, l: &LatencySnapshot) {
+    for v in [l.p50, l.p90, l.p99, l.p999, l.max] {
+        let _ = write!(s, "<td>{}</td>", ns(v));
+    }
+    let _ = write!(s, "<td>{}</td></tr>", l.source);
 }

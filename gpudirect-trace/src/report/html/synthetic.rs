@@ -4,7 +4,10 @@
 //! fast one for the size budget. Synthetic because no machine here has the
 //! devices; the H200 recording and the format-1.0 file are the real ones.
 
-use std::{path::Path, sync::Arc};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
 use gpudirect_trace_common::{kind, op, Event, SgEvent, XidEvent, XID_MSG_LEN};
 
@@ -15,6 +18,15 @@ use crate::{
         Checkpoint, CounterRow, End, Header, Loss, PciDevice, TraceWriter,
     },
 };
+
+/// A recording `make` writes as `name` in a fresh tempdir (the caller keeps
+/// the tempdir while it uses the file; what `make` returns is not needed).
+pub fn in_tempdir<T>(name: &str, make: impl FnOnce(&Path) -> T) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join(name);
+    make(&f);
+    (dir, f)
+}
 
 pub const GPU: &str = "0000:00:06.0";
 pub const NVME: &str = "0000:00:04.0";

@@ -61,9 +61,7 @@ fn escaping_neutralises_markup_controls_and_bidi_overrides() {
 
 #[test]
 fn the_rich_recording_gives_every_section_self_contained_and_escaped() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("rich.gdt");
-    synthetic::rich(&f);
+    let (_dir, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let (html, json) = render(&f, &Window::default());
     assert_self_contained(&html);
     for want in [
@@ -110,9 +108,7 @@ fn the_rich_recording_gives_every_section_self_contained_and_escaped() {
 
 #[test]
 fn windows_and_device_filters_carry_over_to_the_page() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("rich.gdt");
-    synthetic::rich(&f);
+    let (_dir, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
     let w = Window {
         from: Some(std::time::Duration::from_secs(2)),
         to: Some(std::time::Duration::from_secs(5)),
@@ -173,9 +169,7 @@ fn a_ten_minute_recording_at_100k_events_per_second_gives_a_page_under_2_mb() {
 /// trend come from the checkpoints' kernel counters.
 #[test]
 fn aggregate_only_recordings_draw_from_the_kernel_counters() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let f = dir.path().join("agg.gdt");
-    synthetic::aggregate_only(&f);
+    let (_dir, f) = synthetic::in_tempdir("agg.gdt", synthetic::aggregate_only);
     let (html, json) = render(&f, &Window::default());
     assert_self_contained(&html);
     assert!(html.contains("aggregate-only (in-kernel counters"));
