@@ -272,9 +272,18 @@ fn bench_lossless_rate() {
         let mut first_loss: Option<(f64, f64)> = None;
         let mut saturated = false;
         let mut rate = 125_000.0;
+        let mut retried = false;
         while rate <= 64e6 {
             let s = step(reader, dev, rate, dir.path());
             print(rate, &s);
+            // A paced step far short of its rate without a loss is first
+            // taken for the shared host's hiccup and run again: one such
+            // step (250 k/s offered, 98 k/s reached) ended a whole ramp.
+            if s.lost == 0 && s.achieved < 0.8 * rate && !retried {
+                retried = true;
+                continue;
+            }
+            retried = false;
             if s.lost > 0 {
                 first_loss = Some((rate, s.achieved));
                 break;
@@ -302,11 +311,16 @@ fn bench_lossless_rate() {
                 best = Some((f64::INFINITY, s.achieved));
             }
         }
-        // Bisect between the last lossless and the first lossy offer (not
-        // after an all-out loss: there is no paced rate between).
-        if let (Some((lo0, _)), Some((hi0, _))) = (best, first_loss.filter(|f| f.0.is_finite())) {
-            let (mut lo, mut hi) = (lo0, hi0);
-            for _ in 0..3 {
+        // Bisect between the last lossless and the first lossy offer (after
+        // an all-out loss, up to the rate that all-out step reached).
+        if let (Some((lo_o, lo_a)), Some((hi_o, hi_a))) = (best, first_loss) {
+            // Offered rates where both are paced, else achieved ones.
+            let (mut lo, mut hi) = if hi_o.is_finite() && lo_o.is_finite() {
+                (lo_o, hi_o)
+            } else {
+                (lo_a, hi_a)
+            };
+            for _ in 0..if lo < hi { 3 } else { 0 } {
                 let mid = (lo + hi) / 2.0;
                 let s = step(reader, dev, mid, dir.path());
                 print(mid, &s);
