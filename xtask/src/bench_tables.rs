@@ -375,11 +375,20 @@ fn lossless(out: &mut String, lines: &[Line]) {
             _ => "none".to_owned(),
         };
         let best = pair("highest_lossless_offered", "highest_lossless_achieved");
-        let result = if r.num("first_loss_achieved").is_some() {
-            format!(
-                "loses from about {}/s achieved",
-                mega(r.num("first_loss_achieved").unwrap_or(0.0))
-            )
+        let best_a = r.num("highest_lossless_achieved").unwrap_or(0.0);
+        let result = if let Some(lost_a) = r.num("first_loss_achieved") {
+            if r.is("first_loss_offered", "max") && lost_a <= best_a {
+                // All-out lost at a lower rate than a paced step kept:
+                // the reader lost its CPU to spinning injectors.
+                format!(
+                    "no loss paced up to {}/s, the most paced injectors reached; lost only \
+                     all-out at {}/s, the reader's CPU shared with spinning injectors",
+                    mega(best_a),
+                    mega(lost_a)
+                )
+            } else {
+                format!("loses from about {}/s achieved", mega(lost_a))
+            }
         } else if r.is("saturated", "1") {
             format!(
                 "no loss up to {}/s, the most this machine offered (a lower bound)",
@@ -474,6 +483,13 @@ mod tests {
         assert!(t.contains("| live | all-out | 900 k | 4 | 0 |"), "{t}");
         assert!(
             t.contains("| all-out / 1.1 M | loses from about 1.1 M/s achieved |"),
+            "{t}"
+        );
+        let t = render(&[
+            "BENCH lossless_rate reader=live ring_bytes=8388608 window_s=2 highest_lossless_offered=2000000 highest_lossless_achieved=1641367 first_loss_offered=max first_loss_achieved=1404242 saturated=0",
+        ]);
+        assert!(
+            t.contains("no loss paced up to 1.6 M/s, the most paced injectors reached; lost only all-out at 1.4 M/s"),
             "{t}"
         );
     }
