@@ -35,10 +35,10 @@ use tokio::sync::{mpsc, watch};
 use crate::{bench_reader::thread_cpu_ns, inject::known_kernel_object};
 
 /// The reader's CPU, the injector's CPU (the machine has 2).
-const READER_CPU: usize = 0;
+pub(crate) const READER_CPU: usize = 0;
 const INJECT_CPU: usize = 1;
 
-fn pin_to(cpu: usize) {
+pub(crate) fn pin_to(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and
     // sched_setaffinity(0) act on this thread only.
     unsafe {
@@ -48,7 +48,7 @@ fn pin_to(cpu: usize) {
     }
 }
 
-fn unpin() {
+pub(crate) fn unpin() {
     // SAFETY: as in `pin_to`.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
@@ -138,7 +138,7 @@ impl Sink for CountingSink {
     }
 }
 
-fn dma_map_args(dev: u64, i: u64) -> [u64; 6] {
+pub(crate) fn dma_map_args(dev: u64, i: u64) -> [u64; 6] {
     let iova = 0x1000_0000 + (i % 65_536) * 4096;
     [dev, iova, iova, 4096, 1, 0]
 }

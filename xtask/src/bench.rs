@@ -34,6 +34,11 @@ pub struct BenchArgs {
     /// one-liners on the same events in VMs (writes its own section).
     #[arg(long)]
     pub vm: bool,
+    /// With --vm: only the workload part (NVMe random reads without the
+    /// tracer and under each mode; its own section), not the bpftrace side
+    /// by side.
+    #[arg(long, requires = "vm")]
+    pub workload: bool,
     /// Kernel series for --vm (repeatable). Default: 6.1 and 6.12.
     #[arg(long = "kernel")]
     pub kernels: Vec<String>,
@@ -51,7 +56,10 @@ pub fn main(args: BenchArgs) -> Result<()> {
         } else {
             args.kernels
         };
-        return crate::bench_vm::run(&kernels);
+        if !args.workload {
+            crate::bench_vm::run(&kernels)?;
+        }
+        return crate::bench_vm_workload::run(&kernels);
     }
     run()
 }

@@ -338,6 +338,87 @@ fn ring(out: &mut String, lines: &[Line]) {
     out.push('\n');
 }
 
+/// An offered rate: a number, or "max" (unpaced injectors).
+fn offered(v: &str) -> String {
+    v.parse().map_or_else(|_| v.replace("max", "all-out"), mega)
+}
+
+/// Issue 28, item 5: the highest rate each streaming reader keeps up with
+/// through the default ring, from `bench_lossless_rate`'s ramp.
+fn lossless(out: &mut String, lines: &[Line]) {
+    let results: Vec<&Line> = lines.iter().filter(|l| l.name == "lossless_rate").collect();
+    if results.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### Highest lossless rate (`bench_lossless_rate`)\n\n\
+         Issue 28's goal: the event rate at which each mode first loses an event, with the \
+         default ring ({} bytes), on this machine (above). The real session driver reads, \
+         pinned to one CPU; paced injectors (BPF_PROG_TEST_RUN of the real dma_map program, \
+         about 1 M/s each, more threads sharing the CPUs beyond that) offer doubling rates \
+         for {} s each until the kernel counts a loss, then the gap is bisected. Where the \
+         injectors cannot reach the offered rate any more, one all-out step follows (two \
+         unpaced injectors per CPU, the reader's CPU shared three ways); without a loss there \
+         the rate is a lower bound, all this machine could offer, and it depends on what \
+         else the machine runs (see the load average above). Aggregate-only has no \
+         ring and cannot lose to a slow reader (its programs count in kernel maps; a full \
+         mapping table is counted apart, as table-full misses), so it has no row.\n\n\
+         | mode (reader) | highest lossless (offered / achieved per s) | first loss (offered / achieved per s) | result |\n|---|---|---|---|",
+        results[0].get("ring_bytes").unwrap_or("?"),
+        results[0].get("window_s").unwrap_or("?"),
+    );
+    for r in &results {
+        let pair = |o: &str, a: &str| match (r.get(o), r.num(a)) {
+            (Some("max"), Some(a)) => format!("all-out / {}", mega(a)),
+            (Some(o), Some(a)) => format!("{} / {}", offered(o), mega(a)),
+            _ => "none".to_owned(),
+        };
+        let best = pair("highest_lossless_offered", "highest_lossless_achieved");
+        let best_a = r.num("highest_lossless_achieved").unwrap_or(0.0);
+        let result = if let Some(lost_a) = r.num("first_loss_achieved") {
+            if r.is("first_loss_offered", "max") && lost_a <= best_a {
+                // All-out lost at a lower rate than a paced step kept:
+                // the reader lost its CPU to spinning injectors.
+                format!(
+                    "no loss paced up to {}/s, the most paced injectors reached; lost only \
+                     all-out at {}/s, the reader's CPU shared with spinning injectors",
+                    mega(best_a),
+                    mega(lost_a)
+                )
+            } else {
+                format!("loses from about {}/s achieved", mega(lost_a))
+            }
+        } else if r.is("saturated", "1") {
+            format!(
+                "no loss up to {}/s, the most this machine offered (a lower bound)",
+                mega(r.num("highest_lossless_achieved").unwrap_or(0.0))
+            )
+        } else {
+            "no loss within the ramp".to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "| streaming ({}) | {best} | {} | {result} |",
+            r.get("reader").unwrap_or("?"),
+            pair("first_loss_offered", "first_loss_achieved"),
+        );
+    }
+    out.push_str("\nEvery offered rate:\n\n| reader | offered/s | achieved/s | injector threads | lost |\n|---|---|---|---|---|\n");
+    for r in lines.iter().filter(|l| l.name == "lossless_step") {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            r.get("reader").unwrap_or("?"),
+            offered(r.get("offered_per_s").unwrap_or("?")),
+            mega(r.num("achieved_per_s").unwrap_or(0.0)),
+            r.get("injectors").unwrap_or("?"),
+            r.get("lost").unwrap_or("?"),
+        );
+    }
+    out.push('\n');
+}
+
 /// The tables, in the order of the generated section.
 pub fn render(lines: &[&str]) -> String {
     let parsed: Vec<Line> = lines.iter().filter_map(|l| Line::parse(l)).collect();
@@ -347,6 +428,7 @@ pub fn render(lines: &[&str]) -> String {
     parts(&mut out, &parsed);
     sg(&mut out, &parsed);
     ring(&mut out, &parsed);
+    lossless(&mut out, &parsed);
     out
 }
 
@@ -373,6 +455,41 @@ mod tests {
         );
         assert!(
             t.contains("**missed** (0.11 < 0.50 of the raw rate)"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn lossless_rate_says_where_it_lost_or_that_it_could_not() {
+        let t = render(&[
+            "BENCH lossless_step reader=live offered_per_s=1000000 achieved_per_s=950000 injectors=2 injected=1900000 received=1900000 lost=0",
+            "BENCH lossless_step reader=live offered_per_s=max achieved_per_s=900000 injectors=4 injected=1800000 received=1800000 lost=0",
+            "BENCH lossless_rate reader=live ring_bytes=8388608 window_s=2 highest_lossless_offered=1000000 highest_lossless_achieved=950000 first_loss_offered=none first_loss_achieved=none saturated=1",
+            "BENCH lossless_rate reader=all ring_bytes=8388608 window_s=2 highest_lossless_offered=500000 highest_lossless_achieved=500000 first_loss_offered=max first_loss_achieved=1100000 saturated=0",
+            "BENCH lossless_rate reader=record ring_bytes=8388608 window_s=2 highest_lossless_offered=500000 highest_lossless_achieved=500000 first_loss_offered=750000 first_loss_achieved=740000 saturated=0",
+        ]);
+        assert!(t.contains("default ring (8388608 bytes)"), "{t}");
+        assert!(
+            t.contains("| streaming (live) | 1.0 M / 950 k | none | no loss up to 950 k/s"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "| streaming (record) | 500 k / 500 k | 750 k / 740 k | loses from about 740 k/s achieved |"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("| live | 1.0 M | 950 k | 2 | 0 |"), "{t}");
+        assert!(t.contains("| live | all-out | 900 k | 4 | 0 |"), "{t}");
+        assert!(
+            t.contains("| all-out / 1.1 M | loses from about 1.1 M/s achieved |"),
+            "{t}"
+        );
+        let t = render(&[
+            "BENCH lossless_rate reader=live ring_bytes=8388608 window_s=2 highest_lossless_offered=2000000 highest_lossless_achieved=1641367 first_loss_offered=max first_loss_achieved=1404242 saturated=0",
+        ]);
+        assert!(
+            t.contains("no loss paced up to 1.6 M/s, the most paced injectors reached; lost only all-out at 1.4 M/s"),
             "{t}"
         );
     }

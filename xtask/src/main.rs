@@ -5,6 +5,7 @@ mod bench;
 mod bench_doc;
 mod bench_tables;
 mod bench_vm;
+mod bench_vm_workload;
 mod bootstrap;
 mod dist;
 mod host;

@@ -161,8 +161,10 @@ pub fn build_binaries(opts: &BootOpts) -> Result<Vec<PathBuf>> {
         )?;
     }
     let dir = host::target_dir().join("release");
-    // gdt-dma-inject's package also builds gdt-aer-inject.
+    // gdt-dma-inject's package also builds gdt-aer-inject and gdt-randread
+    // (bench --vm's random-read load).
     pkgs.insert(1, "gdt-aer-inject");
+    pkgs.insert(2, "gdt-randread");
     pkgs.iter()
         .map(|p| {
             let path = dir.join(p);
