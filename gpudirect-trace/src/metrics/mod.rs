@@ -61,7 +61,46 @@ pub struct Metric {
     pub doc: &'static str,
 }
 
+/// Text a declaration is written with (never built at run time).
+type Text = &'static str;
+type LabelNames = &'static [&'static str];
+
+/// The constructors take the HELP line and the documentation as arguments, so
+/// no declaration can leave them out; the kind is the constructor's name, a
+/// unit is added with [`Metric::in_unit`].
 impl Metric {
+    /// A counter (exported with `_total`).
+    pub const fn counter(name: Text, labels: LabelNames, help: Text, doc: Text) -> Self {
+        Self::new(Type::Counter, name, labels, help, doc)
+    }
+
+    pub const fn gauge(name: Text, labels: LabelNames, help: Text, doc: Text) -> Self {
+        Self::new(Type::Gauge, name, labels, help, doc)
+    }
+
+    pub const fn histogram(name: Text, labels: LabelNames, help: Text, doc: Text) -> Self {
+        Self::new(Type::Histogram, name, labels, help, doc)
+    }
+
+    const fn new(kind: Type, name: Text, labels: LabelNames, help: Text, doc: Text) -> Self {
+        Self {
+            name,
+            kind,
+            unit: None,
+            labels,
+            help,
+            doc,
+        }
+    }
+
+    /// The same metric measured in `unit` (which its exported name then carries).
+    pub const fn in_unit(self, unit: Unit) -> Self {
+        Self {
+            unit: Some(unit),
+            ..self
+        }
+    }
+
     /// The name as exported: with unit and `_total` suffixes.
     pub fn exported(&self) -> String {
         let mut n = self.name.to_owned();

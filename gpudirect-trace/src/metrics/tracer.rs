@@ -1,120 +1,95 @@
 //! The tracer's self-metrics, declared once (docs/metrics.md's table is made from them).
 
-use super::{
-    Metric,
-    Type::{Counter, Gauge},
-};
+use super::Metric;
 
-pub const PROBE_ATTACHED: Metric = Metric {
-    name: "gpudirect_probe_attached",
-    kind: Gauge,
-    unit: None,
-    labels: &["probe", "kind"],
-    help: "1 if the probe is attached on this kernel, else 0.",
-    doc: "1 when the probe is attached on this kernel, 0 when unavailable or failed \
-         (`gpudirect-trace probes` says why)",
-};
+pub const PROBE_ATTACHED: Metric = Metric::gauge(
+    "gpudirect_probe_attached",
+    &["probe", "kind"],
+    "1 if the probe is attached on this kernel, else 0.",
+    "1 when the probe is attached on this kernel, 0 when unavailable or failed \
+     (`gpudirect-trace probes` says why)",
+);
 
-pub const EVENTS_TOTAL: Metric = Metric {
-    name: "gpudirect_events",
-    kind: Counter,
-    unit: None,
-    labels: &["kind"],
-    help: "Tracepoint hits counted in-kernel (loss-free), by event kind.",
-    doc: "tracepoint hits counted in-kernel, by event kind (`dma_map`, `iommu_map`, \
-         `io_page_fault`, `nvidia_xid`, …)",
-};
+pub const EVENTS_TOTAL: Metric = Metric::counter(
+    "gpudirect_events",
+    &["kind"],
+    "Tracepoint hits counted in-kernel (loss-free), by event kind.",
+    "tracepoint hits counted in-kernel, by event kind (`dma_map`, `iommu_map`, \
+     `io_page_fault`, `nvidia_xid`, …)",
+);
 
-pub const EVENTS_RECEIVED_TOTAL: Metric = Metric {
-    name: "gpudirect_events_received",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Event records received from the ring buffer.",
-    doc: "event records received from the ring buffer",
-};
+pub const EVENTS_RECEIVED_TOTAL: Metric = Metric::counter(
+    "gpudirect_events_received",
+    &[],
+    "Event records received from the ring buffer.",
+    "event records received from the ring buffer",
+);
 
-pub const EVENTS_LOST_TOTAL: Metric = Metric {
-    name: "gpudirect_events_lost",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Event records the ring buffer had no room for.",
-    doc: "event records the ring buffer had no room for",
-};
+pub const EVENTS_LOST_TOTAL: Metric = Metric::counter(
+    "gpudirect_events_lost",
+    &[],
+    "Event records the ring buffer had no room for.",
+    "event records the ring buffer had no room for",
+);
 
-pub const EVENTS_MISSED_TOTAL: Metric = Metric {
-    name: "gpudirect_events_missed",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Program runs the kernel skipped: already running on that CPU (recursion_misses), or \
-         a kprobe hit inside another kprobe or bpf() call (kprobe_profile).",
-    doc: "program runs the kernel skipped: the program already running on that CPU \
-         (`recursion_misses`, e.g. a tracepoint hit from an interrupt), or a kprobe hit \
-         inside another kprobe or bpf() call (`kprobe_profile`, docs/probes.md): events \
-         neither streamed nor counted",
-};
+pub const EVENTS_MISSED_TOTAL: Metric = Metric::counter(
+    "gpudirect_events_missed",
+    &[],
+    "Program runs the kernel skipped: already running on that CPU (recursion_misses), or \
+     a kprobe hit inside another kprobe or bpf() call (kprobe_profile).",
+    "program runs the kernel skipped: the program already running on that CPU \
+     (`recursion_misses`, e.g. a tracepoint hit from an interrupt), or a kprobe hit \
+     inside another kprobe or bpf() call (`kprobe_profile`, docs/probes.md): events \
+     neither streamed nor counted",
+);
 
-pub const STACKS_LOST_TOTAL: Metric = Metric {
-    name: "gpudirect_stacks_lost",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "DMA-API calls whose kernel stack could not be kept (--stacks: the stack map full, or \
-         three hash buckets taken).",
-    doc: "DMA-API calls whose kernel stack could not be kept (`--stacks`): the stack map full, \
-         or the stack's bucket taken by another stack three times (with one and two innermost \
-         frames skipped)",
-};
+pub const STACKS_LOST_TOTAL: Metric = Metric::counter(
+    "gpudirect_stacks_lost",
+    &[],
+    "DMA-API calls whose kernel stack could not be kept (--stacks: the stack map full, or \
+     three hash buckets taken).",
+    "DMA-API calls whose kernel stack could not be kept (`--stacks`): the stack map full, \
+     or the stack's bucket taken by another stack three times (with one and two innermost \
+     frames skipped)",
+);
 
-pub const EVENTS_UNDECODABLE_TOTAL: Metric = Metric {
-    name: "gpudirect_events_undecodable",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Event records that could not be decoded.",
-    doc: "records that did not decode (a bug if ever non-zero)",
-};
+pub const EVENTS_UNDECODABLE_TOTAL: Metric = Metric::counter(
+    "gpudirect_events_undecodable",
+    &[],
+    "Event records that could not be decoded.",
+    "records that did not decode (a bug if ever non-zero)",
+);
 
-pub const TIMINGS_SKIPPED_TOTAL: Metric = Metric {
-    name: "gpudirect_timings_skipped",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Timed calls not timed: both nesting slots of their level were in flight.",
-    doc: "timed calls not timed: both nesting slots of their level were in flight on the task \
-         (docs/probes.md)",
-};
+pub const TIMINGS_SKIPPED_TOTAL: Metric = Metric::counter(
+    "gpudirect_timings_skipped",
+    &[],
+    "Timed calls not timed: both nesting slots of their level were in flight.",
+    "timed calls not timed: both nesting slots of their level were in flight on the task \
+     (docs/probes.md)",
+);
 
-pub const MAPPINGS_UNTRACKED_TOTAL: Metric = Metric {
-    name: "gpudirect_mappings_untracked",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Aggregate-only: DMA-API mappings the in-kernel mapping table had no room for.",
-    doc: "aggregate-only: DMA-API mappings the in-kernel mapping table had no room for (no \
-         lifetime, not listed as outstanding)",
-};
+pub const MAPPINGS_UNTRACKED_TOTAL: Metric = Metric::counter(
+    "gpudirect_mappings_untracked",
+    &[],
+    "Aggregate-only: DMA-API mappings the in-kernel mapping table had no room for.",
+    "aggregate-only: DMA-API mappings the in-kernel mapping table had no room for (no \
+     lifetime, not listed as outstanding)",
+);
 
-pub const UNMAPS_UNMATCHED_TOTAL: Metric = Metric {
-    name: "gpudirect_unmaps_unmatched",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Aggregate-only: unmaps whose mapping the in-kernel table did not hold.",
-    doc: "aggregate-only: unmaps whose mapping the in-kernel table did not hold (mapped before \
-         the trace, or untracked)",
-};
+pub const UNMAPS_UNMATCHED_TOTAL: Metric = Metric::counter(
+    "gpudirect_unmaps_unmatched",
+    &[],
+    "Aggregate-only: unmaps whose mapping the in-kernel table did not hold.",
+    "aggregate-only: unmaps whose mapping the in-kernel table did not hold (mapped before \
+     the trace, or untracked)",
+);
 
-pub const DEVICES_FOLDED_TOTAL: Metric = Metric {
-    name: "gpudirect_devices_folded",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Devices reported as device=\\\"other\\\" (past --max-devices).",
-    doc: "devices reported as `device=\"other\"`",
-};
+pub const DEVICES_FOLDED_TOTAL: Metric = Metric::counter(
+    "gpudirect_devices_folded",
+    &[],
+    "Devices reported as device=\\\"other\\\" (past --max-devices).",
+    "devices reported as `device=\"other\"`",
+);
 
 /// In the order docs/metrics.md lists them.
 pub const ALL: &[&Metric] = &[

@@ -1,205 +1,168 @@
 //! The NVIDIA family's metrics: Xids, and the GPUs as NVML sees them, declared once (docs/metrics.md's table is made from them).
 
-use crate::metrics::{
-    Metric,
-    Type::{Counter, Gauge},
-    Unit::Bytes,
-};
+use crate::metrics::{Metric, Unit::Bytes};
 
 /// The labels every per-GPU series starts with: its bus id, NVML index and
 /// UUID (one place to change them for every GPU metric).
 const PER_GPU: &[&str] = &["device", "gpu", "uuid"];
 
-/// A metric of one GPU as NVML reads it: a gauge without unit, labelled
-/// `PER_GPU`, as most of this family are; the others change the kind, unit
-/// or labels (`Metric { kind: Counter, ..gpu_metric(..) }`).
-const fn gpu_metric(name: &'static str, help: &'static str, doc: &'static str) -> Metric {
-    Metric {
-        name,
-        kind: Gauge,
-        unit: None,
-        labels: PER_GPU,
-        help,
-        doc,
-    }
+/// A metric of one GPU as NVML reads it, as most of this family are: a
+/// gauge labelled `PER_GPU`.
+const fn gpu_gauge(name: &'static str, help: &'static str, doc: &'static str) -> Metric {
+    Metric::gauge(name, PER_GPU, help, doc)
 }
 
-pub const NVIDIA_XID_TOTAL: Metric = Metric {
-    name: "gpudirect_nvidia_xid",
-    kind: Counter,
-    unit: None,
-    labels: &["device", "xid"],
-    help: "NVIDIA Xid errors reported by the driver, by Xid number.",
-    doc: "NVIDIA Xid errors by Xid number, from nvidia:nvidia_dev_xid or, when that tracepoint \
-         is not attached, from the driver's log lines. A counter, unlike dcgm-exporter's \
-         last-value gauge: a burst of Xids between two scrapes is never lost",
-};
+pub const NVIDIA_XID_TOTAL: Metric = Metric::counter(
+    "gpudirect_nvidia_xid",
+    &["device", "xid"],
+    "NVIDIA Xid errors reported by the driver, by Xid number.",
+    "NVIDIA Xid errors by Xid number, from nvidia:nvidia_dev_xid or, when that tracepoint \
+     is not attached, from the driver's log lines. A counter, unlike dcgm-exporter's \
+     last-value gauge: a burst of Xids between two scrapes is never lost",
+);
 
-pub const NVML_AVAILABLE: Metric = Metric {
-    name: "gpudirect_nvml_available",
-    kind: Gauge,
-    unit: None,
-    labels: &[],
-    help: "1 if NVML (libnvidia-ml.so.1) could be used, else 0.",
-    doc: "1 when NVML could be used; 0 (and no `gpudirect_gpu_*` series) without it",
-};
+pub const NVML_AVAILABLE: Metric = Metric::gauge(
+    "gpudirect_nvml_available",
+    &[],
+    "1 if NVML (libnvidia-ml.so.1) could be used, else 0.",
+    "1 when NVML could be used; 0 (and no `gpudirect_gpu_*` series) without it",
+);
 
-pub const NVML_DEVICE_ERRORS: Metric = Metric {
-    name: "gpudirect_nvml_device_errors",
-    kind: Gauge,
-    unit: None,
-    labels: &[],
-    help: "GPUs NVML lists but could not open at the last reading (e.g. GPU lost).",
-    doc: "GPUs NVML lists but could not open at the last reading (a lost GPU after Xid 79)",
-};
+pub const NVML_DEVICE_ERRORS: Metric = Metric::gauge(
+    "gpudirect_nvml_device_errors",
+    &[],
+    "GPUs NVML lists but could not open at the last reading (e.g. GPU lost).",
+    "GPUs NVML lists but could not open at the last reading (a lost GPU after Xid 79)",
+);
 
-pub const GPU_INFO: Metric = Metric {
-    labels: &["device", "gpu", "uuid", "name"],
-    ..gpu_metric(
-        "gpudirect_gpu_info",
-        "1 per NVIDIA GPU: its bus id, NVML index, UUID and name.",
-        "1 per GPU; `name` is the product (`NVIDIA H200`)",
-    )
-};
+pub const GPU_INFO: Metric = Metric::gauge(
+    "gpudirect_gpu_info",
+    &["device", "gpu", "uuid", "name"],
+    "1 per NVIDIA GPU: its bus id, NVML index, UUID and name.",
+    "1 per GPU; `name` is the product (`NVIDIA H200`)",
+);
 
-pub const GPU_BAR1_TOTAL_BYTES: Metric = Metric {
-    unit: Some(Bytes),
-    ..gpu_metric(
-        "gpudirect_gpu_bar1_total",
-        "Size of the GPU's BAR1, the window GPUDirect RDMA registrations map into.",
-        "BAR1 size: the window GPUDirect RDMA registrations map GPU memory into",
-    )
-};
+pub const GPU_BAR1_TOTAL_BYTES: Metric = gpu_gauge(
+    "gpudirect_gpu_bar1_total",
+    "Size of the GPU's BAR1, the window GPUDirect RDMA registrations map into.",
+    "BAR1 size: the window GPUDirect RDMA registrations map GPU memory into",
+)
+.in_unit(Bytes);
 
-pub const GPU_BAR1_USED_BYTES: Metric = Metric {
-    unit: Some(Bytes),
-    ..gpu_metric(
-        "gpudirect_gpu_bar1_used",
-        "BAR1 in use; registrations fail once it is full.",
-        "BAR1 in use; registrations fail once it is full (doctor warns at 75%, problem at \
-         90%)",
-    )
-};
+pub const GPU_BAR1_USED_BYTES: Metric = gpu_gauge(
+    "gpudirect_gpu_bar1_used",
+    "BAR1 in use; registrations fail once it is full.",
+    "BAR1 in use; registrations fail once it is full (doctor warns at 75%, problem at \
+     90%)",
+)
+.in_unit(Bytes);
 
-pub const GPU_PCIE_LINK_GEN_CURRENT: Metric = gpu_metric(
+pub const GPU_PCIE_LINK_GEN_CURRENT: Metric = gpu_gauge(
     "gpudirect_gpu_pcie_link_gen_current",
     "PCIe generation the link runs at now.",
     "PCIe generation now, and the most this GPU and host allow",
 );
 
-pub const GPU_PCIE_LINK_GEN_MAX: Metric = gpu_metric(
+pub const GPU_PCIE_LINK_GEN_MAX: Metric = gpu_gauge(
     "gpudirect_gpu_pcie_link_gen_max",
     "Highest PCIe generation this GPU and host allow.",
     "PCIe generation now, and the most this GPU and host allow",
 );
 
-pub const GPU_PCIE_LINK_WIDTH_CURRENT: Metric = gpu_metric(
+pub const GPU_PCIE_LINK_WIDTH_CURRENT: Metric = gpu_gauge(
     "gpudirect_gpu_pcie_link_width_current",
     "PCIe lanes the link runs with now.",
     "lanes now, and the most allowed. GPUs lower the link speed when idle: compare under \
-         load",
+     load",
 );
 
-pub const GPU_PCIE_LINK_WIDTH_MAX: Metric = gpu_metric(
+pub const GPU_PCIE_LINK_WIDTH_MAX: Metric = gpu_gauge(
     "gpudirect_gpu_pcie_link_width_max",
     "Most PCIe lanes this GPU and host allow.",
     "lanes now, and the most allowed. GPUs lower the link speed when idle: compare under \
-         load",
+     load",
 );
 
-pub const GPU_PCIE_REPLAYS_TOTAL: Metric = Metric {
-    kind: Counter,
-    ..gpu_metric(
-        "gpudirect_gpu_pcie_replays",
-        "PCIe link-level replays since the driver loaded (nvmlDeviceGetPcieReplayCounter).",
-        "link-level replays since the driver loaded; a rising rate precedes Xid 79 (DCGM \
-         warns above 8/min: `rate(...[5m]) * 60 > 8`)",
-    )
-};
+pub const GPU_PCIE_REPLAYS_TOTAL: Metric = Metric::counter(
+    "gpudirect_gpu_pcie_replays",
+    PER_GPU,
+    "PCIe link-level replays since the driver loaded (nvmlDeviceGetPcieReplayCounter).",
+    "link-level replays since the driver loaded; a rising rate precedes Xid 79 (DCGM \
+     warns above 8/min: `rate(...[5m]) * 60 > 8`)",
+);
 
-pub const GPU_REMAPPED_ROWS: Metric = Metric {
-    labels: &["device", "gpu", "uuid", "cause"],
-    ..gpu_metric(
-        "gpudirect_gpu_remapped_rows",
-        "HBM rows remapped, by the kind of error that caused it.",
-        "HBM rows remapped; cause `correctable`, `uncorrectable`",
-    )
-};
+pub const GPU_REMAPPED_ROWS: Metric = Metric::gauge(
+    "gpudirect_gpu_remapped_rows",
+    &["device", "gpu", "uuid", "cause"],
+    "HBM rows remapped, by the kind of error that caused it.",
+    "HBM rows remapped; cause `correctable`, `uncorrectable`",
+);
 
-pub const GPU_ROW_REMAP_PENDING: Metric = gpu_metric(
+pub const GPU_ROW_REMAP_PENDING: Metric = gpu_gauge(
     "gpudirect_gpu_row_remap_pending",
     "1 while a row remapping waits for a GPU reset.",
     "1 while a remapping waits for a GPU reset",
 );
 
-pub const GPU_ROW_REMAP_FAILED: Metric = gpu_metric(
+pub const GPU_ROW_REMAP_FAILED: Metric = gpu_gauge(
     "gpudirect_gpu_row_remap_failed",
     "1 when a row remapping failed (no spare rows left).",
     "1 when a remapping failed (no spare row)",
 );
 
-pub const GPU_RETIRED_PAGES: Metric = Metric {
-    labels: &["device", "gpu", "uuid", "cause"],
-    ..gpu_metric(
-        "gpudirect_gpu_retired_pages",
-        "Pages retired after ECC errors, by cause.",
-        "pages retired (GPUs before Ampere); cause `single_bit`, `double_bit`",
-    )
-};
+pub const GPU_RETIRED_PAGES: Metric = Metric::gauge(
+    "gpudirect_gpu_retired_pages",
+    &["device", "gpu", "uuid", "cause"],
+    "Pages retired after ECC errors, by cause.",
+    "pages retired (GPUs before Ampere); cause `single_bit`, `double_bit`",
+);
 
-pub const GPU_RETIRED_PAGES_PENDING: Metric = gpu_metric(
+pub const GPU_RETIRED_PAGES_PENDING: Metric = gpu_gauge(
     "gpudirect_gpu_retired_pages_pending",
     "1 while pages wait to be retired.",
     "1 while pages wait to be retired",
 );
 
-pub const GPU_ECC_ENABLED: Metric = gpu_metric(
+pub const GPU_ECC_ENABLED: Metric = gpu_gauge(
     "gpudirect_gpu_ecc_enabled",
     "1 when ECC is on.",
     "1 when ECC is on",
 );
 
-pub const GPU_ECC_ERRORS_TOTAL: Metric = Metric {
-    kind: Counter,
-    labels: &["device", "gpu", "uuid", "scope", "error"],
-    ..gpu_metric(
-        "gpudirect_gpu_ecc_errors",
-        "ECC errors: scope volatile (since driver load) or aggregate (GPU lifetime).",
-        "ECC errors; scope `volatile` (since driver load) or `aggregate` (GPU lifetime), \
-         error `corrected` or `uncorrected`",
-    )
-};
+pub const GPU_ECC_ERRORS_TOTAL: Metric = Metric::counter(
+    "gpudirect_gpu_ecc_errors",
+    &["device", "gpu", "uuid", "scope", "error"],
+    "ECC errors: scope volatile (since driver load) or aggregate (GPU lifetime).",
+    "ECC errors; scope `volatile` (since driver load) or `aggregate` (GPU lifetime), \
+     error `corrected` or `uncorrected`",
+);
 
-pub const GPU_PERSISTENCE_MODE: Metric = gpu_metric(
+pub const GPU_PERSISTENCE_MODE: Metric = gpu_gauge(
     "gpudirect_gpu_persistence_mode",
     "1 when persistence mode is on.",
     "1 when persistence mode is on",
 );
 
-pub const GPU_PERFORMANCE_STATE: Metric = gpu_metric(
+pub const GPU_PERFORMANCE_STATE: Metric = gpu_gauge(
     "gpudirect_gpu_performance_state",
     "P-state: 0 full performance .. 15 minimum.",
     "P-state, 0 (full performance) to 15",
 );
 
-pub const GPU_FACT_UNAVAILABLE: Metric = Metric {
-    labels: &["device", "gpu", "uuid", "fact"],
-    ..gpu_metric(
-        "gpudirect_gpu_fact_unavailable",
-        "1 for each NVML fact this GPU did not give (not supported, no permission).",
-        "1 for each fact NVML did not give (`retired_pages_single_bit` on Hopper, ...)",
-    )
-};
+pub const GPU_FACT_UNAVAILABLE: Metric = Metric::gauge(
+    "gpudirect_gpu_fact_unavailable",
+    &["device", "gpu", "uuid", "fact"],
+    "1 for each NVML fact this GPU did not give (not supported, no permission).",
+    "1 for each fact NVML did not give (`retired_pages_single_bit` on Hopper, ...)",
+);
 
-pub const CONTAINERS_FOLDED_TOTAL: Metric = Metric {
-    name: "gpudirect_containers_folded",
-    kind: Counter,
-    unit: None,
-    labels: &[],
-    help: "Containers reported as container=\\\"other\\\" (past the container label cap).",
-    doc: "containers reported as `container=\"other\"` (past the cap of the optional \
-         per-container label)",
-};
+pub const CONTAINERS_FOLDED_TOTAL: Metric = Metric::counter(
+    "gpudirect_containers_folded",
+    &[],
+    "Containers reported as container=\\\"other\\\" (past the container label cap).",
+    "containers reported as `container=\"other\"` (past the cap of the optional \
+     per-container label)",
+);
 
 /// In the order docs/metrics.md lists them: the Xids in the main table,
 /// NVML's in the GPU table.
