@@ -155,24 +155,17 @@ pub fn check(
             );
         }
         for g in &s.gpus {
-            let first = rec.first().and_then(|s0| s0.gpu(&g.identity.bus_id));
-            check_gpu(g, first, rec, baseline, f);
+            check_gpu(g, rec, baseline, f);
         }
     }
     gpus
 }
 
-fn check_gpu(
-    g: &GpuFacts,
-    first: Option<&GpuFacts>,
-    rec: &NvmlRecord,
-    baseline: Option<&NvmlRecord>,
-    f: &mut Findings,
-) {
+fn check_gpu(g: &GpuFacts, rec: &NvmlRecord, baseline: Option<&NvmlRecord>, f: &mut Findings) {
     let id = &g.identity;
     check_bar1(g, f);
     check_link(g, f);
-    check_replays(g, first, rec, baseline, f);
+    check_replays(g, rec, baseline, f);
     check_memory_errors(g, f);
     if let Fact::Ok(false) = g.persistence_mode {
         f.add(
@@ -319,13 +312,9 @@ fn replays_at(s: &Sample, bus_id: &str) -> Option<(u64, u64)> {
     g.pcie.replays.ok().map(|&r| (r, s.taken_unix_ms))
 }
 
-fn check_replays(
-    g: &GpuFacts,
-    first: Option<&GpuFacts>,
-    rec: &NvmlRecord,
-    baseline: Option<&NvmlRecord>,
-    f: &mut Findings,
-) {
+/// `g`'s PCIe replays against the baseline's last reading, else against this
+/// run's first reading of the same GPU.
+fn check_replays(g: &GpuFacts, rec: &NvmlRecord, baseline: Option<&NvmlRecord>, f: &mut Findings) {
     let id = &g.identity;
     let Fact::Ok(now) = g.pcie.replays else {
         return;
@@ -338,6 +327,7 @@ fn check_replays(
         .and_then(|b| b.last())
         .and_then(|s| replays_at(s, &id.bus_id).map(|r| (r, "baseline")))
         .or_else(|| {
+            let first = rec.first().and_then(|s0| s0.gpu(&id.bus_id));
             let r0 = first.and_then(|g0| g0.pcie.replays.ok().copied());
             let t0 = rec.first().map_or(0, |s| s.taken_unix_ms);
             r0.filter(|_| rec.samples.len() > 1)
