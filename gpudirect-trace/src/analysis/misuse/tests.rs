@@ -56,25 +56,35 @@ fn sg(op: Op, addr: u64, size: u64, d: u32) -> DmaCall {
     call(op, ApiClass::ScatterGather, addr, size, d)
 }
 
-struct T {
-    c: Checker,
-    dev: Arc<str>,
+/// A checker fed one device's calls 1 µs apart (tests_iova.rs adds its
+/// own ways of feeding it).
+pub(super) struct T {
+    pub(super) c: Checker,
+    pub(super) dev: Arc<str>,
     ts: u64,
 }
 
 impl T {
+    /// The device bound to gdt-misuse, as in the VM scenario.
     fn new() -> Self {
-        let mut c = Checker::new(TraceClock::new(0, 0), Vec::new());
-        c.set_driver(DEV, Some("gdt-misuse"));
+        let mut t = Self::without_driver();
+        t.c.set_driver(DEV, Some("gdt-misuse"));
+        t
+    }
+    pub(super) fn without_driver() -> Self {
         Self {
-            c,
+            c: Checker::new(TraceClock::new(0, 0), Vec::new()),
             dev: Arc::from(DEV),
             ts: 0,
         }
     }
-    fn go(&mut self, mut call: DmaCall) {
+    /// The next call's time.
+    pub(super) fn next_ts(&mut self) -> u64 {
         self.ts += 1000;
-        call.ts_ns = self.ts;
+        self.ts
+    }
+    fn go(&mut self, mut call: DmaCall) {
+        call.ts_ns = self.next_ts();
         self.c.call(call, &self.dev);
     }
     fn map(&mut self, addr: u64, size: u64, d: u32) {
@@ -83,7 +93,7 @@ impl T {
     fn unmap(&mut self, addr: u64, size: u64, d: u32) {
         self.go(single(Op::Unmap, addr, size, d));
     }
-    fn checks(&mut self) -> Vec<Check> {
+    pub(super) fn checks(&mut self) -> Vec<Check> {
         self.c.confirm(0).iter().map(|m| m.check).collect()
     }
 }

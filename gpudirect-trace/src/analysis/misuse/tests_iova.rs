@@ -2,35 +2,18 @@
 //! hooks' records: NVMe's clean use, and each kind of misuse once (the VM
 //! scenario dma-misuse-module makes them with real dma_iova_* calls).
 
-use std::sync::Arc;
-
 use gpudirect_trace_common::{dir, flags, kind, Event};
 
-use super::*;
+use super::tests::T;
 use crate::{decode::Record, model::misuse::Check};
 
-const DEV: &str = "0000:00:03.0";
 const F: u16 = flags::IOVA | flags::FROM_HOOK;
 const BASE: u64 = 0xffe0_0000;
 const STATE: u64 = 0xffff_8880_1234_5678;
 
-struct T {
-    c: Checker,
-    dev: Arc<str>,
-    ts: u64,
-}
-
+/// The IOVA hooks' records (tests.rs's checker, without a driver).
 impl T {
-    fn new() -> Self {
-        Self {
-            c: Checker::new(TraceClock::new(0, 0), Vec::new()),
-            dev: Arc::from(DEV),
-            ts: 0,
-        }
-    }
-
-    fn go(&mut self, k: u16, f: u16, addr: u64, size: u64, phys: u64, aux: u64) {
-        self.ts += 1000;
+    fn event(&mut self, k: u16, f: u16, addr: u64, size: u64, phys: u64, aux: u64) {
         let ev = Event {
             kind: k,
             flags: f,
@@ -39,7 +22,7 @@ impl T {
             phys,
             aux,
             dir: dir::FROM_DEVICE,
-            ts_ns: self.ts,
+            ts_ns: self.next_ts(),
             pid: 7,
             tid: 7,
             ..Default::default()
@@ -48,33 +31,30 @@ impl T {
     }
 
     fn alloc(&mut self, base: u64, size: u64) {
-        self.go(kind::IOVA_ALLOC, F, base, size, 0, STATE & 0xffff_ffff);
+        self.event(kind::IOVA_ALLOC, F, base, size, 0, STATE & 0xffff_ffff);
     }
     fn link(&mut self, addr: u64, size: u64, f: u16) {
-        self.go(kind::DMA_MAP, F | f, addr, size, 0x4000_0000, 0);
+        self.event(kind::DMA_MAP, F | f, addr, size, 0x4000_0000, 0);
     }
     fn unlink(&mut self, addr: u64, size: u64, f: u16) {
-        self.go(kind::DMA_UNMAP, F | f, addr, size, 0, 0);
+        self.event(kind::DMA_UNMAP, F | f, addr, size, 0, 0);
     }
     fn sync(&mut self, addr: u64, size: u64, f: u16) {
-        self.go(kind::IOVA_SYNC, F | f, addr, size, 0, 0);
+        self.event(kind::IOVA_SYNC, F | f, addr, size, 0, 0);
     }
     fn destroy(&mut self, base: u64, len: u64, links: u64, size: u64) {
         let d = F | flags::IOVA_DESTROY;
-        self.go(kind::DMA_UNMAP, d, base, len, links, 0);
-        self.go(kind::IOVA_FREE, d, base, size, 0, STATE & 0xffff_ffff);
+        self.event(kind::DMA_UNMAP, d, base, len, links, 0);
+        self.event(kind::IOVA_FREE, d, base, size, 0, STATE & 0xffff_ffff);
     }
     fn free(&mut self, base: u64, size: u64, links: u64) {
-        self.go(kind::IOVA_FREE, F, base, size, links, STATE & 0xffff_ffff);
-    }
-    fn checks(&mut self) -> Vec<Check> {
-        self.c.confirm(0).iter().map(|m| m.check).collect()
+        self.event(kind::IOVA_FREE, F, base, size, links, STATE & 0xffff_ffff);
     }
 }
 
 #[test]
 fn nvme_reads_through_the_iova_api_give_nothing() {
-    let mut t = T::new();
+    let mut t = T::without_driver();
     for r in 0..64u64 {
         let base = BASE - r * 0x2_0000;
         t.alloc(base, 128 << 10);
@@ -99,7 +79,7 @@ fn nvme_reads_through_the_iova_api_give_nothing() {
 
 #[test]
 fn each_rule_of_the_iova_api_is_its_own_finding() {
-    let mut t = T::new();
+    let mut t = T::without_driver();
     // A link past the allocation's end (the hook's own range check).
     t.alloc(BASE, 8192);
     t.link(BASE + 8192, 4096, flags::IOVA_OUT_OF_RANGE);
@@ -141,7 +121,7 @@ fn each_rule_of_the_iova_api_is_its_own_finding() {
 
 #[test]
 fn iova_space_allocated_before_tracing_is_unknown_not_a_finding() {
-    let mut t = T::new();
+    let mut t = T::without_driver();
     t.unlink(BASE, 4096, 0);
     t.sync(BASE, 4096, 0);
     t.free(BASE, 4096, 0);
@@ -151,7 +131,7 @@ fn iova_space_allocated_before_tracing_is_unknown_not_a_finding() {
 
 #[test]
 fn links_left_at_unbind_are_a_leak() {
-    let mut t = T::new();
+    let mut t = T::without_driver();
     t.alloc(BASE, 8192);
     t.link(BASE, 8192, 0);
     let dev = t.dev.clone();
