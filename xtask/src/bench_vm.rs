@@ -299,48 +299,24 @@ pub fn run(kernels: &[String]) -> Result<()> {
         std::path::Path::new("/usr/bin/bpftrace").exists(),
         "bench --vm runs the host's bpftrace in the guest: install it (cargo xtask bootstrap)"
     );
-    let script = fs::read_to_string(host::repo_root().join(SCRIPT))
-        .with_context(|| format!("reading {SCRIPT}"))?;
-    let opts = BootOpts {
-        iommu: Iommu::Intel,
+    let vm = BenchVm {
+        what: "bench",
+        label: "bench-vm",
+        script: SCRIPT,
         // Two bpftrace processes with LLVM and clang loaded, page-cached
         // over 9p, next to two tracers.
         memory: 2048,
-        smp: 1,
-        kernel_log: false,
-        no_build: false,
-        no_tracer: false,
-        append: Vec::new(),
         host_root: true,
     };
-    let binaries = vm::build_binaries(&opts)?;
     let mut runs = Vec::new();
     let mut releases = Vec::new();
-    for k in kernels {
-        let spec = RunSpec {
-            kernel: k.clone(),
-            devices: vec![Device::Nvme],
-            modules: Vec::new(),
-            kmods: Vec::new(),
-            timeout: Duration::from_secs(900),
-            command: vec!["sh".into(), "-c".into(), script.clone()],
-            prefix: format!("[{k} bench] "),
-            label: "bench-vm".into(),
-        };
-        let out = vm::boot(&spec, &opts, &binaries)?;
-        if let Some(p) = &out.problem {
-            bail!("{k}: the bench VM failed: {p}");
-        }
-        ensure!(
-            out.success,
-            "{k}: the bench script failed (exit {:?})",
-            out.exit
-        );
-        releases.push(vm::kernel::fetch(k)?.release);
-        let r = parse(k, &out.lines)?;
+    on_each_kernel(kernels, &vm, |k, release, lines| {
+        releases.push(release);
+        let r = parse(k, lines)?;
         eprintln!("xtask: bench --vm {k}: {r:?}");
         runs.push(r);
-    }
+        Ok(())
+    })?;
     for (r, rel) in runs.iter_mut().zip(&releases) {
         r.kernel = format!("{} ({rel})", r.kernel);
     }
@@ -352,6 +328,68 @@ pub fn run(kernels: &[String]) -> Result<()> {
     );
     println!("{section}");
     bench_doc::write_section(START, END, &section)
+}
+
+/// A VM of `bench --vm`: the script it runs, and what its messages and
+/// console lines call it.
+pub(crate) struct BenchVm<'a> {
+    /// `bench` or `workload`.
+    pub what: &'a str,
+    pub label: &'a str,
+    /// The script (tests/vm/bench/), run with `sh -c`.
+    pub script: &'a str,
+    /// Guest memory in MiB.
+    pub memory: u32,
+    /// Share the host's / (for its bpftrace).
+    pub host_root: bool,
+}
+
+/// Runs `bench.script` in one VM per kernel (Intel IOMMU, one CPU, one NVMe,
+/// at most 15 minutes). `each` gets the kernel, its release and the console
+/// lines of a run that succeeded, before the next kernel boots, so a run
+/// that cannot be read stops the bench early.
+pub(crate) fn on_each_kernel(
+    kernels: &[String],
+    bench: &BenchVm,
+    mut each: impl FnMut(&str, String, &[String]) -> Result<()>,
+) -> Result<()> {
+    let script = fs::read_to_string(host::repo_root().join(bench.script))
+        .with_context(|| format!("reading {}", bench.script))?;
+    let opts = BootOpts {
+        iommu: Iommu::Intel,
+        memory: bench.memory,
+        smp: 1,
+        kernel_log: false,
+        no_build: false,
+        no_tracer: false,
+        append: Vec::new(),
+        host_root: bench.host_root,
+    };
+    let binaries = vm::build_binaries(&opts)?;
+    let what = bench.what;
+    for k in kernels {
+        let spec = RunSpec {
+            kernel: k.clone(),
+            devices: vec![Device::Nvme],
+            modules: Vec::new(),
+            kmods: Vec::new(),
+            timeout: Duration::from_secs(900),
+            command: vec!["sh".into(), "-c".into(), script.clone()],
+            prefix: format!("[{k} {what}] "),
+            label: bench.label.into(),
+        };
+        let out = vm::boot(&spec, &opts, &binaries)?;
+        if let Some(p) = &out.problem {
+            bail!("{k}: the {what} VM failed: {p}");
+        }
+        ensure!(
+            out.success,
+            "{k}: the {what} script failed (exit {:?})",
+            out.exit
+        );
+        each(k, vm::kernel::fetch(k)?.release, &out.lines)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

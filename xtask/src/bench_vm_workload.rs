@@ -7,14 +7,14 @@
 //! section of docs/benchmarks.md, so it can run alone (`--workload`).
 //! Reported, never enforced.
 
-use std::{fmt::Write as _, fs, time::Duration};
+use std::fmt::Write as _;
 
-use anyhow::{bail, ensure, Context as _, Result};
+use anyhow::{ensure, Result};
 use serde_json::Value;
 
 use crate::{
     bench_doc,
-    vm::{self, qemu::Device, qemu::Iommu, BootOpts, RunSpec},
+    bench_vm::{on_each_kernel, BenchVm},
 };
 
 const START: &str = "<!-- xtask-bench-vm-workload:start -->";
@@ -190,46 +190,21 @@ pub fn render(runs: &[Workload], machine: &str, commit: &str, date: &str) -> Str
 }
 
 pub fn run(kernels: &[String]) -> Result<()> {
-    let script = fs::read_to_string(crate::host::repo_root().join(SCRIPT))
-        .with_context(|| format!("reading {SCRIPT}"))?;
-    let opts = BootOpts {
-        iommu: Iommu::Intel,
+    let vm = BenchVm {
+        what: "workload",
+        label: "bench-vm-workload",
+        script: SCRIPT,
         memory: 1024,
-        smp: 1,
-        kernel_log: false,
-        no_build: false,
-        no_tracer: false,
-        append: Vec::new(),
         host_root: false,
     };
-    let binaries = vm::build_binaries(&opts)?;
     let mut runs = Vec::new();
-    for k in kernels {
-        let spec = RunSpec {
-            kernel: k.clone(),
-            devices: vec![Device::Nvme],
-            modules: Vec::new(),
-            kmods: Vec::new(),
-            timeout: Duration::from_secs(900),
-            command: vec!["sh".into(), "-c".into(), script.clone()],
-            prefix: format!("[{k} workload] "),
-            label: "bench-vm-workload".into(),
-        };
-        let out = vm::boot(&spec, &opts, &binaries)?;
-        if let Some(p) = &out.problem {
-            bail!("{k}: the workload VM failed: {p}");
-        }
-        ensure!(
-            out.success,
-            "{k}: the workload script failed (exit {:?})",
-            out.exit
-        );
-        let release = vm::kernel::fetch(k)?.release;
-        let mut w = parse(k, &out.lines)?;
+    on_each_kernel(kernels, &vm, |k, release, lines| {
+        let mut w = parse(k, lines)?;
         w.kernel = format!("{k} ({release})");
         eprintln!("xtask: bench --vm workload {k}: {w:?}");
         runs.push(w);
-    }
+        Ok(())
+    })?;
     // TCG's speed is the host's: its load is part of the conditions.
     let machine = format!(
         "{}, load average at the end {}",
