@@ -4,7 +4,7 @@
 //! identity, which must hold at any rate.
 
 use std::{
-    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, RawFd},
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{programs::RawTracePoint, Ebpf};
+use aya::Ebpf;
 use gpudirect_trace::{
     aggregate::Aggregator,
     decode::decode,
@@ -22,7 +22,7 @@ use gpudirect_trace_common::{kind, Event};
 
 use crate::{
     inject::{known_kernel_object, Injector},
-    sg_walk::TEST_SUPPORT,
+    test_support,
 };
 
 fn set_bpf_stats(on: bool) {
@@ -40,23 +40,11 @@ struct Floor(Ebpf);
 
 impl Floor {
     fn load() -> Self {
-        let mut support = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
-        let floor: &mut RawTracePoint = support
-            .program_mut("bench_floor")
-            .expect("bench_floor")
-            .try_into()
-            .expect("raw tracepoint");
-        floor.load().expect("load bench_floor");
-        Self(support)
+        Self(test_support::load(&["bench_floor"]))
     }
 
-    fn fd(&self) -> std::os::fd::RawFd {
-        let p: &RawTracePoint = self
-            .0
-            .program("bench_floor")
-            .expect("bench_floor")
-            .try_into()
-            .expect("raw tracepoint");
+    fn fd(&self) -> RawFd {
+        let p = test_support::program(&self.0, "bench_floor");
         p.fd().expect("fd").as_fd().as_raw_fd()
     }
 
@@ -70,6 +58,45 @@ impl Floor {
                 i.run_time().as_nanos() as f64 / i.run_count() as f64
             })
     }
+}
+
+/// Runs of each program a cost benchmark times.
+const RUNS: u64 = 100_000;
+
+/// Runs the programs `RUNS` times in lockstep, each with the arguments its
+/// function gives for run i, draining the ring every 5 000 runs so that
+/// streaming never drops (as a reader keeping up would).
+fn run_in_lockstep<A: Fn(u64) -> Vec<u64>>(tracer: &mut Tracer, progs: &[(RawFd, A)]) {
+    for i in 0..RUNS {
+        for (fd, args) in progs {
+            // SAFETY: the tracer (owner of the fd) outlives this loop.
+            let fd = unsafe { BorrowedFd::borrow_raw(*fd) };
+            run_raw_tracepoint(fd, &args(i), None).expect("test run");
+        }
+        if i % 5_000 == 0 {
+            tracer.drain(|_| {});
+        }
+    }
+    tracer.drain(|_| {});
+}
+
+/// Stops the kernel's accounting and prints each program's cost per hit
+/// (`BENCH <bench> mode=<mode> ...`), also net of the accounting floor,
+/// which it returns.
+fn report_program_costs(bench: &str, mode: &str, tracer: &Tracer, support: &Floor) -> f64 {
+    set_bpf_stats(false);
+    let floor = support.ns_per_run();
+    for s in &tracer.program_stats() {
+        println!(
+            "BENCH {bench} mode={mode} program={} runs={} ns_per_hit={:.1} \
+             net_of_floor={:.1}",
+            s.program,
+            s.run_count,
+            s.ns_per_run,
+            s.ns_per_run - floor
+        );
+    }
+    floor
 }
 
 /// Per-program cost per hit, from the kernel's own accounting, with events
@@ -109,7 +136,6 @@ fn bench_program_cost() {
         ],
         vec![("swiotlb_bounced", |dev, _| vec![dev, 0x2000, 512])],
     ];
-    const RUNS: u64 = 100_000;
     for (mode, stream, lifetimes) in [
         ("streaming", true, false),
         ("aggregate-only", false, true),
@@ -128,36 +154,17 @@ fn bench_program_cost() {
         for group in &groups {
             let fds: Vec<_> = group
                 .iter()
-                .map(|(prog, args)| match *prog {
-                    "bench_floor" => (floor_fd, *args),
-                    _ => (tracer.program_fd(prog).expect("program").as_raw_fd(), *args),
+                .map(|(prog, args)| {
+                    let fd = match *prog {
+                        "bench_floor" => floor_fd,
+                        _ => tracer.program_fd(prog).expect("program").as_raw_fd(),
+                    };
+                    (fd, move |i| args(dev, i))
                 })
                 .collect();
-            for i in 0..RUNS {
-                for (fd, args) in &fds {
-                    // SAFETY: the tracer (owner of the fd) outlives this loop.
-                    let fd = unsafe { BorrowedFd::borrow_raw(*fd) };
-                    run_raw_tracepoint(fd, &args(dev, i), None).expect("test run");
-                }
-                if i % 5_000 == 0 {
-                    tracer.drain(|_| {});
-                }
-            }
-            tracer.drain(|_| {});
+            run_in_lockstep(&mut tracer, &fds);
         }
-        set_bpf_stats(false);
-        let stats = tracer.program_stats();
-        let floor = support.ns_per_run();
-        for s in &stats {
-            println!(
-                "BENCH program_cost mode={mode} program={} runs={} ns_per_hit={:.1} \
-                 net_of_floor={:.1}",
-                s.program,
-                s.run_count,
-                s.ns_per_run,
-                s.ns_per_run - floor
-            );
-        }
+        let floor = report_program_costs("program_cost", mode, &tracer, &support);
         println!("BENCH program_cost mode={mode} accounting_floor_ns={floor:.1}");
     }
 }
@@ -290,7 +297,6 @@ fn bench_decode_aggregate() {
 #[ignore = "benchmark: cargo xtask bench"]
 fn bench_invalidation_hook() {
     let desc = known_kernel_object().addr;
-    const RUNS: u64 = 100_000;
     for (mode, stream) in [("streaming", true), ("aggregate-only", false)] {
         let mut tracer = Tracer::load(&TracerOptions {
             attach: false,
@@ -314,29 +320,9 @@ fn bench_invalidation_hook() {
                 "bench_floor" => floor_fd,
                 _ => tracer.program_fd(prog).expect("program").as_raw_fd(),
             };
-            for i in 0..RUNS {
-                // SAFETY: the tracer (owner of the fd) outlives this loop.
-                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-                run_raw_tracepoint(fd, args, None).expect("test run");
-                if i % 5_000 == 0 {
-                    tracer.drain(|_| {});
-                }
-            }
-            tracer.drain(|_| {});
+            run_in_lockstep(&mut tracer, &[(fd, |_| args.clone())]);
         }
-        set_bpf_stats(false);
-        let stats = tracer.program_stats();
-        let floor = support.ns_per_run();
-        for s in &stats {
-            println!(
-                "BENCH invalidation_hook mode={mode} program={} runs={} ns_per_hit={:.1} \
-                 net_of_floor={:.1}",
-                s.program,
-                s.run_count,
-                s.ns_per_run,
-                s.ns_per_run - floor
-            );
-        }
+        report_program_costs("invalidation_hook", mode, &tracer, &support);
     }
 }
 

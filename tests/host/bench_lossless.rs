@@ -28,12 +28,12 @@ use std::{
 
 use gpudirect_trace::{
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
-    record::{RecordOptions, RecordSink},
     session::{driver::RunOptions, Ending, Observed, Session, Sink},
 };
 use tokio::sync::watch;
 
 use crate::{
+    bench_reader::record_sink,
     bench_ring::{dma_map_args, pin_to, unpin, READER_CPU},
     inject::known_kernel_object,
 };
@@ -198,25 +198,7 @@ fn step(reader: Reader, dev: u64, rate: f64, dir: &std::path::Path) -> Step {
         ),
         Reader::Record => {
             let path = dir.join("ramp.gdt");
-            let output = gpudirect_trace::record::create_output(
-                &path,
-                gpudirect_trace::outfile::Options {
-                    force: true,
-                    ..Default::default()
-                },
-            )
-            .expect("create");
-            let file = output.commit().expect("commit");
-            let sink = RecordSink::create(
-                &session,
-                RecordOptions {
-                    output: path.clone(),
-                    json: false,
-                    command: Vec::new(),
-                },
-                file,
-            )
-            .expect("record sink");
+            let sink = record_sink(&session, &path);
             run(
                 session,
                 Counted {

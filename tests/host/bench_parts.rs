@@ -9,15 +9,10 @@
 
 use std::os::fd::AsFd as _;
 
-use aya::{
-    maps::{MapData, RingBuf},
-    programs::RawTracePoint,
-    Ebpf,
-};
+use aya::maps::{MapData, RingBuf};
 use gpudirect_trace::ebpf::testrun::run_raw_tracepoint;
 
-static TEST_SUPPORT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
+use crate::test_support;
 
 const PARTS: [&str; 9] = [
     "part_empty",
@@ -34,15 +29,7 @@ const PARTS: [&str; 9] = [
 #[test]
 #[ignore = "benchmark: cargo xtask bench"]
 fn bench_hot_path_parts() {
-    let mut obj = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
-    for p in PARTS {
-        let prog: &mut RawTracePoint = obj
-            .program_mut(p)
-            .unwrap_or_else(|| panic!("{p}"))
-            .try_into()
-            .expect("raw tracepoint");
-        prog.load().unwrap_or_else(|e| panic!("{p}: {e}"));
-    }
+    let mut obj = test_support::load(&PARTS);
     let mut ring: RingBuf<MapData> =
         RingBuf::try_from(obj.take_map("PART_RING").expect("PART_RING")).expect("ring");
     std::fs::write("/proc/sys/kernel/bpf_stats_enabled", "1").expect("bpf_stats");
@@ -50,7 +37,7 @@ fn bench_hot_path_parts() {
     // Interleaved rounds: the shared host's drift hits every part alike.
     for _ in 0..20 {
         for (i, p) in PARTS.iter().enumerate() {
-            let prog: &RawTracePoint = obj.program(p).expect("program").try_into().expect("tp");
+            let prog = test_support::program(&obj, p);
             let before = prog.info().expect("info");
             let fd = prog.fd().expect("fd");
             for n in 0..5_000u64 {

@@ -15,6 +15,7 @@
 
 use std::{
     os::fd::{AsRawFd as _, BorrowedFd},
+    path::Path,
     process::ExitCode,
 };
 
@@ -132,21 +133,7 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
         }
         Reader::Record => {
             let path = dir.join(format!("bench-{pass}.gdt"));
-            let out = gpudirect_trace::record::create_output(
-                &path,
-                gpudirect_trace::outfile::Options {
-                    force: true,
-                    ..Default::default()
-                },
-            )
-            .expect("create");
-            let file = out.commit().expect("commit");
-            let opts = RecordOptions {
-                output: path,
-                json: false,
-                command: Vec::new(),
-            };
-            let mut sink = RecordSink::create(session, opts, file).expect("record sink");
+            let mut sink = record_sink(session, &path);
             let t0 = thread_cpu_ns();
             let n = session.pump(&mut |o| sink.observe(o)).expect("pump");
             sink.tick(session).expect("flush");
@@ -159,6 +146,25 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
             (n as u64, thread_cpu_ns() - t0)
         }
     }
+}
+
+/// The sink of `record -o PATH --force`, writing `path`.
+pub(crate) fn record_sink(session: &Session, path: &Path) -> RecordSink {
+    let output = gpudirect_trace::record::create_output(
+        path,
+        gpudirect_trace::outfile::Options {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .expect("create");
+    let file = output.commit().expect("commit");
+    let opts = RecordOptions {
+        output: path.to_path_buf(),
+        json: false,
+        command: Vec::new(),
+    };
+    RecordSink::create(session, opts, file).expect("record sink")
 }
 
 /// Profiling the drains only: with GDT_BENCH_PERF_CTL naming a perf control

@@ -41,6 +41,18 @@ pub(crate) fn json_block(w: &mut Writer, typ: u16, json: &[u8]) {
     w.raw_block(typ, flag::ZSTD, &z).expect("block");
 }
 
+/// A header saying the misuse checks ran (`--check`, with `--stacks` or
+/// without).
+fn checked_header(stacks: bool) -> Header {
+    Header {
+        checks: Some(CheckSetup {
+            kernel_image: Vec::new(),
+            stacks,
+        }),
+        ..base_header()
+    }
+}
+
 fn map_event(kind: u16, ts_ns: u64, addr: u64, pid: u32, fl: u16) -> Record {
     Record::Event(Event {
         kind,
@@ -60,14 +72,7 @@ fn map_event(kind: u16, ts_ns: u64, addr: u64, pid: u32, fl: u16) -> Record {
 /// the three levels, from `pids` processes in turn; the misuse checks on
 /// (so the checker keeps every handle too).
 pub(crate) fn never_unmapped(path: &Path, devices: u64, per_level: u64, pids: u32) {
-    let header = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: false,
-        }),
-        ..base_header()
-    };
-    let mut w = writer(path, &header);
+    let mut w = writer(path, &checked_header(false));
     for d in 0..devices {
         let dev = format!("0000:{:02x}:{:02x}.0", d / 32, d % 32);
         for i in 0..per_level {
@@ -136,14 +141,7 @@ pub(crate) fn huge_stacks(
     frames: usize,
     frame_len: usize,
 ) {
-    let header = Header {
-        checks: Some(CheckSetup {
-            kernel_image: Vec::new(),
-            stacks: true,
-        }),
-        ..base_header()
-    };
-    let mut w = writer(path, &header);
+    let mut w = writer(path, &checked_header(true));
     for b in 0..blocks {
         let list: Vec<StackFrames> = (0..per_block)
             .map(|i| StackFrames {

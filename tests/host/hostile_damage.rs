@@ -95,17 +95,20 @@ fn whole_blocks_removed_repeated_or_swapped_are_named_and_not_counted_twice() {
     let (v, err) = report_json(&orig);
     assert_eq!(maps(&v), 60);
     assert!(!err.contains("missing") && !err.contains("again"), "{err}");
-    let save = |name: &str, parts: &[&[u8]]| {
-        let f = dir.path().join(name);
-        fs::write(&f, parts.concat()).expect("write");
-        f
-    };
     let seg = |i: usize| &bytes[p[i].0..p[i].2];
     let head = &bytes[..p[0].0];
     let tail = &bytes[p[5].2..];
+    // The numbered blocks (with their SEQ) in this order.
+    let numbered = |order: &[usize]| order.iter().map(|&i| seg(i)).collect::<Vec<_>>();
+    // A file of the head, these blocks and the tail.
+    let save = |name: &str, middle: &[&[u8]]| {
+        let f = dir.path().join(name);
+        fs::write(&f, [&[head][..], middle, &[tail]].concat().concat()).expect("write");
+        f
+    };
 
     // Blocks #2 and #3 cut out: named with where, the stream short.
-    let removed = save("removed.gdt", &[head, seg(0), seg(1), seg(4), seg(5), tail]);
+    let removed = save("removed.gdt", &numbered(&[0, 1, 4, 5]));
     let (v, err) = report_json(&removed);
     assert_eq!(maps(&v), 40);
     assert!(
@@ -115,7 +118,7 @@ fn whole_blocks_removed_repeated_or_swapped_are_named_and_not_counted_twice() {
     assert_eq!(v["read"]["sequence"]["missing"], 2);
 
     // The last two cut out before END: END's count names them.
-    let tail_cut = save("tail.gdt", &[head, seg(0), seg(1), seg(2), seg(3), tail]);
+    let tail_cut = save("tail.gdt", &numbered(&[0, 1, 2, 3]));
     let (_, err) = report_json(&tail_cut);
     assert!(
         err.contains("2 numbered block(s) are missing (#4..#5"),
@@ -123,30 +126,14 @@ fn whole_blocks_removed_repeated_or_swapped_are_named_and_not_counted_twice() {
     );
 
     // Block #1 twice: said, and its maps not counted again (no phantoms).
-    let dup = save(
-        "dup.gdt",
-        &[
-            head,
-            seg(0),
-            seg(1),
-            seg(1),
-            seg(2),
-            seg(3),
-            seg(4),
-            seg(5),
-            tail,
-        ],
-    );
+    let dup = save("dup.gdt", &numbered(&[0, 1, 1, 2, 3, 4, 5]));
     let (v, err) = report_json(&dup);
     assert_eq!(maps(&v), 60, "the copy adds nothing");
     assert_eq!(v["devices"][0]["dma"]["outstanding_mappings"], 0);
     assert!(err.contains("1 block(s) appear again"), "{err}");
 
     // #2 and #3 swapped: out of order, nothing missing.
-    let swapped = save(
-        "swap.gdt",
-        &[head, seg(0), seg(1), seg(3), seg(2), seg(4), seg(5), tail],
-    );
+    let swapped = save("swap.gdt", &numbered(&[0, 1, 3, 2, 4, 5]));
     let (v, err) = report_json(&swapped);
     assert_eq!(maps(&v), 60);
     assert!(
@@ -156,20 +143,9 @@ fn whole_blocks_removed_repeated_or_swapped_are_named_and_not_counted_twice() {
 
     // A block without its SEQ (copied alone): unnumbered, named.
     let lone = &bytes[p[2].1..p[2].2];
-    let inserted = save(
-        "inserted.gdt",
-        &[
-            head,
-            seg(0),
-            lone,
-            seg(1),
-            seg(2),
-            seg(3),
-            seg(4),
-            seg(5),
-            tail,
-        ],
-    );
+    let mut with_lone = numbered(&[0, 1, 2, 3, 4, 5]);
+    with_lone.insert(1, lone);
+    let inserted = save("inserted.gdt", &with_lone);
     let (_, err) = report_json(&inserted);
     assert!(
         err.contains("1 block(s) have no valid sequence number"),

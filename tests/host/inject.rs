@@ -21,6 +21,17 @@ pub fn load_unattached(ring_bytes: u32) -> Tracer {
     .expect("load the eBPF object")
 }
 
+/// Aggregate-only (`--aggregate-only`: counted in the kernel, nothing
+/// streamed), unattached.
+pub fn load_aggregate_only() -> Tracer {
+    Tracer::load(&TracerOptions {
+        attach: false,
+        stream: false,
+        ..Default::default()
+    })
+    .expect("load the eBPF object")
+}
+
 /// A real kernel object standing in for a `struct device`: a location in
 /// kernel memory whose first word points at a string we know.
 ///

@@ -4,7 +4,7 @@
 //! kernel (BPF atomics) the table is the slot form; the hash form is the
 //! VM matrix's (5.10, nvme-aggregate).
 
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsRawFd as _, BorrowedFd, RawFd};
 
 use gpudirect_trace::ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions};
 use gpudirect_trace_common::{
@@ -32,6 +32,45 @@ fn colliding(dev: u64, n: usize) -> Vec<u64> {
     out
 }
 
+/// An aggregate-only tracer with the in-kernel mapping table, driven through
+/// its dma_map and dma_unmap programs.
+struct Table {
+    tracer: Tracer,
+    map: RawFd,
+    unmap: RawFd,
+}
+
+impl Table {
+    fn load(bpf_atomics: Option<bool>) -> Self {
+        let tracer = Tracer::load(&TracerOptions {
+            attach: false,
+            stream: false,
+            lifetimes: true,
+            bpf_atomics,
+            ..Default::default()
+        })
+        .expect("load");
+        let fd = |p| tracer.program_fd(p).expect(p).as_raw_fd();
+        let (map, unmap) = (fd("dma_map"), fd("dma_unmap"));
+        Self { tracer, map, unmap }
+    }
+
+    /// dma_map with `args`, on `cpu` (None: this thread's).
+    fn map(&self, args: &[u64], cpu: Option<u32>) {
+        self.run(self.map, args, cpu);
+    }
+
+    fn unmap(&self, args: &[u64], cpu: Option<u32>) {
+        self.run(self.unmap, args, cpu);
+    }
+
+    fn run(&self, fd: RawFd, args: &[u64], cpu: Option<u32>) {
+        // SAFETY: self.tracer owns the fd and lives as long as self.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        run_raw_tracepoint(fd, args, cpu).expect("test run");
+    }
+}
+
 #[test]
 fn the_slot_table_holds_what_fits_and_counts_the_rest() {
     table_holds_what_fits_and_counts_the_rest(None);
@@ -49,38 +88,21 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
     // The hash holds all of the crowd; the slot form all but one.
     let slots = bpf_atomics.is_none();
     let dev = known_kernel_object().addr;
-    let mut tracer = Tracer::load(&TracerOptions {
-        attach: false,
-        stream: false,
-        lifetimes: true,
-        bpf_atomics,
-        ..Default::default()
-    })
-    .expect("load");
-    let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
-    let unmap = tracer
-        .program_fd("dma_unmap")
-        .expect("dma_unmap")
-        .as_raw_fd();
-    let run = |fd: i32, args: &[u64]| {
-        // SAFETY: the tracer, owner of the fd, outlives every call.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        run_raw_tracepoint(fd, args, None).expect("test run");
-    };
+    let mut t = Table::load(bpf_atomics);
 
     // 100 neighbouring pages (a driver's ring) and one more mapping than a
     // probe run holds, all at one slot.
     let ring: Vec<u64> = (0..100).map(|i| 0x1000_0000 + i * 4096).collect();
     let crowd = colliding(dev, SLOT_PROBES as usize + 1);
     for &a in ring.iter().chain(&crowd) {
-        run(map, &[dev, 0x1000, a, 4096, 1, 0]);
+        t.map(&[dev, 0x1000, a, 4096, 1, 0], None);
     }
     // A second map of a mapping already held (its unmap never seen) takes
     // its own slot again: still one entry.
-    run(map, &[dev, 0x1000, ring[0], 8192, 1, 0]);
+    t.map(&[dev, 0x1000, ring[0], 8192, 1, 0], None);
 
-    let held = tracer.kernel_mappings();
-    let stats = tracer.self_stats();
+    let held = t.tracer.kernel_mappings();
+    let stats = t.tracer.self_stats();
     let crowd_held = if slots {
         SLOT_PROBES as usize
     } else {
@@ -104,11 +126,12 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
 
     // Every unmap ends a lifetime or is counted as unmatched.
     for &a in ring.iter().chain(&crowd) {
-        run(unmap, &[dev, a, 4096, 1, 0]);
+        t.unmap(&[dev, a, 4096, 1, 0], None);
     }
-    run(unmap, &[dev, 0x7777_0000, 4096, 1, 0]);
-    let stats = tracer.self_stats();
-    let lifetimes: u64 = tracer
+    t.unmap(&[dev, 0x7777_0000, 4096, 1, 0], None);
+    let stats = t.tracer.self_stats();
+    let lifetimes: u64 = t
+        .tracer
         .kernel_latency()
         .iter()
         .filter(|(_, o, _)| *o == op::LIFETIME)
@@ -120,14 +143,14 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
         untracked + 1,
         "the untracked one and a stranger"
     );
-    assert!(tracer.kernel_mappings().is_empty(), "every slot freed");
+    assert!(t.tracer.kernel_mappings().is_empty(), "every slot freed");
 
     // Freed slots are claimed again.
     for &a in &crowd {
-        run(map, &[dev, 0x1000, a, 4096, 1, 0]);
+        t.map(&[dev, 0x1000, a, 4096, 1, 0], None);
     }
-    assert_eq!(tracer.kernel_mappings().len(), crowd_held);
-    assert_eq!(tracer.self_stats().mappings_untracked, 2 * untracked);
+    assert_eq!(t.tracer.kernel_mappings().len(), crowd_held);
+    assert_eq!(t.tracer.self_stats().mappings_untracked, 2 * untracked);
 }
 
 /// The lifetime histograms: a CPU keeps its first `LIFETIME_CACHE`
@@ -140,31 +163,15 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
 #[test]
 fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
     crate::require_root();
-    let mut tracer = Tracer::load(&TracerOptions {
-        attach: false,
-        stream: false,
-        lifetimes: true,
-        ..Default::default()
-    })
-    .expect("load");
-    let map = tracer.program_fd("dma_map").expect("dma_map").as_raw_fd();
-    let unmap = tracer
-        .program_fd("dma_unmap")
-        .expect("dma_unmap")
-        .as_raw_fd();
-    let run = |fd: i32, args: &[u64], cpu: u32| {
-        // SAFETY: the tracer, owner of the fd, outlives every call.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        run_raw_tracepoint(fd, args, Some(cpu)).expect("test run");
-    };
+    let mut t = Table::load(None);
     let devs = LIFETIME_CACHE as u64 + 2;
     let dev = |i: u64| 0xffff_8880_dead_0000 + i * 0x2000;
     let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
     let lifetimes = |i: u64, n: u64, cpu: u32| {
         for j in 0..n {
             let addr = 0x2000_0000 + j * 4096;
-            run(map, &[dev(i), 0x1000, addr, 4096, 1, 0], cpu);
-            run(unmap, &[dev(i), addr, 4096, 1, 0], cpu);
+            t.map(&[dev(i), 0x1000, addr, 4096, 1, 0], Some(cpu));
+            t.unmap(&[dev(i), addr, 4096, 1, 0], Some(cpu));
         }
     };
     for i in 0..devs {
@@ -172,7 +179,8 @@ fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
     }
     lifetimes(0, 5, last_cpu);
 
-    let mut by_dev: Vec<(String, u64)> = tracer
+    let mut by_dev: Vec<(String, u64)> = t
+        .tracer
         .kernel_latency()
         .into_iter()
         .filter(|(_, o, _)| *o == op::LIFETIME)
@@ -189,5 +197,5 @@ fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
         .collect();
     want.sort();
     assert_eq!(by_dev, want, "lifetimes per device");
-    assert_eq!(tracer.self_stats().lifetime_unmatched, 0);
+    assert_eq!(t.tracer.self_stats().lifetime_unmatched, 0);
 }

@@ -42,6 +42,7 @@ mod serve_rules;
 mod serve_tls;
 mod sg_walk;
 mod stack_depth;
+mod test_support;
 
 use std::process::Command;
 
@@ -52,7 +53,7 @@ use gpudirect_trace::{
     kernel,
 };
 use gpudirect_trace_common::{kind, level, TaskState};
-use inject::{load_unattached, Injector};
+use inject::{load_aggregate_only, load_unattached, Injector};
 
 fn require_root() {
     // SAFETY: geteuid has no preconditions.
@@ -228,12 +229,7 @@ fn injected_dma_events_are_decoded_attributed_and_aggregated() {
 #[test]
 fn aggregate_only_mode_counts_in_kernel_without_streaming() {
     require_root();
-    let tracer = Tracer::load(&TracerOptions {
-        attach: false,
-        stream: false,
-        ..Default::default()
-    })
-    .expect("load");
+    let tracer = load_aggregate_only();
     let mut inj = Injector::new(tracer);
     let dev = inj.device.addr;
     for i in 0..50u64 {

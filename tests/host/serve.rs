@@ -12,14 +12,14 @@ use std::{
 };
 
 use gpudirect_trace::{
-    ebpf::testrun::run_raw_tracepoint,
+    ebpf::{testrun::run_raw_tracepoint, Tracer},
     families::tracepoints,
     serve::{self, ServeOptions},
     session::Session,
 };
 
 use crate::{
-    inject::{known_kernel_object, load_unattached},
+    inject::{known_kernel_object, load_aggregate_only, load_unattached},
     require_root,
 };
 
@@ -195,6 +195,18 @@ impl Drop for Prometheus {
 /// `n` dma_map calls of `size` bytes for `dev` through the session's real
 /// program: the k-th at physical address k pages, DMA address `dma` plus k
 /// pages, direction to-device.
+/// `tracer`'s session (streaming or aggregate-only) served with the default
+/// options on an ephemeral loopback port.
+fn serve_on_loopback(tracer: Tracer, stream: bool) -> serve::Server {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    serve::start(
+        Session::from_tracer(tracer, stream),
+        listener,
+        &ServeOptions::default(),
+    )
+    .expect("start the metrics server")
+}
+
 pub(crate) fn map_pages(server: &serve::Server, dev: u64, n: u64, dma: u64, size: u64) {
     server.with_session(move |s| {
         let fd = s.tracer.program_fd("dma_map").expect("program");
@@ -211,13 +223,7 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     let tracer = load_unattached(8 << 20);
     let pci_dev_offset = u64::from(tracer.offsets.pci_dev_device);
     let device = known_kernel_object();
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let server = serve::start(
-        Session::from_tracer(tracer, true),
-        listener,
-        &ServeOptions::default(),
-    )
-    .expect("start the metrics server");
+    let server = serve_on_loopback(tracer, true);
     let addr = server.local_addr();
     let probes = server.with_session(|s| s.tracer.probes.len());
     assert!(probes >= tracepoints().len());
@@ -380,20 +386,9 @@ fn serve_on_a_taken_port_fails_with_one_clear_line() {
 #[test]
 fn aggregate_only_serve_exports_the_kernel_counts() {
     require_root();
-    let tracer = gpudirect_trace::ebpf::Tracer::load(&gpudirect_trace::ebpf::TracerOptions {
-        attach: false,
-        stream: false,
-        ..Default::default()
-    })
-    .expect("load");
+    let tracer = load_aggregate_only();
     let device = known_kernel_object();
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
-    let server = serve::start(
-        Session::from_tracer(tracer, false),
-        listener,
-        &ServeOptions::default(),
-    )
-    .expect("start");
+    let server = serve_on_loopback(tracer, false);
     map_pages(&server, device.addr, 20, 0x10_0000, 8192);
     let (status, text) = http_get(server.local_addr(), "/metrics", "text/plain");
     assert_eq!(status, 200);

@@ -17,7 +17,6 @@ use std::{os::fd::AsFd as _, time::Instant};
 
 use aya::{
     maps::{Array, MapData},
-    programs::RawTracePoint,
     Ebpf,
 };
 use gpudirect_trace::{
@@ -26,10 +25,7 @@ use gpudirect_trace::{
 };
 use gpudirect_trace_common::{flags, kind, KernelOffsets, SgEvent, SG_LENS};
 
-use crate::inject::Injector;
-
-pub(crate) static TEST_SUPPORT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gdt-test-support"));
+use crate::{inject::Injector, test_support};
 
 /// test_support.rs: bytes per arena element, elements.
 const ELEM: usize = 32;
@@ -49,14 +45,8 @@ pub struct Arena {
 
 impl Arena {
     pub fn new(off: KernelOffsets) -> Self {
-        let mut obj = Ebpf::load(TEST_SUPPORT).expect("load the test-support object");
-        let prog: &mut RawTracePoint = obj
-            .program_mut("arena_addr")
-            .expect("arena_addr")
-            .try_into()
-            .expect("raw tracepoint");
-        prog.load().expect("arena_addr passes the verifier");
-        let fd = prog.fd().expect("fd");
+        let mut obj = test_support::load(&["arena_addr"]);
+        let fd = test_support::program(&obj, "arena_addr").fd().expect("fd");
         let ret = run_raw_tracepoint(fd.as_fd(), &[0], None).expect("test run arena_addr");
         assert_eq!(ret, 0, "arena_addr found its maps");
         let addr: Array<MapData, u64> =
