@@ -180,13 +180,34 @@ fn concat(parts: &[&'static [&'static str]]) -> &'static [&'static str] {
     Box::leak(parts.concat().into_boxed_slice())
 }
 
+/// A Debian VM kernel of the probe matrix: nvme loaded, kprobes and fentry
+/// usable, one VT-d unit.
+fn debian_vm(
+    release: &'static str,
+    tracepoints: &'static [&'static str],
+    vmlinux: &'static [&'static str],
+) -> Kernel {
+    Kernel {
+        release,
+        tracepoints,
+        args: &[],
+        vmlinux,
+        kallsyms_only: &[],
+        module_funcs: &[("nvme", &[])],
+        fentry: Ok(()),
+        ftrace_hint: None,
+        kprobes: true,
+        iommu_units: &["dmar0"],
+    }
+}
+
 /// 5.10: no dma:* tracepoints, the DMA-API functions without `__`
 /// variants, no dma_map_sgtable (an inline there).
 pub fn debian_5_10() -> Kernel {
-    Kernel {
-        release: "5.10.0-32-amd64",
-        tracepoints: concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
-        vmlinux: concat(&[
+    debian_vm(
+        "5.10.0-32-amd64",
+        concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
+        concat(&[
             DEBIAN_COMMON,
             &[
                 "dma_map_sg_attrs",
@@ -199,14 +220,7 @@ pub fn debian_5_10() -> Kernel {
                 "swiotlb_tbl_map_single",
             ],
         ]),
-        args: &[],
-        kallsyms_only: &[],
-        module_funcs: &[("nvme", &[])],
-        fentry: Ok(()),
-        ftrace_hint: None,
-        kprobes: true,
-        iommu_units: &["dmar0"],
-    }
+    )
 }
 
 /// 6.1: `__dma_map_sg_attrs` covers dma_map_sgtable; the matrix shows
@@ -215,29 +229,25 @@ pub fn debian_5_10() -> Kernel {
 /// which fentry step failed).
 pub fn debian_6_1() -> Kernel {
     Kernel {
-        release: "6.1.0-50-amd64",
-        tracepoints: concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
-        vmlinux: concat(&[
-            DEBIAN_COMMON,
-            &[
-                "__dma_map_sg_attrs",
-                "dma_map_sg_attrs",
-                "dma_map_sgtable",
-                "dma_sync_single_for_cpu",
-                "dma_sync_single_for_device",
-                "dma_sync_sg_for_cpu",
-                "dma_sync_sg_for_device",
-                "iommu_map_atomic",
-                "iommu_map_sg_atomic",
-            ],
-        ]),
-        args: &[],
         kallsyms_only: &["swiotlb_tbl_map_single"],
-        module_funcs: &[("nvme", &[])],
-        fentry: Ok(()),
-        ftrace_hint: None,
-        kprobes: true,
-        iommu_units: &["dmar0"],
+        ..debian_vm(
+            "6.1.0-50-amd64",
+            concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
+            concat(&[
+                DEBIAN_COMMON,
+                &[
+                    "__dma_map_sg_attrs",
+                    "dma_map_sg_attrs",
+                    "dma_map_sgtable",
+                    "dma_sync_single_for_cpu",
+                    "dma_sync_single_for_device",
+                    "dma_sync_sg_for_cpu",
+                    "dma_sync_sg_for_device",
+                    "iommu_map_atomic",
+                    "iommu_map_sg_atomic",
+                ],
+            ]),
+        )
     }
 }
 
@@ -258,9 +268,9 @@ const DMA_TPS_6_8: &[&str] = &[
 /// 6.12: the dma:* tracepoints (6.8+ names), no iommu_map_atomic, no
 /// detach_device_from_domain.
 pub fn debian_6_12() -> Kernel {
-    Kernel {
-        release: "6.12.117+deb13-amd64",
-        tracepoints: concat(&[
+    debian_vm(
+        "6.12.117+deb13-amd64",
+        concat(&[
             IOMMU_TPS,
             DMA_TPS_6_8,
             &[
@@ -270,7 +280,7 @@ pub fn debian_6_12() -> Kernel {
                 "dma:dma_unmap_resource",
             ],
         ]),
-        vmlinux: concat(&[
+        concat(&[
             DEBIAN_COMMON,
             &[
                 "__dma_map_sg_attrs",
@@ -283,14 +293,7 @@ pub fn debian_6_12() -> Kernel {
                 "swiotlb_tbl_map_single",
             ],
         ]),
-        args: &[],
-        kallsyms_only: &[],
-        module_funcs: &[("nvme", &[])],
-        fentry: Ok(()),
-        ftrace_hint: None,
-        kprobes: true,
-        iommu_units: &["dmar0"],
-    }
+    )
 }
 
 /// The 6.18 DMA-API and IOMMU functions (dma_map_phys replaces the
