@@ -52,37 +52,31 @@ impl Stream {
         }
     }
 
+    /// A map of a new address or an unmap of a live one, from one of 8
+    /// pids.
     fn next(&mut self) -> Record {
         self.i += 1;
-        let ts = self.i * 1000;
-        if self.live.len() > 64 || (!self.live.is_empty() && self.rng.below(2) == 0) {
-            let k = self.rng.below(self.live.len() as u64) as usize;
-            let addr = self.live.swap_remove(k);
-            Record::Event(Event {
-                kind: kind::DMA_UNMAP,
-                dir: 2,
-                ts_ns: ts,
-                pid: 1000 + (self.i % 8) as u32,
-                tid: 1000 + (self.i % 8) as u32,
-                addr,
-                size: 4096,
-                ..Default::default()
-            })
-        } else {
-            let addr = 0xffff_0000 - (self.rng.below(256) << 17);
-            self.live.push(addr);
-            Record::Event(Event {
-                kind: kind::DMA_MAP,
-                dir: 2,
-                ts_ns: ts,
-                pid: 1000 + (self.i % 8) as u32,
-                tid: 1000 + (self.i % 8) as u32,
-                addr,
-                phys: self.rng.below(64 << 18) << 12,
-                size: 4096,
-                ..Default::default()
-            })
-        }
+        let (kind, addr, phys) =
+            if self.live.len() > 64 || (!self.live.is_empty() && self.rng.below(2) == 0) {
+                let k = self.rng.below(self.live.len() as u64) as usize;
+                (kind::DMA_UNMAP, self.live.swap_remove(k), 0)
+            } else {
+                let addr = 0xffff_0000 - (self.rng.below(256) << 17);
+                self.live.push(addr);
+                (kind::DMA_MAP, addr, self.rng.below(64 << 18) << 12)
+            };
+        let pid = 1000 + (self.i % 8) as u32;
+        Record::Event(Event {
+            kind,
+            dir: 2,
+            ts_ns: self.i * 1000,
+            pid,
+            tid: pid,
+            addr,
+            phys,
+            size: 4096,
+            ..Default::default()
+        })
     }
 }
 
