@@ -165,6 +165,18 @@ const DEBIAN_COMMON: &[&str] = &[
     "__iommu_attach_device",
 ];
 
+/// What 5.10 and 6.1 have and 6.12 has not: the syncs without their `__`
+/// variants, the atomic IOMMU maps.
+const DEBIAN_BEFORE_6_8: &[&str] = &[
+    "dma_map_sg_attrs",
+    "dma_sync_single_for_cpu",
+    "dma_sync_single_for_device",
+    "dma_sync_sg_for_cpu",
+    "dma_sync_sg_for_device",
+    "iommu_map_atomic",
+    "iommu_map_sg_atomic",
+];
+
 const IOMMU_TPS: &[&str] = &[
     "iommu:map",
     "iommu:unmap",
@@ -209,16 +221,8 @@ pub fn debian_5_10() -> Kernel {
         concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
         concat(&[
             DEBIAN_COMMON,
-            &[
-                "dma_map_sg_attrs",
-                "dma_sync_single_for_cpu",
-                "dma_sync_single_for_device",
-                "dma_sync_sg_for_cpu",
-                "dma_sync_sg_for_device",
-                "iommu_map_atomic",
-                "iommu_map_sg_atomic",
-                "swiotlb_tbl_map_single",
-            ],
+            DEBIAN_BEFORE_6_8,
+            &["swiotlb_tbl_map_single"],
         ]),
     )
 }
@@ -235,17 +239,8 @@ pub fn debian_6_1() -> Kernel {
             concat(&[IOMMU_TPS, &["iommu:detach_device_from_domain"]]),
             concat(&[
                 DEBIAN_COMMON,
-                &[
-                    "__dma_map_sg_attrs",
-                    "dma_map_sg_attrs",
-                    "dma_map_sgtable",
-                    "dma_sync_single_for_cpu",
-                    "dma_sync_single_for_device",
-                    "dma_sync_sg_for_cpu",
-                    "dma_sync_sg_for_device",
-                    "iommu_map_atomic",
-                    "iommu_map_sg_atomic",
-                ],
+                DEBIAN_BEFORE_6_8,
+                &["__dma_map_sg_attrs", "dma_map_sgtable"],
             ]),
         )
     }
