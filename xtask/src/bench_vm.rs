@@ -393,10 +393,11 @@ pub(crate) fn on_each_kernel(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn lines(text: &str) -> Vec<String> {
+    /// Console output as `vm::boot` gives it.
+    pub(crate) fn lines(text: &str) -> Vec<String> {
         text.lines().map(str::to_string).collect()
     }
 

@@ -219,10 +219,7 @@ pub fn run(kernels: &[String]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines(text: &str) -> Vec<String> {
-        text.lines().map(str::to_string).collect()
-    }
+    use crate::bench_vm::tests::lines;
 
     #[test]
     fn parses_and_summarises_the_workload() {
