@@ -219,13 +219,12 @@ pub fn parse_event(inner: &str, raw: &str) -> Option<Fault> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::parse_line;
+    use crate::faults::{parse_line, parsed};
 
     // https://github.com/Dasharo/dasharo-issues/issues/1134 (pci_err prefix)
     #[test]
     fn page_fault_with_device_prefix() {
-        let f = parse_line("[   40.182570] ath10k_pci 0000:01:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000d address=0xcff49550 flags=0x0070]")
-            .expect("parsed");
+        let f = parsed("[   40.182570] ath10k_pci 0000:01:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000d address=0xcff49550 flags=0x0070]");
         assert_eq!(f.source, Source::AmdVi);
         assert_eq!(f.device.as_deref(), Some("0000:01:00.0"));
         assert_eq!(f.address, Some(0xcff4_9550));
@@ -241,8 +240,7 @@ mod tests {
     // resume" (commit ef75966abf950c0539534effa4960caa29fb7167), journalctl form.
     #[test]
     fn illegal_dev_table_entry_with_segment() {
-        let f = parse_line("Nov 14 11:52:19 Thinkbook kernel: iommu ivhd0: AMD-Vi: Event logged [ILLEGAL_DEV_TABLE_ENTRY device=0000:06:00.0 pasid=0x00000 address=0x135300000 flags=0x0080]")
-            .expect("parsed");
+        let f = parsed("Nov 14 11:52:19 Thinkbook kernel: iommu ivhd0: AMD-Vi: Event logged [ILLEGAL_DEV_TABLE_ENTRY device=0000:06:00.0 pasid=0x00000 address=0x135300000 flags=0x0080]");
         assert_eq!(f.device.as_deref(), Some("0000:06:00.0"));
         assert_eq!(f.reason_code, Some(1));
         assert_eq!(f.address, Some(0x1_3530_0000));

@@ -47,6 +47,12 @@ pub fn parse_line(line: &str) -> Option<Fault> {
     Some(fault)
 }
 
+/// The fault of a line a test knows is one.
+#[cfg(test)]
+pub(crate) fn parsed(line: &str) -> Fault {
+    parse_line(line).expect("parsed")
+}
+
 /// Flag carried by the faults that stand for messages the kernel suppressed.
 pub const SUPPRESSED_FLAG: &str = "suppressed by printk rate limiting";
 
@@ -168,7 +174,7 @@ mod tests {
     // https://github.com/openwrt/mt76/issues/1007 (SMMUv2 storm)
     #[test]
     fn suppressed_lines_per_subsystem() {
-        let f = parse_line("arm_smmu_context_fault: 83 callbacks suppressed").expect("parsed");
+        let f = parsed("arm_smmu_context_fault: 83 callbacks suppressed");
         assert_eq!(f.source, Source::Smmu);
         assert_eq!(f.count, 83);
         assert!(f.partial);

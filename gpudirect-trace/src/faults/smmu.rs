@@ -305,7 +305,7 @@ fn context_fault(ctx: &str, raw: &str) -> Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::{parse_line, Decoder};
+    use crate::faults::{parsed, Decoder};
 
     // https://github.com/radxa-pkg/edk2-cix/issues/24 (vendor tag, raw dwords)
     #[test]
@@ -318,7 +318,7 @@ mod tests {
             "[    7.471047] [pid:134,cpu0,irq/13-arm-smmu]arm-smmu-v3 arm-smmu-v3.0.auto:    0x0000000000000000",
             "[    7.480087] [pid:134,cpu0,irq/13-arm-smmu]arm-smmu-v3 arm-smmu-v3.0.auto: event 0x07 received:",
         ];
-        let single = parse_line(lines[0]).expect("parsed");
+        let single = parsed(lines[0]);
         assert_eq!(single.reason_code, Some(7));
         assert!(single.reason.starts_with("F_TRANSL_FORBIDDEN"));
         let out = Decoder::decode_all(lines);
@@ -331,8 +331,7 @@ mod tests {
     // https://github.com/sm7150-mainline/linux/issues/61 (SMMUv2)
     #[test]
     fn v2_context_fault() {
-        let f = parse_line("[    0.561287] arm-smmu 15000000.iommu: Unhandled context fault: fsr=0x402, iova=0x9c4b9000, fsynr=0x7c0020, cbfrsynra=0x800, cb=7")
-            .expect("parsed");
+        let f = parsed("[    0.561287] arm-smmu 15000000.iommu: Unhandled context fault: fsr=0x402, iova=0x9c4b9000, fsynr=0x7c0020, cbfrsynra=0x800, cb=7");
         assert_eq!(f.source, Source::Smmu);
         assert_eq!(f.address, Some(0x9c4b_9000));
         assert_eq!(f.access, Some(Access::Read));

@@ -283,7 +283,7 @@ fn parse_intr(from_bracket: &str, body: &str) -> Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::parse_line;
+    use crate::faults::{parse_line, parsed};
 
     #[test]
     fn unit_hint_only_for_numbered_units() {
@@ -333,8 +333,7 @@ mod tests {
     // unmapped IOVA: /work/shared/notes/environment.md ("Kernels in a VM").
     #[test]
     fn linux_6_1_no_pasid() {
-        let f = parse_line("DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x123000 [fault reason 0x05] PTE Write access is not set")
-            .expect("parsed");
+        let f = parsed("DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x123000 [fault reason 0x05] PTE Write access is not set");
         assert_eq!(f.source, Source::Vtd);
         assert_eq!(f.device.as_deref(), Some("0000:00:03.0"));
         assert_eq!(f.device_raw.as_deref(), Some("00:03.0"));
@@ -350,8 +349,7 @@ mod tests {
     // Real line, Linux 5.10 guest, same setup: environment.md.
     #[test]
     fn linux_5_10_decimal_reason_and_pasid_ffffffff() {
-        let f = parse_line("DMAR: [DMA Write] Request device [00:03.0] PASID ffffffff fault addr 123000 [fault reason 05] PTE Write access is not set")
-            .expect("parsed");
+        let f = parsed("DMAR: [DMA Write] Request device [00:03.0] PASID ffffffff fault addr 123000 [fault reason 05] PTE Write access is not set");
         assert_eq!(
             f.address,
             Some(0x123000),
@@ -365,8 +363,7 @@ mod tests {
     // https://github.com/patmagauran/i915ovmfPkg/issues/23
     #[test]
     fn dma_read_with_dmesg_timestamp() {
-        let f = parse_line("[  144.480641] DMAR: [DMA Read] Request device [00:02.0] PASID ffffffff fault addr 9c000000 [fault reason 06] PTE Read access is not set")
-            .expect("parsed");
+        let f = parsed("[  144.480641] DMAR: [DMA Read] Request device [00:02.0] PASID ffffffff fault addr 9c000000 [fault reason 06] PTE Read access is not set");
         assert_eq!(f.timestamp_ns, Some(144_480_641_000));
         assert_eq!(f.access, Some(Access::Read));
         assert_eq!(f.address, Some(0x9c00_0000));
@@ -376,8 +373,7 @@ mod tests {
     // https://github.com/opencomputeproject/OpenNetworkLinux/pull/897 (4.x, no PASID)
     #[test]
     fn linux_4_x_without_pasid() {
-        let f = parse_line("[10672.868940] DMAR: [DMA Write] Request device [00:12.0] fault addr 0 [fault reason 05] PTE Write access is not set")
-            .expect("parsed");
+        let f = parsed("[10672.868940] DMAR: [DMA Write] Request device [00:12.0] fault addr 0 [fault reason 05] PTE Write access is not set");
         assert_eq!(f.device.as_deref(), Some("0000:00:12.0"));
         assert_eq!(f.address, Some(0));
         assert_eq!(f.reason_code, Some(5));
@@ -386,8 +382,7 @@ mod tests {
     // https://github.com/thesofproject/sof-test/issues/744 ("0x"-prefixed bus/dev)
     #[test]
     fn hex_prefixed_device_and_kernel_tag() {
-        let f = parse_line("[    0.938401] kernel: DMAR: [DMA Read NO_PASID] Request device [0x00:0x02.0] fault addr 0x70ad5000 [fault reason 0x07] Next page table ptr is invalid")
-            .expect("parsed");
+        let f = parsed("[    0.938401] kernel: DMAR: [DMA Read NO_PASID] Request device [0x00:0x02.0] fault addr 0x70ad5000 [fault reason 0x07] Next page table ptr is invalid");
         assert_eq!(f.device.as_deref(), Some("0000:00:02.0"));
         assert_eq!(f.reason_code, Some(7));
         assert!(f.explanation.contains("kernel/IOMMU-driver bug"));
@@ -396,8 +391,7 @@ mod tests {
     // https://github.com/Dasharo/dasharo-issues/issues/641
     #[test]
     fn root_entry_not_present() {
-        let f = parse_line("[    0.361089] DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x7cd80000 [fault reason 0x01] Present bit in root entry is clear")
-            .expect("parsed");
+        let f = parsed("[    0.361089] DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x7cd80000 [fault reason 0x01] Present bit in root entry is clear");
         assert_eq!(f.reason_code, Some(1));
         assert!(f.explanation.contains("not attached"));
     }
@@ -405,8 +399,7 @@ mod tests {
     // https://github.com/tenstorrent/tt-umd/issues/1814 (scalable mode)
     #[test]
     fn scalable_mode_reason() {
-        let f = parse_line("[ 6611.206544] DMAR: [DMA Read NO_PASID] Request device [03:00.0] fault addr 0x100000 [fault reason 0x71] SM: Present bit in first-level paging entry is clear")
-            .expect("parsed");
+        let f = parsed("[ 6611.206544] DMAR: [DMA Read NO_PASID] Request device [03:00.0] fault addr 0x100000 [fault reason 0x71] SM: Present bit in first-level paging entry is clear");
         assert_eq!(f.reason_code, Some(0x71));
         assert_eq!(f.device.as_deref(), Some("0000:03:00.0"));
         assert!(!f.partial);
@@ -436,8 +429,7 @@ mod tests {
     // https://forums.opensuse.org/t/dmar-errors-with-vt-d-enabled/99909
     #[test]
     fn iso_syslog_prefix() {
-        let f = parse_line("2014-04-25T09:37:53.595431+01:00 kvmhost kernel:     8.490171] dmar: DMAR:[DMA Read] Request device [01:00.0] fault addr 41a6aa000")
-            .expect("parsed");
+        let f = parsed("2014-04-25T09:37:53.595431+01:00 kvmhost kernel:     8.490171] dmar: DMAR:[DMA Read] Request device [01:00.0] fault addr 41a6aa000");
         assert_eq!(f.device.as_deref(), Some("0000:01:00.0"));
         assert_eq!(
             f.wall_time.as_deref(),
@@ -450,13 +442,11 @@ mod tests {
     // capture found): checks the INTR-REMAP branch and an out-of-table code.
     #[test]
     fn interrupt_remap_and_unknown_code_is_partial() {
-        let f = parse_line("DMAR: [INTR-REMAP] Request device [00:1f.0] fault index 0x17 [fault reason 0x25] Blocked a compatibility format interrupt request")
-            .expect("parsed");
+        let f = parsed("DMAR: [INTR-REMAP] Request device [00:1f.0] fault index 0x17 [fault reason 0x25] Blocked a compatibility format interrupt request");
         assert_eq!(f.access, Some(Access::Interrupt));
         assert_eq!(f.reason_code, Some(0x25));
         assert!(!f.partial);
-        let f = parse_line("DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x1000 [fault reason 0x33] Unknown")
-            .expect("parsed");
+        let f = parsed("DMAR: [DMA Read NO_PASID] Request device [00:02.0] fault addr 0x1000 [fault reason 0x33] Unknown");
         assert!(f.partial, "0x33 is a hole in the SM table");
     }
 
@@ -469,7 +459,7 @@ mod tests {
         );
         assert_eq!(status_flags(3).len(), 2);
         assert!(status_flags(3)[0].starts_with("PFO"));
-        let f = parse_line("[  144.480629] dmar_fault: 893 callbacks suppressed").expect("parsed");
+        let f = parsed("[  144.480629] dmar_fault: 893 callbacks suppressed");
         assert_eq!(f.count, 893);
         assert_eq!(f.flags, vec![crate::faults::SUPPRESSED_FLAG.to_string()]);
         assert!(f.partial);

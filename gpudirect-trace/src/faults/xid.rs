@@ -296,13 +296,12 @@ pub(crate) mod formats;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::parse_line;
+    use crate::faults::{parse_line, parsed};
 
     // https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1030 (595.71.05)
     #[test]
     fn xid31_new_format_with_pid_name_channel() {
-        let f = parse_line("[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ")
-            .expect("parsed");
+        let f = parsed("[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_PROP_0 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ");
         assert_eq!(f.source, Source::NvidiaXid);
         assert_eq!(f.xid, Some(31));
         assert_eq!(f.device.as_deref(), Some("0000:01:00.0"));
@@ -319,14 +318,12 @@ mod tests {
     // https://github.com/doitsujin/dxvk/issues/1027 (418, no pid)
     #[test]
     fn xid31_old_format_and_xid32() {
-        let f = parse_line("[31543.449443] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x17_00592000. Fault is of type FAULT_PDE ACCESS_TYPE_READ")
-            .expect("parsed");
+        let f = parsed("[31543.449443] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x17_00592000. Fault is of type FAULT_PDE ACCESS_TYPE_READ");
         assert_eq!(f.process, None);
         assert_eq!(f.address, Some(0x17_0059_2000));
-        let f = parse_line(
+        let f = parsed(
             "[31609.615516] NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000052 intr 02000000",
-        )
-        .expect("parsed");
+        );
         assert_eq!(f.xid, Some(32));
         assert!(f.explanation.contains("push buffer"));
     }
@@ -334,8 +331,7 @@ mod tests {
     // https://github.com/doitsujin/dxvk/issues/1799 (journalctl -k, 450)
     #[test]
     fn xid31_journalctl_write() {
-        let f = parse_line("Nov 29 11:28:11 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31, pid=12890, Ch 0000003b, intr 00000000. MMU Fault: ENGINE HOST0 HUBCLIENT_HOST_CPU faulted @ 0x1_0c3c0000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE")
-            .expect("parsed");
+        let f = parsed("Nov 29 11:28:11 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31, pid=12890, Ch 0000003b, intr 00000000. MMU Fault: ENGINE HOST0 HUBCLIENT_HOST_CPU faulted @ 0x1_0c3c0000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE");
         assert_eq!(f.device.as_deref(), Some("0000:c1:00.0"));
         assert_eq!(f.access, Some(Access::Write));
         assert_eq!(f.address, Some(0x1_0c3c_0000));
@@ -344,8 +340,7 @@ mod tests {
     // https://github.com/pop-os/pop/issues/3363 (syslog + printk time, pid='<unknown>')
     #[test]
     fn xid79_unknown_pid() {
-        let f = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
-            .expect("parsed");
+        let f = parsed("Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.");
         assert_eq!(f.xid, Some(79));
         assert_eq!(
             f.process, None,
@@ -353,8 +348,7 @@ mod tests {
         );
         assert_eq!(f.reason, "Xid 79: GPU has fallen off the bus");
         assert!(f.explanation.contains("AER"));
-        let g = parse_line("Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.")
-            .expect("parsed");
+        let g = parsed("Sep 23 18:37:03 xxx kernel: [   34.193770] NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.");
         assert_eq!(g.xid, Some(79));
         assert_eq!(g.device.as_deref(), Some("0000:01:00.0"));
     }
@@ -363,8 +357,7 @@ mod tests {
     // multi-line message without an Xid)
     #[test]
     fn xid79_minimal_and_probe_message() {
-        let f = parse_line("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus")
-            .expect("parsed");
+        let f = parsed("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus");
         assert_eq!(f.device.as_deref(), Some("0000:44:00.0"));
         assert_eq!(
             parse_line("[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0"),
@@ -385,8 +378,7 @@ mod tests {
     // https://github.com/leptonai/gpud/pull/46 (dmesg --ctime, 109 with pid)
     #[test]
     fn xid109_dmesg_ctime() {
-        let f = parse_line("[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005")
-            .expect("parsed");
+        let f = parsed("[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX SWITCH TIMEOUT, Info 0x58005");
         assert_eq!(f.xid, Some(109));
         assert_eq!(
             f.process,
@@ -398,8 +390,7 @@ mod tests {
     // https://github.com/doitsujin/dxvk/issues/1027 (Xid 13, old format)
     #[test]
     fn xid13_graphics_exception() {
-        let f = parse_line("[31609.615230] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: Class 0x0 Subchannel 0x0 Mismatch")
-            .expect("parsed");
+        let f = parsed("[31609.615230] NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception: Class 0x0 Subchannel 0x0 Mismatch");
         assert_eq!(f.xid, Some(13));
         assert_eq!(
             f.reason,
@@ -412,8 +403,7 @@ mod tests {
     // (NVLink Xid on a PCI domain other than 0000).
     #[test]
     fn xid149_nvlink_other_domain() {
-        let f = parse_line("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
-            .expect("parsed");
+        let f = parsed("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)");
         assert_eq!(f.device.as_deref(), Some("0019:01:00.0"));
         assert_eq!(f.xid, Some(149));
         assert!(!f.partial);
