@@ -477,32 +477,25 @@ pub fn hook_outcome(
         Some(h) => format!("fentry: {e} ({h})"),
         None => format!("fentry: {e}"),
     };
+    // What the attached fentry adds to "on FUNC", or why there is none.
+    let fentry = match fentry {
+        Fentry::Skip(reason) => Err(format!("fentry: {reason}")),
+        Fentry::Vmlinux => attempts.fentry(spec, func, slot).map_err(hint),
+        Fentry::Module { module, btf_id } => attempts
+            .module_fentry(module, func, btf_id, slot)
+            .map(|()| format!(" (through the BTF of module {module})"))
+            .map_err(hint),
+    };
     match fentry {
-        Fentry::Skip(reason) => why.push(format!("fentry: {reason}")),
-        Fentry::Vmlinux => match attempts.fentry(spec, func, slot) {
-            Ok(note) => {
-                return status(
-                    Status::Attached,
-                    "fentry/fexit",
-                    func,
-                    format!("on {func}{note}"),
-                )
-            }
-            Err(e) => why.push(hint(e)),
-        },
-        Fentry::Module { module, btf_id } => {
-            match attempts.module_fentry(module, func, btf_id, slot) {
-                Ok(()) => {
-                    return status(
-                        Status::Attached,
-                        "fentry/fexit",
-                        func,
-                        format!("on {func} (through the BTF of module {module})"),
-                    )
-                }
-                Err(e) => why.push(hint(e)),
-            }
+        Ok(note) => {
+            return status(
+                Status::Attached,
+                "fentry/fexit",
+                func,
+                format!("on {func}{note}"),
+            )
         }
+        Err(e) => why.push(e),
     }
     if !kprobe {
         why.push("kprobe: no kprobes (CONFIG_KPROBES)".into());
