@@ -74,6 +74,14 @@ fn ev(kind: u16, ts_ns: u64, pid: u32, addr: u64, size: u64) -> Event {
     }
 }
 
+/// What the timing hooks report of one `op` that took `ns`.
+fn latency(op: u32, ts_ns: u64, pid: u32, addr: u64, ns: u64) -> Record {
+    Record::Event(Event {
+        aux: u64::from(op),
+        ..ev(kind::LATENCY, ts_ns, pid, addr, ns)
+    })
+}
+
 fn nvme_counters(maps: (u64, u64), unmaps: (u64, u64)) -> Vec<CounterRow> {
     [(kind::DMA_MAP, maps), (kind::DMA_UNMAP, unmaps)]
         .into_iter()
@@ -146,16 +154,13 @@ pub fn rich(path: &Path) {
             .expect("unmap");
         }
         w.push(
-            &Record::Event(Event {
-                aux: u64::from(op::DMA_MAP),
-                ..ev(
-                    kind::LATENCY,
-                    ts + 1,
-                    pid,
-                    addr,
-                    300 + rng.below(2000) + (i / 1000) * 400,
-                )
-            }),
+            &latency(
+                op::DMA_MAP,
+                ts + 1,
+                pid,
+                addr,
+                300 + rng.below(2000) + (i / 1000) * 400,
+            ),
             NVME,
         )
         .expect("latency");
@@ -172,10 +177,7 @@ pub fn rich(path: &Path) {
             )
             .expect("iommu unmap");
             w.push(
-                &Record::Event(Event {
-                    aux: u64::from(op::IOTLB_SYNC),
-                    ..ev(kind::LATENCY, ts + 3, pid, 0, 800 + rng.below(5000))
-                }),
+                &latency(op::IOTLB_SYNC, ts + 3, pid, 0, 800 + rng.below(5000)),
                 NVME,
             )
             .expect("latency");
@@ -202,10 +204,7 @@ pub fn rich(path: &Path) {
             un.event.ts_ns = ts + 1_500_000;
             w.push(&Record::Sg(un), GPU).expect("unmap sg");
             w.push(
-                &Record::Event(Event {
-                    aux: u64::from(op::DMA_MAP_SG),
-                    ..ev(kind::LATENCY, ts + 11, 700, 0, 5_000 + rng.below(40_000))
-                }),
+                &latency(op::DMA_MAP_SG, ts + 11, 700, 0, 5_000 + rng.below(40_000)),
                 GPU,
             )
             .expect("latency");
@@ -361,10 +360,7 @@ pub fn long(path: &Path, seconds: u64, rate: u64) -> u64 {
         .expect("unmap");
         let o = ops[(k / 4 % 4) as usize];
         w.push(
-            &Record::Event(Event {
-                aux: u64::from(o),
-                ..ev(kind::LATENCY, ts + gap, pid, 0, 200 + rng.below(4000))
-            }),
+            &latency(o, ts + gap, pid, 0, 200 + rng.below(4000)),
             devs[d],
         )
         .expect("latency");
