@@ -220,6 +220,11 @@ pub struct Tracer {
     /// Stand-in names of devices whose name could not be read (yet).
     unnamed: HashMap<u64, Arc<str>, foldhash::fast::RandomState>,
     unattributed: Arc<str>,
+    /// The last named device looked up (0: none): records come in runs of
+    /// one device, and its hash lookup was ~4% of the reader's CPU per
+    /// event (perf, bench_reader_cpu).
+    last_dev: u64,
+    last_name: Arc<str>,
     /// The reader of the programs' debug messages, while they are read.
     program_log: Option<program_log::Reader>,
 }
@@ -387,6 +392,8 @@ impl Tracer {
             names: HashMap::default(),
             unnamed: HashMap::default(),
             unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
+            last_dev: 0,
+            last_name: Arc::from(crate::aggregate::UNATTRIBUTED),
             program_log: None,
         })
     }

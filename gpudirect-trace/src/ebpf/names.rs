@@ -22,17 +22,28 @@ impl Tracer {
         if dev == 0 {
             return &self.unattributed;
         }
-        // Two lookups on a first sighting only: returning the entry from
-        // inside an `if let` does not pass the borrow checker.
-        if self.names.contains_key(&dev) {
-            return &self.names[&dev];
+        // Only named devices are kept here (a name is never changed once
+        // read); `last_dev` is never 0.
+        if dev == self.last_dev {
+            return &self.last_name;
+        }
+        // A device named earlier, met again after another one: one lookup
+        // and the name kept as the last one.
+        if let Some(n) = self.names.get(&dev) {
+            self.last_name = n.clone();
+            self.last_dev = dev;
+            return &self.last_name;
         }
         match self.maps.devices.get(&dev, 0) {
             Ok(v) => {
                 self.unnamed.remove(&dev);
-                self.names
+                let n = self
+                    .names
                     .entry(dev)
-                    .or_insert_with(|| Arc::from(c_str(&v.name)))
+                    .or_insert_with(|| Arc::from(c_str(&v.name)));
+                self.last_name = n.clone();
+                self.last_dev = dev;
+                &self.last_name
             }
             Err(_) => self
                 .unnamed

@@ -21,7 +21,7 @@ pub use self::{
 use crate::{
     aggregate::ProcName,
     analysis::{Analysis, Outcome},
-    decode::{decode, Record},
+    decode::{decode_into, Record},
     ebpf::{SelfStats, Status, Tracer, TracerOptions},
     faults::KmsgFollower,
     gpu::{process::ProcCache, FactsSource as _, GpuIdentity, NvmlSource, NvmlStatus, Sample},
@@ -441,16 +441,15 @@ impl Session {
             return Ok(0);
         };
         let mut n = 0;
+        // One record decoded into in place, record after record (decode_into).
+        let mut record = Record::Event(Default::default());
         while let Some(item) = ring.next() {
             n += 1;
-            let record = match decode(&item) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.analysis.agg.decode_errors += 1;
-                    log::debug!("undecodable record: {e}");
-                    continue;
-                }
-            };
+            if let Err(e) = decode_into(&item, &mut record) {
+                self.analysis.agg.decode_errors += 1;
+                log::debug!("undecodable record: {e}");
+                continue;
+            }
             drop(item);
             if let Some((pid, comm)) = crate::decode::process_exit(&record) {
                 let cgroup = self.cgroups.path(record.event().size);

@@ -25,7 +25,12 @@ impl AddrCol {
         }
         let d = zigzag(v.wrapping_sub(self.prev) as i64);
         self.prev = v;
-        put_varint128(out, u128::from(d) + 1);
+        // The same bytes either way; 128-bit arithmetic only for the one
+        // value past u64.
+        match d.checked_add(1) {
+            Some(t) => put_varint(out, t),
+            None => put_varint128(out, u128::from(d) + 1),
+        }
     }
 
     fn get(&mut self, c: &mut Cursor<'_>) -> Result<u64, Malformed> {
@@ -143,8 +148,41 @@ impl EventBatch {
         for c in cols {
             out.extend_from_slice(c);
         }
-        *self = Self::default();
+        self.clear();
         out
+    }
+
+    /// Empty, as `default()`, but the columns keep their room for the next
+    /// block (growing them again from nothing, block after block, was ~1%
+    /// of the record path's CPU per event in reallocations).
+    fn clear(&mut self) {
+        let Self {
+            n,
+            kinds,
+            ts,
+            dev,
+            flags,
+            dir,
+            pid,
+            tid,
+            addr,
+            phys,
+            size,
+            aux,
+            extra,
+            prev_ts,
+            addr_col,
+            phys_col,
+        } = self;
+        for c in [
+            kinds, ts, dev, flags, dir, pid, tid, addr, phys, size, aux, extra,
+        ] {
+            c.clear();
+        }
+        *n = 0;
+        *prev_ts = 0;
+        *addr_col = AddrCol::default();
+        *phys_col = AddrCol::default();
     }
 }
 
@@ -243,4 +281,52 @@ pub fn decode_events(payload: &[u8]) -> Result<Vec<(Record, u32)>, Malformed> {
         out.push((rec, d));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(addr: u64, phys: u64, ts_ns: u64) -> Record {
+        Record::Event(Event {
+            kind: kind::DMA_MAP,
+            ts_ns,
+            addr,
+            phys,
+            size: 4096,
+            pid: 7,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_reused_batch_writes_what_a_new_one_does() {
+        // 1 << 63 first: its delta's zigzag is u64::MAX (the 128-bit case).
+        let records = [
+            ev(1 << 63, u64::MAX, 5),
+            ev(0, 1, 3),
+            ev(0x1000, 1 << 63, 9),
+            ev(u64::MAX, 0x2000, 1),
+        ];
+        let mut reused = EventBatch::default();
+        for r in &records[1..] {
+            reused.push(r, 1);
+        }
+        let _ = reused.take_payload();
+        for r in &records {
+            reused.push(r, 2);
+        }
+        let mut fresh = EventBatch::default();
+        for r in &records {
+            fresh.push(r, 2);
+        }
+        let payload = reused.take_payload();
+        assert_eq!(payload, fresh.take_payload());
+        let back = decode_events(&payload).expect("decodes");
+        for ((got, d), want) in back.iter().zip(&records) {
+            assert_eq!(*d, 2);
+            let (g, w) = (got.event(), want.event());
+            assert_eq!((g.addr, g.phys, g.ts_ns), (w.addr, w.phys, w.ts_ns));
+        }
+    }
 }

@@ -13,11 +13,22 @@ impl std::fmt::Display for Malformed {
 }
 
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    // Into room reserved once, the length set once: a push per byte (a
+    // capacity check and length update each) was ~4% of the record path's
+    // CPU per event (perf, bench_reader_cpu: 11 varints per event).
+    out.reserve(10);
+    let len = out.len();
+    let spare = out.spare_capacity_mut();
+    let mut i = 0;
     while v >= 0x80 {
-        out.push(v as u8 | 0x80);
+        spare[i].write(v as u8 | 0x80);
         v >>= 7;
+        i += 1;
     }
-    out.push(v as u8);
+    spare[i].write(v as u8);
+    // SAFETY: the i + 1 bytes past the length were written just above
+    // (i + 1 <= 10, the room reserved: a u64 takes at most 10 bytes).
+    unsafe { out.set_len(len + i + 1) };
 }
 
 pub fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
@@ -91,5 +102,42 @@ impl<'a> Cursor<'a> {
     pub fn string(&mut self) -> Result<String, Malformed> {
         let n = self.varint()? as usize;
         Ok(String::from_utf8_lossy(self.bytes(n)?).into_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LEB128 one byte at a time, as the format describes it.
+    fn reference(mut v: u128) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    #[test]
+    fn varints_are_leb128_and_read_back() {
+        let mut values: Vec<u64> = vec![0, 1, 0x7f, 0x80, 0x3fff, 0x4000, u64::MAX - 1, u64::MAX];
+        values.extend((0..64).map(|s| 1u64 << s));
+        values.extend((1..64).map(|s| (1u64 << s) - 1));
+        let mut out = vec![0xaa];
+        for &v in &values {
+            let at = out.len();
+            put_varint(&mut out, v);
+            assert_eq!(out[at..], reference(u128::from(v)), "{v:#x}");
+        }
+        let mut c = Cursor::new(&out[1..]);
+        for &v in &values {
+            assert_eq!(c.varint(), Ok(v));
+        }
+        assert_eq!(c.remaining(), 0);
+        let mut out = Vec::new();
+        put_varint128(&mut out, u128::from(u64::MAX) + 1);
+        assert_eq!(out, reference(u128::from(u64::MAX) + 1));
     }
 }
