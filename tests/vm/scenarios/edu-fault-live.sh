@@ -8,9 +8,7 @@ set -e
 . /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
 # live prints its "probes attached" line when ready; --duration starts then.
-gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 6s
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x456000 --len 64 --dir read
 wait $tracer

@@ -9,10 +9,7 @@ set -e
 mkdir -p /tmp/snaps
 # No --duration: the reads end it (kill -INT below). Under load the 120
 # reads took 33 s, and a 20 s --duration ended the recorder before the fault.
-gpudirect-trace record --ring 5s --trigger fault --after 1s -o /tmp/snaps --duration 300s \
-    2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record --ring 5s --trigger fault --after 1s -o /tmp/snaps --duration 300s
 start=$(cut -d' ' -f1 /proc/uptime)
 i=0
 while [ $i -lt 120 ]; do
@@ -25,8 +22,8 @@ while [ $i -lt 120 ]; do
     i=$((i + 1))
 done
 echo "READS $start..$(cut -d' ' -f1 /proc/uptime)"
-kill -INT $rec
-wait $rec || true
+kill -INT $tracer
+wait $tracer || true
 cat /tmp/rec.err
 n=0
 for f in /tmp/snaps/gdt-*.gdt; do

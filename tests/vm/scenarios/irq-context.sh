@@ -8,11 +8,9 @@
 # gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=irq-context
 set -e
 . /scenarios/common.lib
-gpudirect-trace record -o /tmp/t.gdt --duration 8s 2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record -o /tmp/t.gdt --duration 8s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=512 iflag=direct
-wait $rec
+wait $tracer
 gpudirect-trace probes | grep '^interrupt context' | sed 's/^/PROBE /'
 gpudirect-trace export /tmp/t.gdt --format jsonl -o /tmp/t.jsonl
 grep "\"device\":\"$GDT_NVME_BDF\"" /tmp/t.jsonl > /tmp/nvme.jsonl || true

@@ -9,14 +9,6 @@
 # gdt-vm: kernels=5.10,6.1,6.12 devices=nvme iommu=intel timeout=400 check=modes-agree
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --duration 10s > /tmp/s.json 2> /tmp/s.err &
-s=$!
-gpudirect-trace live --json --aggregate-only --duration 10s > /tmp/a.json 2> /tmp/a.err &
-a=$!
-wait_for /tmp/s.err "probes attached" $s
-wait_for /tmp/a.err "probes attached" $a
+both_modes 10s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
-wait $s
-wait $a
-echo "STREAMING $(tail -n 1 /tmp/s.json)"
-echo "AGGREGATE $(tail -n 1 /tmp/a.json)"
+both_modes_end

@@ -9,9 +9,7 @@
 # gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-aggregate
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --aggregate-only --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --aggregate-only --duration 6s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 wait $tracer
 tail -n 1 /tmp/live.json

@@ -11,18 +11,8 @@ set -e
 . /scenarios/common.lib
 # Per-program run counts and time (the cost per hit the host check prints).
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
-gpudirect-trace live --json --duration 120s > /tmp/s.json 2> /tmp/s.err &
-s=$!
-gpudirect-trace live --json --aggregate-only --duration 120s > /tmp/a.json 2> /tmp/a.err &
-a=$!
-wait_for /tmp/s.err "probes attached" $s
-wait_for /tmp/a.err "probes attached" $a
+both_modes 120s
 gpudirect-trace probes --json > /tmp/p.json 2>/dev/null || true
 dd if=/dev/nvme0n1 of=/dev/null bs=128k count=32 iflag=direct
-sleep 2
-kill -INT $s $a
-wait $s
-wait $a
-echo "STREAMING $(tail -n 1 /tmp/s.json)"
-echo "AGGREGATE $(tail -n 1 /tmp/a.json)"
+both_modes_end 2
 echo "PROBES $(tr -d '\n' < /tmp/p.json)"

@@ -11,9 +11,7 @@ set -e
 gpudirect-trace probes | grep -E '^(time|learn):' || true
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG.
 # live prints its "probes attached" line when ready; --duration starts then.
-gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 6s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 wait $tracer
 tail -n 1 /tmp/live.json

@@ -7,11 +7,9 @@
 # gdt-vm: kernels=5.10,6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=400 check=nvme-live-json
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --duration 120s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
 # Start the I/O only once every hook is attached: the tracer says so on stderr
 # (under TCG, attaching the fentry hooks takes seconds).
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 120s
 dd if=/dev/nvme0n1 of=/dev/null bs=1M count=32 iflag=direct
 # Let one more interval pass, then end it like Ctrl-C (final summary follows).
 sleep 2

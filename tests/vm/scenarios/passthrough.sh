@@ -6,9 +6,7 @@
 # gdt-vm: kernels=6.1,6.12 devices=nvme iommu=intel append=iommu=pt timeout=300 check=passthrough
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 6s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 wait $tracer
 dmesg | grep -E "Default domain type" || true

@@ -10,13 +10,11 @@
 set -e
 . /scenarios/common.lib
 trace_on ras/aer_event
-gpudirect-trace record -o /tmp/storm.gdt --duration 300s 2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record -o /tmp/storm.gdt --duration 300s
 gdt-aer-inject --device "$GDT_BLKPORT_BDF" --correctable 0x40 --count 10000
 sleep 2
-kill -INT $rec
-wait $rec || true
+kill -INT $tracer
+wait $tracer || true
 cat /tmp/rec.err
 echo "TRACEFS aer_event=$(count_tracefs ras/aer_event)"
 # The text report: its JSON would list the 4096 incidents kept, too much

@@ -12,9 +12,7 @@
 set -e
 . /scenarios/common.lib
 trace_on ras/aer_event
-gpudirect-trace record -o /tmp/aer.gdt --duration 60s 2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record -o /tmp/aer.gdt --duration 60s
 monitor pcie_aer_inject_error vblk1 0x4000
 i=0
 until grep -q TOTAL_ERR_NONFATAL.1 /sys/bus/pci/devices/$GDT_BLKPORT_BDF/aer_dev_nonfatal || [ $i -gt 20 ]; do
@@ -24,8 +22,8 @@ gdt-aer-inject --device "$GDT_BLKPORT_BDF" --correctable 0x1
 gdt-aer-inject --device "$GDT_BLKPORT_BDF" --uncorrectable 0x100000 \
     --header 0x40000001 0x0000000f 0xfe600000 0x00000000
 sleep 2
-kill -INT $rec
-wait $rec || true
+kill -INT $tracer
+wait $tracer || true
 cat /tmp/rec.err
 echo "TRACEFS aer_event=$(count_tracefs ras/aer_event)"
 gpudirect-trace report /tmp/aer.gdt | grep -i -E 'aer|pcie' || true

@@ -13,9 +13,7 @@
 # gdt-vm: kernels=6.12,newest devices=blk-port iommu=intel modules=e1000e timeout=300 check=pcie-remove
 set -e
 . /scenarios/common.lib
-gpudirect-trace record -o /tmp/rm.gdt --duration 60s 2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record -o /tmp/rm.gdt --duration 60s
 disk=$(ls /sys/bus/pci/devices/$GDT_BLKPORT_BDF/virtio*/block)
 ( while dd if=/dev/$disk of=/dev/null bs=64k count=64 2>/dev/null; do
       echo 3 > /proc/sys/vm/drop_caches; done ) &
@@ -32,8 +30,8 @@ kill $reader 2>/dev/null || true
 monitor device_add e1000e,id=nic2,bus=rp1,romfile=
 # pciehp powers the slot on 5 s after the button.
 sleep 8
-kill -INT $rec
-wait $rec || true
+kill -INT $tracer
+wait $tracer || true
 cat /tmp/rec.err
 gpudirect-trace report /tmp/rm.gdt | tail -n 20
 gpudirect-trace report /tmp/rm.gdt --json

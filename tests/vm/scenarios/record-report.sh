@@ -6,12 +6,10 @@
 # gdt-vm: kernels=6.1,6.12 devices=nvme,edu iommu=intel timeout=400 check=record-report
 set -e
 . /scenarios/common.lib
-gpudirect-trace record -o /tmp/t.gdt --duration 8s 2> /tmp/rec.err &
-rec=$!
-wait_for /tmp/rec.err "probes attached" $rec
+traced - /tmp/rec.err record -o /tmp/t.gdt --duration 8s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
-wait $rec
+wait $tracer
 cat /tmp/rec.err
 ls -l /tmp/t.gdt
 gpudirect-trace report /tmp/t.gdt --json

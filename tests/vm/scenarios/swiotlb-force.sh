@@ -7,9 +7,7 @@
 # gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme iommu=none append=swiotlb=force timeout=300 check=swiotlb-force
 set -e
 . /scenarios/common.lib
-gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 6s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=256 iflag=direct
 wait $tracer
 echo "READ_BYTES $((256 * 65536))"

@@ -13,9 +13,7 @@ set -e
 . /scenarios/common.lib
 # Attaching the fentry/fexit hooks patches kernel text: slow under TCG. The
 # recorder prints its "probes attached" line when ready; --duration starts then.
-gpudirect-trace record -o /tmp/v.gdt --json --duration 7s > /tmp/rec.json 2> /tmp/rec.err &
-tracer=$!
-wait_for /tmp/rec.err "probes attached" $tracer
+traced /tmp/rec.json /tmp/rec.err record -o /tmp/v.gdt --json --duration 7s
 gdt-dma-inject --mode vfio --device "$GDT_EDU_BDF" --iova 0x200000 --len 64 --dir write --map --then-unmap
 wait $tracer
 cat /tmp/rec.err

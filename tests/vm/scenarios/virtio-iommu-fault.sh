@@ -16,9 +16,7 @@ echo pci-stub > $edu/driver_override
 echo "$GDT_EDU_BDF" > /sys/bus/pci/drivers_probe
 echo "$GDT_EDU_BDF" > /sys/bus/pci/drivers/pci-stub/unbind
 echo "GROUP_TYPE $GDT_EDU_BDF $(cat $edu/iommu_group/type)"
-gpudirect-trace live --json --duration 6s > /tmp/live.json 2> /tmp/live.err &
-tracer=$!
-wait_for /tmp/live.err "probes attached" $tracer
+traced /tmp/live.json /tmp/live.err live --json --duration 6s
 dd if=/dev/nvme0n1 of=/dev/null bs=64k count=64 iflag=direct
 gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
 wait $tracer
