@@ -327,11 +327,10 @@ fn check_replays(g: &GpuFacts, rec: &NvmlRecord, baseline: Option<&NvmlRecord>, 
         .and_then(|b| b.last())
         .and_then(|s| replays_at(s, &id.bus_id).map(|r| (r, "baseline")))
         .or_else(|| {
-            let first = rec.first().and_then(|s0| s0.gpu(&id.bus_id));
-            let r0 = first.and_then(|g0| g0.pcie.replays.ok().copied());
-            let t0 = rec.first().map_or(0, |s| s.taken_unix_ms);
-            r0.filter(|_| rec.samples.len() > 1)
-                .map(|r| ((r, t0), "first reading"))
+            rec.first()
+                .filter(|_| rec.samples.len() > 1)
+                .and_then(|s0| replays_at(s0, &id.bus_id))
+                .map(|r| (r, "first reading"))
         });
     let Some(((then, t_then), what)) = before else {
         ev.push(nvml_ev("nvmlDeviceGetPcieReplayCounter", id, now));
