@@ -192,9 +192,6 @@ impl Drop for Prometheus {
     }
 }
 
-/// `n` dma_map calls of `size` bytes for `dev` through the session's real
-/// program: the k-th at physical address k pages, DMA address `dma` plus k
-/// pages, direction to-device.
 /// `tracer`'s session (streaming or aggregate-only) served with the default
 /// options on an ephemeral loopback port.
 fn serve_on_loopback(tracer: Tracer, stream: bool) -> serve::Server {
@@ -207,6 +204,9 @@ fn serve_on_loopback(tracer: Tracer, stream: bool) -> serve::Server {
     .expect("start the metrics server")
 }
 
+/// `n` dma_map calls of `size` bytes for `dev` through the session's real
+/// program: the k-th at physical address k pages, DMA address `dma` plus k
+/// pages, direction to-device.
 pub(crate) fn map_pages(server: &serve::Server, dev: u64, n: u64, dma: u64, size: u64) {
     server.with_session(move |s| {
         let fd = s.tracer.program_fd("dma_map").expect("program");
