@@ -309,17 +309,13 @@ pub fn run(kernels: &[String]) -> Result<()> {
         host_root: true,
     };
     let mut runs = Vec::new();
-    let mut releases = Vec::new();
     on_each_kernel(kernels, &vm, |k, release, lines| {
-        releases.push(release);
-        let r = parse(k, lines)?;
+        let mut r = parse(k, lines)?;
         eprintln!("xtask: bench --vm {k}: {r:?}");
+        r.kernel = format!("{} ({release})", r.kernel);
         runs.push(r);
         Ok(())
     })?;
-    for (r, rel) in runs.iter_mut().zip(&releases) {
-        r.kernel = format!("{} ({rel})", r.kernel);
-    }
     let section = render(
         &runs,
         &bench_doc::machine(),
