@@ -3,8 +3,15 @@
 use crate::metrics::{Metric, Unit::Bytes};
 
 /// The labels every per-GPU series starts with: its bus id, NVML index and
-/// UUID (one place to change them for every GPU metric).
-const PER_GPU: &[&str] = &["device", "gpu", "uuid"];
+/// UUID, followed by the metric's own (one place to change them for every
+/// GPU metric).
+macro_rules! per_gpu_and {
+    ($($own:literal),*) => {
+        &["device", "gpu", "uuid", $($own),*]
+    };
+}
+
+const PER_GPU: &[&str] = per_gpu_and!();
 
 /// A metric of one GPU as NVML reads it, as most of this family are: a
 /// gauge labelled `PER_GPU`.
@@ -37,7 +44,7 @@ pub const NVML_DEVICE_ERRORS: Metric = Metric::gauge(
 
 pub const GPU_INFO: Metric = Metric::gauge(
     "gpudirect_gpu_info",
-    &["device", "gpu", "uuid", "name"],
+    per_gpu_and!("name"),
     "1 per NVIDIA GPU: its bus id, NVML index, UUID and name.",
     "1 per GPU; `name` is the product (`NVIDIA H200`)",
 );
@@ -93,7 +100,7 @@ pub const GPU_PCIE_REPLAYS_TOTAL: Metric = Metric::counter(
 
 pub const GPU_REMAPPED_ROWS: Metric = Metric::gauge(
     "gpudirect_gpu_remapped_rows",
-    &["device", "gpu", "uuid", "cause"],
+    per_gpu_and!("cause"),
     "HBM rows remapped, by the kind of error that caused it.",
     "HBM rows remapped; cause `correctable`, `uncorrectable`",
 );
@@ -112,7 +119,7 @@ pub const GPU_ROW_REMAP_FAILED: Metric = gpu_gauge(
 
 pub const GPU_RETIRED_PAGES: Metric = Metric::gauge(
     "gpudirect_gpu_retired_pages",
-    &["device", "gpu", "uuid", "cause"],
+    per_gpu_and!("cause"),
     "Pages retired after ECC errors, by cause.",
     "pages retired (GPUs before Ampere); cause `single_bit`, `double_bit`",
 );
@@ -131,7 +138,7 @@ pub const GPU_ECC_ENABLED: Metric = gpu_gauge(
 
 pub const GPU_ECC_ERRORS_TOTAL: Metric = Metric::counter(
     "gpudirect_gpu_ecc_errors",
-    &["device", "gpu", "uuid", "scope", "error"],
+    per_gpu_and!("scope", "error"),
     "ECC errors: scope volatile (since driver load) or aggregate (GPU lifetime).",
     "ECC errors; scope `volatile` (since driver load) or `aggregate` (GPU lifetime), \
      error `corrected` or `uncorrected`",
@@ -151,7 +158,7 @@ pub const GPU_PERFORMANCE_STATE: Metric = gpu_gauge(
 
 pub const GPU_FACT_UNAVAILABLE: Metric = Metric::gauge(
     "gpudirect_gpu_fact_unavailable",
-    &["device", "gpu", "uuid", "fact"],
+    per_gpu_and!("fact"),
     "1 for each NVML fact this GPU did not give (not supported, no permission).",
     "1 for each fact NVML did not give (`retired_pages_single_bit` on Hopper, ...)",
 );
