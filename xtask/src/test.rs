@@ -5,7 +5,7 @@ use std::process::{Command, ExitCode};
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::{bootstrap::status, vm};
+use crate::{bootstrap::status, phases::Phases, vm};
 
 #[derive(Args, Debug)]
 pub struct TestArgs {
@@ -63,27 +63,45 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         root,
         "the host integration tests load BPF programs: run `cargo xtask test` as root"
     );
-    status(Command::new("cargo").args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))
-    .context("clippy (warnings are errors)")?;
-    status(Command::new("cargo").args(["test", "--workspace"]))
-        .context("unit and host integration tests")?;
+    let mut phases = Phases::new();
+    let result = phases_of(&args, &mut phases);
+    eprint!("{}", phases.summary());
+    result
+}
+
+fn phases_of(args: &TestArgs, phases: &mut Phases) -> anyhow::Result<ExitCode> {
+    phases.run("bootstrap", crate::bootstrap::run)?;
+    phases.run("clippy", || {
+        status(Command::new("cargo").args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
+        .context("clippy (warnings are errors)")
+    })?;
+    phases.run("tests", || {
+        status(Command::new("cargo").args(["test", "--workspace"]))
+            .context("unit and host integration tests")
+    })?;
     if !args.no_dist {
-        crate::bootstrap::dist_tools()?;
-        let artifacts = crate::dist::build(false).context("cargo xtask dist")?;
-        crate::dist::check::run(&artifacts)?;
+        phases.run("dist", || {
+            crate::bootstrap::dist_tools()?;
+            let artifacts = crate::dist::build(false).context("cargo xtask dist")?;
+            crate::dist::check::run(&artifacts)
+        })?;
     }
     if !args.no_fuzz {
-        fuzz(args.fuzz_seconds)?;
+        phases.run("fuzz", || fuzz(args.fuzz_seconds))?;
     }
     if args.no_vm {
         return Ok(ExitCode::SUCCESS);
     }
-    vm::scenario::main(vm::scenario::VmTestArgs::defaults())
+    phases.run("vm", || {
+        let passed = vm::scenario::all_passed(vm::scenario::VmTestArgs::defaults())?;
+        anyhow::ensure!(passed, "VM scenarios failed (the table above says which)");
+        Ok(ExitCode::SUCCESS)
+    })
 }

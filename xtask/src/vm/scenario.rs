@@ -358,6 +358,16 @@ pub fn applies(
 }
 
 pub fn main(args: VmTestArgs) -> Result<ExitCode> {
+    Ok(if all_passed(args)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs the scenarios and prints their table: true when none failed
+/// (skips are counted and shown, not failures).
+pub fn all_passed(args: VmTestArgs) -> Result<bool> {
     let asked: Vec<String> = if args.all_kernels {
         ALL_KERNELS.iter().map(|s| s.to_string()).collect()
     } else if args.kernels.is_empty() {
@@ -493,11 +503,7 @@ pub fn main(args: VmTestArgs) -> Result<ExitCode> {
     let skipped = rows.iter().filter(|r| r.result.starts_with("skip")).count();
     let failed = rows.len() - passed - skipped;
     println!("vm-test: {passed} passed, {failed} failed, {skipped} skipped");
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(failed == 0)
 }
 
 #[cfg(test)]
