@@ -20,6 +20,8 @@ use serde_json::{json, Map, Value};
 #[cfg(test)]
 mod budget_tests;
 mod chrome;
+#[cfg(test)]
+mod golden_tests;
 mod redact;
 
 pub use self::redact::{Redactor, MAX_PSEUDONYMS};
