@@ -174,6 +174,7 @@ fn same_bytes(format: Format, redact: bool, golden: &str) {
     })
     .expect("export");
     let got = std::fs::read_to_string(&out).expect("output");
+    keys_sorted(&got, format);
     let path = fixture(golden);
     if std::env::var_os("GDT_BLESS").is_some() {
         std::fs::write(&path, &got).expect("bless");
@@ -185,6 +186,25 @@ fn same_bytes(format: Format, redact: bool, golden: &str) {
         assert_eq!(g, w, "{golden}: line {}", i + 1);
     }
     assert_eq!(got, want, "{golden}");
+}
+
+/// Every object's keys in alphabetical order, as the records' maps wrote
+/// them (export/records.rs): a field added to a record out of order would
+/// otherwise be blessed into the golden files unnoticed. A `Value` sorts
+/// its keys, so an export that it writes back unchanged had them sorted.
+fn keys_sorted(got: &str, format: Format) {
+    for line in got.lines() {
+        // Chrome's: the document's head (closed here), one trace event a
+        // line, its tail.
+        let doc = match format {
+            Format::Chrome if line.ends_with('[') => format!("{line}]}}"),
+            Format::Chrome if line == "]}" => continue,
+            Format::Chrome => line.trim_end_matches(',').to_owned(),
+            _ => line.to_owned(),
+        };
+        let v: serde_json::Value = serde_json::from_str(&doc).expect("JSON");
+        assert_eq!(v.to_string(), doc, "keys out of order");
+    }
 }
 
 #[test]
