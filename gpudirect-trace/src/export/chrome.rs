@@ -7,9 +7,12 @@ use std::{
     sync::Arc,
 };
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
-use super::{event_json, span_level, Items, Redactor};
+use super::{
+    records::{EventRecord, LossArgs, OtherData, Scope, Sorted, TraceEvent},
+    span_level, Items, Redactor,
+};
 use crate::{
     decode::{kind_name, Record},
     memory_budget::{self, Keeper},
@@ -82,78 +85,83 @@ impl Tracks {
     }
 }
 
+/// Writes the `traceEvents` array's elements, a comma before all but the
+/// first.
+struct Emitter {
+    first: bool,
+}
+
+impl Emitter {
+    fn emit(&mut self, out: &mut impl Write, v: &impl Serialize) -> io::Result<()> {
+        out.write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        serde_json::to_writer(&mut *out, v).map_err(io::Error::from)
+    }
+}
+
+/// Microseconds from the trace's start (0 before it): Chrome's `ts`.
+fn us(h: &Header, ts: u64) -> f64 {
+    ts.saturating_sub(h.start_ts_ns) as f64 / 1e3
+}
+
+/// A closed or still open mapping's span, as one complete event.
+fn span<'r>(
+    h: &Header,
+    red: &mut Redactor,
+    tid: usize,
+    device: &'r str,
+    map: &'r Record,
+    end: u64,
+    name: &str,
+) -> TraceEvent<EventRecord<'r>> {
+    let start = map.event().ts_ns;
+    let args = EventRecord::new(h, map, device, red);
+    let name = format!("{} {name}", args.kind);
+    let dur = end.saturating_sub(start) as f64 / 1e3;
+    TraceEvent::span(tid, us(h, start), dur, name, args)
+}
+
 pub(super) fn chrome(
     h: &Header,
     items: &mut Items<'_>,
     out: &mut impl Write,
     red: &mut Redactor,
 ) -> io::Result<()> {
-    let us = |ts: u64| ts.saturating_sub(h.start_ts_ns) as f64 / 1e3;
     let mut tracks = Tracks {
         ids: HashMap::new(),
         names: Vec::new(),
     };
     let mut open: OpenSpans = HashMap::new();
-    let mut first = true;
-    let mut emit = |out: &mut dyn Write, v: Value| -> io::Result<()> {
-        out.write_all(if first { b"\n" } else { b",\n" })?;
-        first = false;
-        serde_json::to_writer(&mut *out, &v).map_err(io::Error::from)
-    };
+    let mut ev = Emitter { first: true };
     write!(out, "{{\"displayTimeUnit\":\"ns\",\"otherData\":")?;
-    serde_json::to_writer(
-        &mut *out,
-        &json!({"host": h.hostname, "kernel": h.kernel_release, "clock": h.clock, "boot_id": h.boot_id}),
-    )?;
+    serde_json::to_writer(&mut *out, &OtherData::new(h))?;
     write!(out, ",\"traceEvents\":[")?;
-    emit(
-        out,
-        json!({"ph": "M", "pid": 1, "name": "process_name", "args": {"name": format!("DMA on {}", h.hostname)}}),
-    )?;
+    let process = format!("DMA on {}", h.hostname);
+    ev.emit(out, &TraceEvent::metadata("process_name", None, &process))?;
     let mut last_ts = h.start_ts_ns;
-    // A closed or still open span, as one complete event.
-    let span = |h: &Header,
-                red: &mut Redactor,
-                tid: usize,
-                device: &str,
-                map: &Record,
-                end: u64,
-                name: String| {
-        let start = map.event().ts_ns;
-        let margs = event_json(h, map, device, red);
-        let name = format!("{} {name}", margs["kind"].as_str().unwrap_or("map"));
-        json!({"ph": "X", "pid": 1, "tid": tid, "ts": us(start),
-        "dur": end.saturating_sub(start) as f64 / 1e3, "name": name, "cat": "mapping", "args": margs})
-    };
     for item in items {
         let (record, device) = match item? {
             Item::Event { record, device } => (record, device),
             Item::Loss(l) => {
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(l.ts_ns),
-                    "name": format!("{} events lost", l.lost), "args": {"lost": l.lost, "total": l.total}}),
-                )?;
+                let name = format!("{} events lost", l.lost);
+                let args = LossArgs::new(&l);
+                let v = TraceEvent::instant(Scope::Global, 0, us(h, l.ts_ns), name, args);
+                ev.emit(out, &v)?;
                 continue;
             }
             Item::LogFault(f) => {
                 let ts = f.timestamp_ns.unwrap_or(h.start_ts_ns);
                 let name = format!("fault: {}", f.reason);
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "g", "pid": 1, "tid": 0, "ts": us(ts),
-                    "name": name, "args": f}),
-                )?;
+                let v = TraceEvent::instant(Scope::Global, 0, us(h, ts), name, Sorted(&f));
+                ev.emit(out, &v)?;
                 continue;
             }
             _ => continue,
         };
         let (tid, new) = tracks.of(&device);
         if new {
-            emit(
-                out,
-                json!({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": tracks.name(tid)}}),
-            )?;
+            let v = TraceEvent::metadata("thread_name", Some(tid), tracks.name(tid));
+            ev.emit(out, &v)?;
         }
         let device = tracks.name(tid).to_owned();
         let e = *record.event();
@@ -165,7 +173,7 @@ pub(super) fn chrome(
             {
                 // Its pseudonyms in order of appearance, as if made now.
                 if red.on {
-                    event_json(h, &record, &device, red);
+                    EventRecord::new(h, &record, &device, red);
                 }
                 if open
                     .insert((tid, level, e.addr), Opened::of(record))
@@ -177,24 +185,15 @@ pub(super) fn chrome(
             Some((level, false)) if open.contains_key(&(tid, level, e.addr)) => {
                 let map = open.remove(&(tid, level, e.addr)).expect("checked");
                 memory_budget::give(Keeper::Spans, SPAN_BYTES);
-                let v = span(
-                    h,
-                    red,
-                    tid,
-                    &device,
-                    &map.record(),
-                    e.ts_ns,
-                    crate::output::bytes(e.size),
-                );
-                emit(out, v)?;
+                let map = map.record();
+                let size = crate::output::bytes(e.size);
+                ev.emit(out, &span(h, red, tid, &device, &map, e.ts_ns, &size))?;
             }
             _ => {
-                let args = event_json(h, &record, &device, red);
-                emit(
-                    out,
-                    json!({"ph": "i", "s": "t", "pid": 1, "tid": tid, "ts": us(e.ts_ns),
-                    "name": kind_name(e.kind), "args": args}),
-                )?;
+                let args = EventRecord::new(h, &record, &device, red);
+                let name = kind_name(e.kind);
+                let v = TraceEvent::instant(Scope::Thread, tid, us(h, e.ts_ns), name, args);
+                ev.emit(out, &v)?;
             }
         }
     }
@@ -206,16 +205,11 @@ pub(super) fn chrome(
     });
     for ((tid, _, _), map) in rest {
         let device = tracks.name(tid).to_owned();
-        let v = span(
-            h,
-            red,
-            tid,
-            &device,
-            &map.record(),
-            last_ts,
-            "(not unmapped)".into(),
-        );
-        emit(out, v)?;
+        let map = map.record();
+        ev.emit(
+            out,
+            &span(h, red, tid, &device, &map, last_ts, "(not unmapped)"),
+        )?;
     }
     writeln!(out, "\n]}}")
 }

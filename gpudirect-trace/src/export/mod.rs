@@ -15,20 +15,23 @@ use hdrhistogram::{
     serialization::{interval_log, V2Serializer},
     Histogram,
 };
-use serde_json::{json, Map, Value};
 
 #[cfg(test)]
 mod budget_tests;
 mod chrome;
+#[cfg(test)]
+mod golden_tests;
+mod records;
 mod redact;
 
+use self::records::{EventRecord, FaultRecord, LossRecord, StacksRecord};
 pub use self::redact::{Redactor, MAX_PSEUDONYMS};
 use crate::{
     aggregate::record as hist_record,
-    decode::{c_text, dir_name, kind_name, Record},
+    decode::Record,
     memory_budget::{self, Keeper},
     outfile, sanitize,
-    tracefile::{self, Header, Item, Loss},
+    tracefile::{self, Header, Item},
 };
 
 /// The output formats.
@@ -110,78 +113,6 @@ fn hex(v: u64) -> String {
     format!("{v:#x}")
 }
 
-/// The JSON form of one event (the `jsonl` line, the Chrome `args`).
-pub fn event_json(h: &Header, r: &Record, device: &str, red: &mut Redactor) -> Map<String, Value> {
-    let e = r.event();
-    let mut m = Map::new();
-    m.insert(
-        "t_s".into(),
-        json!(e.ts_ns.saturating_sub(h.start_ts_ns) as f64 / 1e9),
-    );
-    m.insert("ts_ns".into(), json!(e.ts_ns));
-    m.insert("kind".into(), json!(kind_name(e.kind)));
-    m.insert("device".into(), json!(device));
-    m.insert("pid".into(), json!(e.pid));
-    m.insert("tid".into(), json!(e.tid));
-    // pid/tid then name the interrupted task, not the caller.
-    if e.flags & gpudirect_trace_common::flags::IN_INTERRUPT != 0 {
-        m.insert("context".into(), json!("interrupt"));
-    }
-    m.insert("dir".into(), json!(dir_name(e.dir)));
-    m.insert("flags".into(), json!(e.flags));
-    m.insert("addr".into(), json!(red.addr(device, e.kind, e.addr)));
-    m.insert("phys".into(), json!(red.phys(e.phys)));
-    m.insert("size".into(), json!(e.size));
-    m.insert("aux".into(), json!(e.aux));
-    // With --stacks, DMA-API records carry their kernel stack's id in the
-    // high half of aux; its frames are in the `"kind":"stacks"` lines.
-    if h.checks.as_ref().is_some_and(|c| c.stacks) && is_dma_api(e.kind) {
-        if let Some(id) = gpudirect_trace_common::aux_stack(e.aux) {
-            m.insert("stack_id".into(), json!(id));
-        }
-    }
-    match r {
-        Record::Sg(sg) => {
-            let n = (sg.n_lens as usize).min(sg.lens.len());
-            m.insert("nents".into(), json!(sg.nents));
-            m.insert("ents".into(), json!(sg.ents));
-            m.insert("lens".into(), json!(&sg.lens[..n]));
-        }
-        Record::Xid(x) => {
-            m.insert("xid".into(), json!(x.xid));
-            m.insert("msg".into(), json!(c_text(&x.msg)));
-            m.insert("msg_truncated".into(), json!(x.msg_truncated != 0));
-        }
-        Record::Event(_) => {}
-    }
-    m
-}
-
-fn loss_json(h: &Header, l: &Loss) -> Value {
-    json!({
-        "t_s": l.ts_ns.saturating_sub(h.start_ts_ns) as f64 / 1e9,
-        "ts_ns": l.ts_ns,
-        "kind": "lost_events",
-        "lost": l.lost,
-        "total": l.total,
-    })
-}
-
-/// A fault decoded from the kernel log as a JSON line: the fault's keys
-/// (as `explain --json` prints them) plus `kind` "decoded_fault" and `t_s`.
-fn fault_json(h: &Header, f: &crate::model::Fault) -> Value {
-    let mut v = serde_json::to_value(f).unwrap_or(Value::Null);
-    if let Value::Object(m) = &mut v {
-        m.insert("kind".into(), json!("decoded_fault"));
-        let clock = crate::report::clock_of(h);
-        m.insert(
-            "t_s".into(),
-            json!(f.timestamp_ns.map(|t| clock.stamp(t).t_s)),
-        );
-    }
-    v
-}
-
 type Items<'a> = dyn Iterator<Item = io::Result<Item>> + 'a;
 
 fn jsonl(
@@ -191,17 +122,23 @@ fn jsonl(
     red: &mut Redactor,
 ) -> io::Result<()> {
     for item in items {
-        let v = match item? {
-            Item::Event { record, device } => Value::Object(event_json(h, &record, &device, red)),
-            Item::Loss(l) => loss_json(h, &l),
-            Item::LogFault(f) => fault_json(h, &f),
-            Item::Stacks(l) => json!({"kind": "stacks", "stacks": l}),
+        match item? {
+            Item::Event { record, device } => {
+                line(out, &EventRecord::new(h, &record, &device, red))?
+            }
+            Item::Loss(l) => line(out, &LossRecord::new(h, &l))?,
+            Item::LogFault(f) => line(out, &FaultRecord::new(h, &f))?,
+            Item::Stacks(l) => line(out, &StacksRecord::new(&l))?,
             _ => continue,
-        };
-        serde_json::to_writer(&mut *out, &v)?;
-        out.write_all(b"\n")?;
+        }
     }
     Ok(())
+}
+
+/// One JSON line.
+fn line(out: &mut impl Write, record: &impl serde::Serialize) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, record)?;
+    out.write_all(b"\n")
 }
 
 /// Records of DMA-API calls (their aux may carry a stack id).
