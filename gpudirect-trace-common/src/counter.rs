@@ -129,6 +129,11 @@ pub struct CpuState {
     /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
     pub cache_keys: [CounterKey; COUNTER_CACHE],
     pub cache: [Counter; COUNTER_CACHE],
+    /// The devices epoch (`runtime::DEVICES_EPOCH`) at which each cached
+    /// key's device was last made sure to be named. A slot whose epoch is
+    /// behind asks for the name again on its next hit: the loader forgot
+    /// a removed device's address, and a new device may live there now.
+    pub cache_named: [u32; COUNTER_CACHE],
     /// The cached lifetime histograms' devices (0: a free slot) and
     /// histograms (`LIFETIME_CACHE`).
     pub lifetime_devs: [u64; LIFETIME_CACHE],
@@ -138,7 +143,7 @@ pub struct CpuState {
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(
     core::mem::size_of::<CpuState>()
-        == 32 + 32 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
+        == 32 + 36 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
 );
 const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);

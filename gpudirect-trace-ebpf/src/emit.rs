@@ -16,6 +16,7 @@ use gpudirect_trace_common::{
 
 use crate::{
     device::remember_device,
+    runtime::devices_epoch,
     stats::{atomic_add, stat_inc},
 };
 
@@ -309,10 +310,23 @@ fn cached_add(ev: &Event, st: *mut CpuState) {
     unsafe {
         let keys = core::ptr::addr_of_mut!((*st).cache_keys);
         let slots = core::ptr::addr_of_mut!((*st).cache);
-        let (Some(k), Some(c)) = ((*keys).get_mut(i), (*slots).get_mut(i)) else {
+        let named = core::ptr::addr_of_mut!((*st).cache_named);
+        let (Some(k), Some(c), Some(n)) = (
+            (*keys).get_mut(i),
+            (*slots).get_mut(i),
+            (*named).get_mut(i),
+        ) else {
             return;
         };
+        let epoch = devices_epoch();
         if *k == key {
+            if *n != epoch {
+                // The loader forgot a removed device's address since this
+                // slot last made sure of the name: the device here may be
+                // a new one, whose name the loader needs.
+                remember_device(ev.dev, &config().offsets);
+                *n = epoch;
+            }
             c.count += 1;
             c.bytes += ev.size;
             return;
@@ -331,6 +345,7 @@ fn cached_add(ev: &Event, st: *mut CpuState) {
         // A key new to this CPU's cache: make sure its device is named
         // (the hash does it when it creates a counter).
         remember_device(ev.dev, &config().offsets);
+        *n = epoch;
         core::ptr::write_volatile(k, key);
         core::ptr::write_volatile(
             c,
@@ -388,6 +403,13 @@ fn counter_key(ev: &Event, slot: u32) -> CounterKey {
 /// is full.
 #[inline(always)]
 fn counter(ev: &Event, slot: u32) -> Option<*mut Counter> {
+    if devices_epoch() != 0 {
+        // A removed device's address was forgotten this session: these
+        // paths keep no per-key memory of when they last named a device,
+        // so after the first removal they make sure on every event (one
+        // DEVICES lookup; nested and fentry programs only).
+        remember_device(ev.dev, &config().offsets);
+    }
     let c = hash_counter(&counter_key(ev, slot), true);
     if c.is_none() {
         count(ev.kind);

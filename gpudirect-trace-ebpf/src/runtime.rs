@@ -25,3 +25,10 @@ pub fn sg_walk_max() -> u32 {
         _ => SG_WALK_DEFAULT,
     }
 }
+
+/// How many times the loader has forgotten a removed device's address
+/// (`runtime::DEVICES_EPOCH`, wrapping; 0 until the first removal).
+#[inline(always)]
+pub fn devices_epoch() -> u32 {
+    RUNTIME.get(runtime::DEVICES_EPOCH).copied().unwrap_or(0)
+}

@@ -19,6 +19,7 @@ mod bench_sg;
 mod counters;
 mod crafted;
 mod deploy;
+mod device_names;
 mod fleet_report;
 mod flight;
 mod gpu_metrics;

@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use aya::{
-    maps::{HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
     Ebpf,
 };
 use gpudirect_trace_common::{
@@ -37,6 +37,8 @@ pub struct Maps {
     pub iova_states: HashMap<MapData, u64, IovaState>,
     /// Kernel stacks of DMA-API calls (`--stacks`).
     pub stacks: StackTraceMap<MapData>,
+    /// Settings written after load (`gpudirect_trace_common::runtime`).
+    pub runtime: Array<MapData, u32>,
 }
 
 fn take<T>(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<T>
@@ -78,6 +80,7 @@ impl Maps {
             mapping_slots,
             iova_states: take(ebpf, names::IOVA_STATES)?,
             stacks: take(ebpf, names::STACKS)?,
+            runtime: take(ebpf, names::RUNTIME)?,
         })
     }
 }

@@ -36,7 +36,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    lifetime, runtime, stat, Config, KernelOffsets, LatHist, MapKey, MapValue,
+    lifetime, maps as maps_names, runtime, stat, Config, KernelOffsets, LatHist, MapKey, MapValue,
 };
 use serde::Serialize;
 
@@ -191,6 +191,9 @@ pub struct Tracer {
     /// event (perf, bench_reader_cpu).
     last_dev: u64,
     last_name: Arc<str>,
+    /// Devices that left the bus: their counts until then, and the
+    /// baselines that keep a new device at a freed address from taking them.
+    removed: names::RemovedDevices,
     /// The reader of the programs' debug messages, while they are read.
     program_log: Option<program_log::Reader>,
 }
@@ -337,7 +340,8 @@ impl Tracer {
         let (hook_mask, dma_plan) =
             dma_plan(&probes, opts.dma_source, attached.dma_hooked, opts.attach);
         let mut runtime = aya::maps::Array::<_, u32>::try_from(
-            ebpf.map_mut("RUNTIME").context("map RUNTIME missing")?,
+            ebpf.map_mut(maps_names::RUNTIME)
+                .with_context(|| format!("the eBPF object has no map {}", maps_names::RUNTIME))?,
         )?;
         runtime.set(runtime::HOOK_OPS, hook_mask, 0)?;
         runtime.set(runtime::SG_WALK_MAX, opts.sg_walk_max.max(1), 0)?;
@@ -360,6 +364,7 @@ impl Tracer {
             unattributed: Arc::from(crate::aggregate::UNATTRIBUTED),
             last_dev: 0,
             last_name: Arc::from(crate::aggregate::UNATTRIBUTED),
+            removed: names::RemovedDevices::default(),
             program_log: None,
         })
     }

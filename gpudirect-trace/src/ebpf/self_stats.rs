@@ -89,7 +89,7 @@ impl Tracer {
     /// DEV_COUNTERS summed over CPUs and over the nesting copies of each
     /// counter (`COUNTER_SLOTS`), plus what each CPU's counter cache holds
     /// (`COUNTER_CACHE`): one entry per (device, kind, direction).
-    fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
+    pub(super) fn merged_counters(&self) -> BTreeMap<CounterKey, Counter> {
         let mut merged: BTreeMap<CounterKey, Counter> = BTreeMap::new();
         for (k, per_cpu) in self.maps.counters.iter().filter_map(Result::ok) {
             let key = k.merged();
@@ -117,10 +117,10 @@ impl Tracer {
 
     /// The in-kernel per-(device, kind, direction) counters, summed over CPUs
     /// and keyed by device name.
+    /// A device that left the bus keeps its counts under its name; a new
+    /// device at its address counts from zero (`forget_device`).
     pub fn kernel_counters(&mut self) -> Vec<(Arc<str>, CounterKey, Counter)> {
-        self.merged_counters()
-            .into_iter()
-            .map(|(k, c)| (self.device_name(k.dev), k, c))
-            .collect()
+        let merged = self.merged_counters();
+        self.counters_by_name(merged)
     }
 }

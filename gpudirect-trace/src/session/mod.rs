@@ -318,6 +318,10 @@ impl Session {
         for s in &mut self.sources {
             s.presence(p, &mut out);
         }
+        if !p.added {
+            // Its address may be given to the next device the kernel makes.
+            self.tracer.forget_device(&p.device);
+        }
         self.synthesized(out, f)
     }
 
