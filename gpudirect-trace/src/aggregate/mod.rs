@@ -17,6 +17,7 @@ pub mod inval;
 mod kernel_tables;
 mod latency;
 mod level;
+mod outstanding;
 pub mod procs;
 mod snapshot;
 
