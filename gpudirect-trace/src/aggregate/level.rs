@@ -2,25 +2,20 @@
 //! bytes, mapped-size distribution, outstanding mappings, their lifetimes
 //! and the oldest ones (leak suspects).
 
-use std::collections::BTreeMap;
-
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{procs::Procs, MAX_TRACKED};
+use super::{
+    outstanding::{Mapping, Outstanding},
+    procs::Procs,
+    MAX_TRACKED,
+};
 use crate::memory_budget::{self, Keeper};
 
 /// What one tracked mapping costs the reader's memory budget: its key and
-/// value (32 bytes) and its share of B-tree nodes.
+/// value (32 bytes) and its share of the table (B-tree nodes, or a hash
+/// table's free slots).
 pub const MAPPING_BYTES: usize = 64;
-
-/// A mapping seen mapped and not yet unmapped.
-#[derive(Clone, Copy, Debug)]
-struct Mapping {
-    size: u64,
-    ts_ns: u64,
-    pid: u32,
-}
 
 pub struct Level {
     pub maps: u64,
@@ -35,7 +30,7 @@ pub struct Level {
     pub max_lifetime: u64,
     /// By start address: an unmap may cover several mappings (one
     /// iommu_unmap for the IOVA range of a whole scatterlist).
-    outstanding: BTreeMap<u64, Mapping>,
+    outstanding: Outstanding,
     pub outstanding_bytes: u64,
     /// Mappings not tracked because `MAX_TRACKED` was reached.
     pub untracked: u64,
@@ -61,7 +56,7 @@ impl Default for Level {
             max_size: 0,
             lifetimes: hist(),
             max_lifetime: 0,
-            outstanding: BTreeMap::new(),
+            outstanding: Outstanding::default(),
             outstanding_bytes: 0,
             untracked: 0,
             unmatched_unmaps: 0,
@@ -134,7 +129,7 @@ impl Level {
     pub fn unmap_handle(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.unmaps += 1;
         self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
-        match self.outstanding.remove(&addr) {
+        match self.outstanding.remove(addr) {
             Some(m) => {
                 memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
                 self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
@@ -154,15 +149,12 @@ impl Level {
         self.unmaps += 1;
         self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
         let end = addr.saturating_add(size.max(1));
-        let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
         let mut oldest: Option<u64> = None;
-        for a in starts {
-            if let Some(m) = self.outstanding.remove(&a) {
-                memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
-                self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
-                self.procs.unmapped(m.pid, m.size, ts_ns);
-                oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
-            }
+        for m in self.outstanding.remove_range(addr, end) {
+            memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
+            self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
+            self.procs.unmapped(m.pid, m.size, ts_ns);
+            oldest = Some(oldest.map_or(m.ts_ns, |o| o.min(m.ts_ns)));
         }
         match oldest {
             Some(t) => {
@@ -181,22 +173,20 @@ impl Level {
     pub fn unmap_each(&mut self, addr: u64, size: u64, ts_ns: u64) {
         self.bytes_unmapped = self.bytes_unmapped.saturating_add(size);
         let end = addr.saturating_add(size.max(1));
-        let starts: Vec<u64> = self.outstanding.range(addr..end).map(|(&a, _)| a).collect();
-        if starts.is_empty() {
+        let ended = self.outstanding.remove_range(addr, end);
+        if ended.is_empty() {
             self.unmaps += 1;
             self.unmatched_unmaps += 1;
             return;
         }
-        for a in starts {
-            if let Some(m) = self.outstanding.remove(&a) {
-                memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
-                self.unmaps += 1;
-                self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
-                self.procs.unmapped(m.pid, m.size, ts_ns);
-                let life = ts_ns.saturating_sub(m.ts_ns);
-                record(&mut self.lifetimes, life);
-                self.max_lifetime = self.max_lifetime.max(life);
-            }
+        for m in ended {
+            memory_budget::give(Keeper::Mappings, MAPPING_BYTES);
+            self.unmaps += 1;
+            self.outstanding_bytes = self.outstanding_bytes.saturating_sub(m.size);
+            self.procs.unmapped(m.pid, m.size, ts_ns);
+            let life = ts_ns.saturating_sub(m.ts_ns);
+            record(&mut self.lifetimes, life);
+            self.max_lifetime = self.max_lifetime.max(life);
         }
     }
 
@@ -208,7 +198,9 @@ impl Level {
         }
         self.unmaps_skipped = true;
         memory_budget::give(Keeper::Mappings, self.outstanding.len() * MAPPING_BYTES);
-        for (_, m) in std::mem::take(&mut self.outstanding) {
+        // In address order, as ever: a pid's row may be made here, within
+        // the memory budget, first come first served.
+        for (_, m) in self.outstanding.take_sorted() {
             self.procs.forget(m.pid, m.size);
         }
         self.untracked = 0;
@@ -263,20 +255,15 @@ impl Level {
     /// saw one mapped and not yet unmapped (a scan of the mappings starting
     /// at or below `addr`: used only for rare events such as faults).
     pub fn covering(&self, addr: u64) -> Option<(u64, u32)> {
-        self.outstanding
-            .range(..=addr)
-            .rev()
-            .find(|(&a, m)| addr < a.saturating_add(m.size.max(1)))
-            .map(|(_, m)| (m.ts_ns, m.pid))
+        self.outstanding.covering(addr).map(|m| (m.ts_ns, m.pid))
     }
 
     /// The oldest outstanding mappings older than `threshold_ns` at `now_ns`.
     pub fn long_lived(&self, now_ns: u64, threshold_ns: u64, limit: usize) -> Vec<LongLived> {
-        let mut old: Vec<(&u64, &Mapping)> = self
+        // By address, then (a stable sort) by age: ties stay by address.
+        let mut old = self
             .outstanding
-            .iter()
-            .filter(|(_, m)| now_ns.saturating_sub(m.ts_ns) >= threshold_ns)
-            .collect();
+            .sorted_where(|m| now_ns.saturating_sub(m.ts_ns) >= threshold_ns);
         old.sort_by_key(|(_, m)| m.ts_ns);
         old.into_iter()
             .take(limit)

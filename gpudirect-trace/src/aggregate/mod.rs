@@ -11,12 +11,14 @@
 //! IOMMU view, and say which in `level`.
 
 pub mod budget;
+mod devices;
 mod dma_api;
 mod fault_context;
 pub mod inval;
 mod kernel_tables;
 mod latency;
 mod level;
+mod outstanding;
 pub mod procs;
 mod snapshot;
 
@@ -34,6 +36,7 @@ use crate::{
 };
 
 pub use self::{
+    devices::Devices,
     dma_api::{DmaApiStats, IovaSnapshot},
     fault_context::{Unmapped, RECENT_UNMAPS},
     latency::{sum_log2, LatencySnapshot, OpLatency},
@@ -100,7 +103,8 @@ const XID_ROW_BYTES: usize = 64;
 
 #[derive(Default)]
 pub struct Aggregator {
-    pub devices: BTreeMap<Arc<str>, DeviceStats>,
+    /// By name; read out in name order.
+    pub devices: Devices,
     pub events: u64,
     pub decode_errors: u64,
     /// Names of the pids seen, by pid.
@@ -169,18 +173,22 @@ impl Aggregator {
         &mut self.device(device).families
     }
 
+    /// One hash of the name per record (devices.rs).
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
-        if !self.devices.contains_key(name) {
-            let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);
-            if &**name != FOLDED_DEVICES
-                && (full || !memory_budget::take_or_drop(Keeper::Devices, DEVICE_BYTES))
-            {
-                self.folded += 1;
-                return self.devices.entry(Arc::from(FOLDED_DEVICES)).or_default();
+        let slot = match self.devices.slot(name) {
+            Some(i) => i,
+            None => {
+                let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);
+                if &**name != FOLDED_DEVICES
+                    && (full || !memory_budget::take_or_drop(Keeper::Devices, DEVICE_BYTES))
+                {
+                    self.folded += 1;
+                    return self.devices.get_or_default(&Arc::from(FOLDED_DEVICES));
+                }
+                self.devices.insert(name, DeviceStats::default())
             }
-            self.devices.insert(name.clone(), DeviceStats::default());
-        }
-        self.devices.get_mut(name).expect("inserted above")
+        };
+        self.devices.at_mut(slot)
     }
 
     /// Adds one decoded record, attributed to `device`.
@@ -233,7 +241,7 @@ impl Aggregator {
     }
 
     /// One plain event into its device's tables (looked up once per record
-    /// by `ingest`: the name lookup is a string search of `devices`).
+    /// by `ingest`: the name lookup is a hash of it, `devices`).
     /// Returns false for a record no event can be (counted as undecodable).
     fn ingest_event(d: &mut DeviceStats, ev: &Event) -> bool {
         if d.families.ingest(&Record::Event(*ev)) {
