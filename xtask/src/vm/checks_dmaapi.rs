@@ -152,12 +152,18 @@ pub fn kprobe_missed(series: &str, lines: &[String], fentry: &Value, kprobe: &Va
         // dma:* fire inside the kprobe handler too; only the timing
         // kprobes on the same calls miss the nested ones.
         let timed = |op: &str| d["latency_ns"][op]["count"].as_u64().unwrap_or(0);
+        let (tm, tu) = (timed("dma_map"), timed("dma_unmap"));
+        // The 16 nested pairs miss both timing kprobes of each call: 64
+        // missed runs. A call outside the kprobe can still go untimed when
+        // its kprobe fires while another BPF program runs on that CPU (the
+        // kernel's recursion guard; CI at 15c5556 on 7.2 under TCG: 11/13
+        // timed, 79 missed): it must then be counted past those 64.
+        let beyond_nested = n(kprobe, "missed_events").saturating_sub(64);
         ensure!(
-            seen_k == (32, 32) && (timed("dma_map"), timed("dma_unmap")) == (16, 16),
-            "{series}: kprobe tracer on dma:* tracepoints: edu maps/unmaps {seen_k:?}, timed {}/{}, \
-             want 32/32 counted and the 16/16 outside the kprobe timed",
-            timed("dma_map"),
-            timed("dma_unmap")
+            seen_k == (32, 32) && tm <= 16 && tu <= 16 && (16 - tm) + (16 - tu) <= beyond_nested,
+            "{series}: kprobe tracer on dma:* tracepoints: edu maps/unmaps {seen_k:?}, timed \
+             {tm}/{tu} with {beyond_nested} missed runs beyond the nested 64, want 32/32 counted \
+             and the 16/16 outside the kprobe timed or their misses counted"
         );
     } else {
         ensure!(
