@@ -79,21 +79,17 @@ impl Tracer {
     /// far stay with its name (`RemovedDevices`). Returns how many
     /// addresses were forgotten.
     pub fn forget_device(&mut self, name: &str) -> usize {
-        let mut gone: BTreeSet<u64> = self
-            .names
+        // Every cached name was read from `DEVICES` (a plain hash map that
+        // nothing else deletes from), so the map alone holds every address
+        // of the name, named by a record yet or not.
+        let gone: BTreeSet<u64> = self
+            .maps
+            .devices
             .iter()
-            .filter(|(_, n)| &***n == name)
-            .map(|(&dev, _)| dev)
+            .filter_map(Result::ok)
+            .filter(|(_, v)| c_str(&v.name) == name)
+            .map(|(dev, _)| dev)
             .collect();
-        // Devices the programs named but no record has shown yet.
-        gone.extend(
-            self.maps
-                .devices
-                .iter()
-                .filter_map(Result::ok)
-                .filter(|(_, v)| c_str(&v.name) == name)
-                .map(|(dev, _)| dev),
-        );
         if gone.is_empty() {
             return 0;
         }
