@@ -26,7 +26,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use super::perf_sys;
+use super::sys;
 
 pub const GROUP: &str = "gpudirect_trace";
 /// The kernel's MAX_EVENT_NAME_LEN, with its terminating NUL.
@@ -119,8 +119,8 @@ pub fn attach(
                 format!("{}: {e}", id_path.display()),
             )
         })?;
-    let perf = perf_sys::open_tracepoint(id)?;
-    perf_sys::set_bpf_and_enable(perf.as_fd(), prog)?;
+    let perf = sys::perf::open_tracepoint(id)?;
+    sys::perf::set_bpf_and_enable(perf.as_fd(), prog)?;
     probe.perf = Some(perf);
     Ok(probe)
 }

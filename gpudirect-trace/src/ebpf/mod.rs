@@ -10,7 +10,6 @@ pub mod maps;
 pub mod module_fentry;
 mod names;
 mod object_patch;
-mod perf_sys;
 mod readback;
 pub use readback::ProgramStat;
 pub mod plan;

@@ -209,3 +209,99 @@ impl ModuleHook {
         Ok((info.run_cnt, info.run_time_ns))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::{
+        super::sys::{fake, BtfInfo, Cmd, IdAttr, ObjInfoAttr, Syscall},
+        module_btf_fd,
+    };
+
+    /// The kernel's BTF objects as (id, name, kernel_btf); None: unloaded
+    /// between BPF_BTF_GET_NEXT_ID and BPF_BTF_GET_FD_BY_ID.
+    const OBJECTS: [(u32, Option<&str>, u32); 5] = [
+        (1, Some("vmlinux"), 1),
+        (4, None, 1),
+        (6, Some("nvidia"), 0),
+        (9, Some("nvidia_uvm"), 1),
+        (12, Some("nvidia"), 1),
+    ];
+
+    /// Answers as a kernel holding `OBJECTS`; records the ids opened.
+    fn kernel(
+        opened: std::rc::Rc<std::cell::RefCell<Vec<u32>>>,
+    ) -> impl FnMut(&Syscall<'_>) -> io::Result<i64> {
+        let mut current = 0u32;
+        move |c| {
+            let Syscall::Bpf { cmd, attr, .. } = *c else {
+                panic!("{c:?}")
+            };
+            match cmd {
+                Cmd::BtfGetNextId => {
+                    // SAFETY: this command's attr is an IdAttr.
+                    let a = unsafe { &mut *attr.cast::<IdAttr>() };
+                    let Some(next) = OBJECTS.iter().find(|o| o.0 > a.id) else {
+                        return fake::errno(libc::ENOENT);
+                    };
+                    a.next_id = next.0;
+                    Ok(0)
+                }
+                Cmd::BtfGetFdById => {
+                    // SAFETY: as above.
+                    let id = unsafe { &*attr.cast::<IdAttr>() }.id;
+                    let o = OBJECTS.iter().find(|o| o.0 == id).expect("a listed id");
+                    if o.1.is_none() {
+                        return fake::errno(libc::ENOENT);
+                    }
+                    current = id;
+                    opened.borrow_mut().push(id);
+                    fake::descriptor()
+                }
+                Cmd::ObjGetInfoByFd => {
+                    // SAFETY: this command's attr is an ObjInfoAttr whose
+                    // `info` the caller made a BtfInfo with a name buffer
+                    // of `name_len` bytes.
+                    let info = unsafe {
+                        let a = &*attr.cast::<ObjInfoAttr>();
+                        &mut *(a.info as *mut BtfInfo)
+                    };
+                    let o = OBJECTS.iter().find(|o| o.0 == current).expect("present");
+                    let name = o.1.expect("present").as_bytes();
+                    assert!(name.len() < info.name_len as usize);
+                    // SAFETY: within the caller's buffer (checked above).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            name.as_ptr(),
+                            info.name as *mut u8,
+                            name.len(),
+                        );
+                        *(info.name as *mut u8).add(name.len()) = 0;
+                    }
+                    info.kernel_btf = o.2;
+                    Ok(0)
+                }
+                _ => panic!("{c:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_modules_btf_is_found_by_name_past_vanished_and_user_objects() {
+        let opened = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let fd = fake::with(kernel(opened.clone()), || module_btf_fd("nvidia"));
+        assert!(fd.is_ok(), "{fd:?}");
+        // 4 vanished; 6 is a program's BTF named like the module; 9 is
+        // another module whose name starts like it.
+        assert_eq!(*opened.borrow(), [1, 6, 9, 12]);
+    }
+
+    #[test]
+    fn a_module_without_btf_is_not_found_and_says_so() {
+        let opened = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let e = fake::with(kernel(opened), || module_btf_fd("nvidia_p2p")).expect_err("an error");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert_eq!(e.to_string(), "no BTF object named nvidia_p2p is loaded");
+    }
+}

@@ -1,21 +1,15 @@
-//! The bpf() system call, for what aya 0.13 does not wrap: loading fentry/
-//! fexit against a module's BTF (`module_fentry`), finding a module's BTF
-//! object, reading a program's run statistics, BPF_PROG_TEST_RUN.
-//!
-//! Every raw `bpf()` call of the crate goes through `bpf()` here, with one
-//! typed `#[repr(C)]` struct per command: the member of the kernel's
-//! `union bpf_attr` (include/uapi/linux/bpf.h) that the command reads, as
-//! far as we use it, with its padding spelled out and its size asserted at
-//! compile time. The kernel accepts a shorter attr than its own (it zeroes
-//! the rest) and a longer one whose tail is zero, so a prefix is exact on
-//! every kernel that has the fields we set. The tests check each offset
-//! against aya-obj's bindgen of the same header. Errors are `io::Error`s
-//! with the kernel's errno; `super::explain` says what they mean.
+//! bpf(): one typed `#[repr(C)]` struct per command, the member of the
+//! kernel's `union bpf_attr` (include/uapi/linux/bpf.h) that the command
+//! reads, as far as we use it, with its padding spelled out and its size
+//! asserted at compile time. The kernel accepts a shorter attr than its own
+//! (it zeroes the rest) and a longer one whose tail is zero, so a prefix is
+//! exact on every kernel that has the fields we set. The tests check each
+//! offset against aya-obj's bindgen of the same header.
 
 use std::{
     ffi::CStr,
     io,
-    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
+    os::fd::{AsRawFd as _, BorrowedFd, OwnedFd},
 };
 
 /// `enum bpf_cmd` values (stable kernel ABI).
@@ -205,24 +199,13 @@ const _: () = assert!(std::mem::size_of::<ProgInfo>() == 216);
 pub unsafe fn bpf<A: Attr>(attr: &mut A) -> io::Result<i64> {
     // SAFETY: `attr` is a plain-integer #[repr(C)] struct of exactly the
     // size passed; the caller vouches for the addresses inside it.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            A::CMD as libc::c_long,
-            attr as *mut A,
-            std::mem::size_of::<A>() as u32,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
+    unsafe {
+        super::call(super::Syscall::Bpf {
+            cmd: A::CMD,
+            attr: (attr as *mut A).cast(),
+            size: std::mem::size_of::<A>() as u32,
+        })
     }
-}
-
-fn owned(fd: i64) -> OwnedFd {
-    // SAFETY: the kernel just returned this new descriptor to us.
-    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
 }
 
 /// BPF_PROG_LOAD. `attr`'s pointers (instructions, license, log buffer)
@@ -230,7 +213,7 @@ fn owned(fd: i64) -> OwnedFd {
 pub fn prog_load(attr: &mut ProgLoadAttr) -> io::Result<OwnedFd> {
     // SAFETY: see the doc comment; the kernel writes only into log_buf,
     // at most log_size bytes.
-    unsafe { bpf(attr) }.map(owned)
+    unsafe { bpf(attr) }.map(super::owned)
 }
 
 /// The BTF object id after `start` (0: the first); None when there is none.
@@ -255,7 +238,7 @@ pub fn btf_fd_by_id(id: u32) -> io::Result<Option<OwnedFd>> {
     });
     // SAFETY: no pointers.
     match unsafe { bpf(&mut attr) } {
-        Ok(fd) => Ok(Some(owned(fd))),
+        Ok(fd) => Ok(Some(super::owned(fd))),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
         Err(e) => Err(e),
     }
@@ -283,7 +266,7 @@ pub fn raw_tracepoint_open(prog: BorrowedFd<'_>, name: Option<&CStr>) -> io::Res
         _pad: 0,
     };
     // SAFETY: `name` outlives the call.
-    unsafe { bpf(&mut attr) }.map(owned)
+    unsafe { bpf(&mut attr) }.map(super::owned)
 }
 
 /// BPF_PROG_TEST_RUN; the kernel writes `retval` (and `duration`) back.
@@ -292,64 +275,6 @@ pub fn prog_test_run(attr: &mut TestRunAttr) -> io::Result<()> {
     // SAFETY: the caller's ctx_in/data_in point at buffers of the sizes
     // given; ctx_out/data_out are 0 or point at buffers of their sizes.
     unsafe { bpf(attr) }.map(|_| ())
-}
-
-/// A read-only view of a BPF array created with BPF_F_MMAPABLE (5.5+): the
-/// values as the programs write them, read without a syscall per entry.
-/// Unmapped on drop; the mapping keeps the map alive by itself.
-pub struct MapView {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: a read-only shared mapping; reads are volatile copies.
-unsafe impl Send for MapView {}
-
-impl MapView {
-    /// Maps the first `len` bytes of the array behind `fd` (`len` is
-    /// rounded up to whole pages, as mmap does).
-    pub fn new(fd: BorrowedFd<'_>, len: usize) -> io::Result<Self> {
-        // SAFETY: a fresh shared read-only mapping of a file descriptor we
-        // borrow; the kernel checks `len` against the array's size.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-
-    /// Element `i` of an array of `T`s whose elements are `stride` bytes
-    /// apart (the kernel rounds a value's size up to 8), copied out with a
-    /// volatile read: the programs write it while we read. None past the end.
-    pub fn get<T: Copy>(&self, i: usize, stride: usize) -> Option<T> {
-        let at = i.checked_mul(stride)?;
-        if at.checked_add(std::mem::size_of::<T>())? > self.len || stride % 8 != 0 {
-            return None;
-        }
-        // SAFETY: in bounds (checked above), 8-aligned (page-aligned base,
-        // stride a multiple of 8, T at most 8-aligned for map values), and
-        // T is plain data for which any bytes are a value.
-        Some(unsafe { std::ptr::read_volatile(self.ptr.add(at).cast::<T>()) })
-    }
-}
-
-impl Drop for MapView {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,12 @@
-//! The perf_event_open() system call and the two ioctls that put a kprobe
-//! program on a tracefs-made kprobe event (`kprobe_events`): what aya 0.13
-//! does only for the kprobe PMU, whose probes the kernel keeps no per-probe
-//! hit or miss count of that userspace can read before Linux 6.7. Like
-//! `sys` for bpf(): one typed `#[repr(C)]` attr, its size asserted, errors
-//! as `io::Error`s with the kernel's errno.
+//! perf_event_open() and the two ioctls that put a kprobe program on a
+//! tracefs-made kprobe event (`kprobe_events`): what aya 0.13 does only for
+//! the kprobe PMU, whose probes the kernel keeps no per-probe hit or miss
+//! count of that userspace can read before Linux 6.7. One typed
+//! `#[repr(C)]` attr, its size asserted.
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
+    os::fd::{AsRawFd as _, BorrowedFd, OwnedFd},
 };
 
 /// `struct perf_event_attr` as far as PERF_ATTR_SIZE_VER0 (64 bytes, every
@@ -33,11 +32,11 @@ const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 64);
 /// `PERF_TYPE_TRACEPOINT`: `config` is a tracefs event id.
 pub const PERF_TYPE_TRACEPOINT: u32 = 2;
 const FLAG_DISABLED: u64 = 1;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+pub const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `_IOW('$', 8, __u32)`.
-const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+pub const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 /// `_IO('$', 0)`.
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+pub const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 
 /// A disabled perf event of tracefs event `id` on CPU 0 for every task: a
 /// BPF program set on it runs wherever the event fires (the kernel keeps
@@ -54,34 +53,33 @@ pub fn open_tracepoint(id: u64) -> io::Result<OwnedFd> {
     };
     // SAFETY: `attr` is a live, plain-integer struct of the size it states;
     // pid -1, cpu 0, no group.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            -1 as libc::pid_t,
-            0 as libc::c_int,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    unsafe {
+        super::call(super::Syscall::PerfEventOpen {
+            attr: &attr,
+            pid: -1,
+            cpu: 0,
+            group_fd: -1,
+            flags: PERF_FLAG_FD_CLOEXEC,
+        })
     }
-    // SAFETY: the kernel just returned this new descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    .map(super::owned)
 }
 
 /// Runs BPF program `prog` (a kprobe program) on every hit of `event`,
 /// then enables the event.
 pub fn set_bpf_and_enable(event: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> io::Result<()> {
-    for (req, arg) in [
+    for (request, arg) in [
         (PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd() as libc::c_ulong),
         (PERF_EVENT_IOC_ENABLE, 0),
     ] {
         // SAFETY: both requests take an integer argument, not a pointer.
-        if unsafe { libc::ioctl(event.as_raw_fd(), req as _, arg) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        unsafe {
+            super::call(super::Syscall::Ioctl {
+                fd: event.as_raw_fd(),
+                request,
+                arg,
+            })
+        }?;
     }
     Ok(())
 }
