@@ -175,7 +175,7 @@ impl Aggregator {
 
     /// One hash of the name per record (devices.rs).
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
-        let slot = match self.devices.slot(name) {
+        let slot = match self.devices.slot_of(name) {
             Some(i) => i,
             None => {
                 let full = self.max_devices.is_some_and(|n| self.devices.len() >= n);

@@ -56,28 +56,52 @@ pub use crate::model::incident::Activity;
 
 #[derive(Clone, Debug, Default)]
 pub struct Procs {
+    /// Each pid's row, in the order first seen (never removed).
+    rows: Vec<(u32, PidStats)>,
     /// Looked up on every map and unmap: foldhash, not SipHash (the
     /// lookups were ~9% of the live path's CPU per event, `cargo xtask
     /// bench` reader_cpu).
-    by_pid: HashMap<u32, PidStats, foldhash::fast::RandomState>,
+    index: HashMap<u32, usize, foldhash::fast::RandomState>,
+    /// The pid of the last row used and its slot: maps and unmaps come in
+    /// runs from one pid (a submitting thread, an interrupt's unmaps of
+    /// one owner's mappings), and a run costs a compare, not a hash (the
+    /// row lookup was still ~9% of the live path after foldhash).
+    last: Option<(u32, usize)>,
     /// Pids folded into `OTHER_PID` (first sightings past the cap).
     pub folded: u64,
 }
 
 impl Procs {
     fn row(&mut self, pid: u32) -> &mut PidStats {
+        if let Some((last, i)) = self.last {
+            if last == pid {
+                return &mut self.rows[i].1;
+            }
+        }
         // The tests that need a lookup first: below the cap and without a
         // memory budget (live, the usual case) a row costs one hash, not two.
-        let capped = self.by_pid.len() >= MAX_PIDS;
+        let capped = self.rows.len() >= MAX_PIDS;
         if (capped || memory_budget::is_on())
             && pid != OTHER_PID
-            && !self.by_pid.contains_key(&pid)
+            && !self.index.contains_key(&pid)
             && (capped || !memory_budget::take_or_drop(Keeper::Processes, PID_ROW_BYTES))
         {
+            // Not remembered as `last`: each folded record is counted.
             self.folded += 1;
-            return self.by_pid.entry(OTHER_PID).or_default();
+            let i = self.slot(OTHER_PID);
+            return &mut self.rows[i].1;
         }
-        self.by_pid.entry(pid).or_default()
+        let i = self.slot(pid);
+        self.last = Some((pid, i));
+        &mut self.rows[i].1
+    }
+
+    /// `pid`'s slot, made if new.
+    fn slot(&mut self, pid: u32) -> usize {
+        *self.index.entry(pid).or_insert_with(|| {
+            self.rows.push((pid, PidStats::default()));
+            self.rows.len() - 1
+        })
     }
 
     pub fn map(&mut self, pid: u32, size: u64, ts_ns: u64, tracked: bool) {
@@ -114,7 +138,7 @@ impl Procs {
     /// Aggregate-only: the kernel's table is the truth about what is
     /// outstanding, per owner.
     pub fn set_outstanding(&mut self, rows: &HashMap<u32, (u64, u64)>) {
-        for r in self.by_pid.values_mut() {
+        for (_, r) in &mut self.rows {
             r.outstanding = 0;
             r.outstanding_bytes = 0;
         }
@@ -126,16 +150,16 @@ impl Procs {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &PidStats)> {
-        self.by_pid.iter().map(|(&p, s)| (p, s))
+        self.rows.iter().map(|(p, s)| (*p, s))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_pid.is_empty()
+        self.rows.is_empty()
     }
 
     /// `pid`'s activity in the `window_s` seconds up to `ts_ns`.
     pub fn activity(&self, pid: u32, ts_ns: u64, window_s: u64) -> Option<Activity> {
-        let r = self.by_pid.get(&pid)?;
+        let r = &self.rows[*self.index.get(&pid)?].1;
         let now = ts_ns / 1_000_000_000;
         let window_s = window_s.min(RECENT_SECS as u64);
         let mut a = Activity {
@@ -186,6 +210,31 @@ mod tests {
             p.map(pid, 1, 0, false);
         }
         assert_eq!(p.folded, 10);
+        assert_eq!(p.iter().count(), MAX_PIDS + 1);
+    }
+
+    #[test]
+    fn runs_of_one_pid_and_folded_pids_count_as_without_the_last_row() {
+        let mut p = Procs::default();
+        for pid in 0..MAX_PIDS as u32 {
+            p.map(pid, 1, 0, true);
+        }
+        // A run of one folded pid: each record counted as folded, in the
+        // shared row, never given its own row by the last-row shortcut.
+        let past = MAX_PIDS as u32 + 7;
+        for _ in 0..3 {
+            p.map(past, 10, 0, true);
+        }
+        assert_eq!(p.folded, 3);
+        let other = p.iter().find(|(pid, _)| *pid == OTHER_PID).expect("row");
+        assert_eq!((other.1.maps, other.1.bytes_mapped), (3, 30));
+        // Alternating pids land in their own rows.
+        for pid in [5, 6, 5, 5, 6] {
+            p.unmapped(pid, 1, 0);
+        }
+        let row = |pid| p.iter().find(|r| r.0 == pid).expect("row").1.clone();
+        assert_eq!((row(5).unmaps, row(5).outstanding), (3, 0));
+        assert_eq!((row(6).unmaps, row(6).outstanding), (2, 0));
         assert_eq!(p.iter().count(), MAX_PIDS + 1);
     }
 }
