@@ -186,22 +186,15 @@ noinline int cmd_map_rodata(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_free_mapped(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_page(c, p, 0, PAGE_SIZE, DMA_FROM_DEVICE);
-	if (gdt_failed(c, a)) {
+	return GDT_MAPPED_PAGE(c, p, a,
+			       gdt_map_page(c, p, 0, PAGE_SIZE, DMA_FROM_DEVICE), {
+		pr_info("call cmd=%s n=%u fn=__free_page dev=%s addr=0x%llx size=%lu dir=%s phys=0x%llx\n",
+			c->cmd, ++c->calls, dev_name(c->dev), (u64)a, PAGE_SIZE,
+			gdt_dir(DMA_FROM_DEVICE), (u64)page_to_phys(p));
 		__free_page(p);
-		return -EIO;
-	}
-	pr_info("call cmd=%s n=%u fn=__free_page dev=%s addr=0x%llx size=%lu dir=%s phys=0x%llx\n",
-		c->cmd, ++c->calls, dev_name(c->dev), (u64)a, PAGE_SIZE,
-		gdt_dir(DMA_FROM_DEVICE), (u64)page_to_phys(p));
-	__free_page(p);
-	gdt_unmap_page(c, a, PAGE_SIZE, DMA_FROM_DEVICE);
-	return 0;
+		p = NULL;
+		gdt_unmap_page(c, a, PAGE_SIZE, DMA_FROM_DEVICE);
+	});
 }
 
 /*

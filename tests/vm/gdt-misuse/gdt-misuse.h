@@ -258,4 +258,59 @@ static __always_inline void gdt_unmap_sg(struct gdt_ctx *c, struct gdt_sg *s,
 			 gdt_sync_skipped(c));                               \
 	} while (0)
 
+/*
+ * The shapes most commands share. Macros, not functions: every DMA-API call
+ * must stay in the cmd_* function's own code, since the tracer's checks look
+ * for that function's frame in the kernel stack of the offending call (an
+ * out-of-line helper adds a frame of its own, and a tail call into one drops
+ * cmd_*'s). Each evaluates to the command's return value, with the
+ * statements `...` (a block) run only when everything was mapped.
+ *
+ * GDT_MAPPED_PAGE(c, p, a, map, ...): `p` a fresh page, `a` what the
+ * mapping call `map` (of p) returned. p is freed after, unless the
+ * statements set it to NULL (having freed it some other way). 0; -ENOMEM
+ * without a page; -EIO when the mapping failed (so nothing was misused).
+ */
+#define GDT_MAPPED_PAGE(c, p, a, map, ...)				\
+	({								\
+		struct page *p = new_page(c);				\
+		int __rc = -ENOMEM;					\
+									\
+		if (p) {						\
+			dma_addr_t a = (map);				\
+									\
+			__rc = gdt_failed(c, a) ? -EIO : 0;		\
+			if (!__rc)					\
+				__VA_ARGS__				\
+			if (p)						\
+				__free_page(p);				\
+		}							\
+		__rc;							\
+	})
+
+/* The usual case: the first `size` bytes of the page, by dma_map_single. */
+#define GDT_MAPPED_SINGLE(c, a, size, dir, ...)				\
+	GDT_MAPPED_PAGE(c, __gdt_p, a,					\
+			gdt_map_single(c, page_address(__gdt_p), size, dir, 0), \
+			__VA_ARGS__)
+
+/*
+ * GDT_MAPPED_SG(c, s, alloc, dir, ...): `s` 4 entries, one a page, in a
+ * table of `alloc`, mapped for `dir`; freed after. 0; gdt_sg_build's
+ * error; -EIO when the mapping failed or merged entries.
+ */
+#define GDT_MAPPED_SG(c, s, alloc, dir, ...)				\
+	({								\
+		struct gdt_sg s;					\
+		int __rc = gdt_sg_build(c, &s, alloc, 4, 1);		\
+									\
+		if (!__rc) {						\
+			__rc = gdt_map_sg(c, &s, 4, dir) == 4 ? 0 : -EIO; \
+			if (!__rc)					\
+				__VA_ARGS__				\
+			gdt_sg_free(&s);				\
+		}							\
+		__rc;							\
+	})
+
 #endif

@@ -18,20 +18,10 @@
  */
 noinline int cmd_sync_after_unmap(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_FROM_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_FROM_DEVICE, {
 		gdt_unmap_single(c, a, 256, DMA_FROM_DEVICE, 0);
 		GDT_SYNC(c, dma_sync_single_for_cpu, a, 256, DMA_FROM_DEVICE);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -43,20 +33,10 @@ noinline int cmd_sync_after_unmap(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sync_outside(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_FROM_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_FROM_DEVICE, {
 		GDT_SYNC(c, dma_sync_single_for_cpu, a + 128, 256, DMA_FROM_DEVICE);
 		gdt_unmap_single(c, a, 256, DMA_FROM_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -67,20 +47,10 @@ noinline int cmd_sync_outside(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sync_dir_cpu(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_TO_DEVICE, {
 		GDT_SYNC(c, dma_sync_single_for_cpu, a, 256, DMA_FROM_DEVICE);
 		gdt_unmap_single(c, a, 256, DMA_TO_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -91,20 +61,10 @@ noinline int cmd_sync_dir_cpu(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sync_dir_device(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_FROM_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_FROM_DEVICE, {
 		GDT_SYNC(c, dma_sync_single_for_device, a, 256, DMA_TO_DEVICE);
 		gdt_unmap_single(c, a, 256, DMA_FROM_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -113,19 +73,10 @@ noinline int cmd_sync_dir_device(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sync_sg_after_unmap(struct gdt_ctx *c, unsigned long arg)
 {
-	struct gdt_sg s;
-	int rc = gdt_sg_build(c, &s, 4, 4, 1);
-
-	if (rc)
-		return rc;
-	rc = -EIO;
-	if (gdt_map_sg(c, &s, 4, DMA_FROM_DEVICE) == 4) {
+	return GDT_MAPPED_SG(c, s, 4, DMA_FROM_DEVICE, {
 		gdt_unmap_sg(c, &s, 4, DMA_FROM_DEVICE);
 		GDT_SYNC_SG(c, dma_sync_sg_for_cpu, &s, 4, DMA_FROM_DEVICE);
-		rc = 0;
-	}
-	gdt_sg_free(&s);
-	return rc;
+	});
 }
 
 /*
@@ -136,19 +87,10 @@ noinline int cmd_sync_sg_after_unmap(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sync_sg_count(struct gdt_ctx *c, unsigned long arg)
 {
-	struct gdt_sg s;
-	int rc = gdt_sg_build(c, &s, 5, 4, 1);
-
-	if (rc)
-		return rc;
-	rc = -EIO;
-	if (gdt_map_sg(c, &s, 4, DMA_FROM_DEVICE) == 4) {
+	return GDT_MAPPED_SG(c, s, 5, DMA_FROM_DEVICE, {
 		GDT_SYNC_SG(c, dma_sync_sg_for_cpu, &s, 5, DMA_FROM_DEVICE);
 		gdt_unmap_sg(c, &s, 4, DMA_FROM_DEVICE);
-		rc = 0;
-	}
-	gdt_sg_free(&s);
-	return rc;
+	});
 }
 
 /*

@@ -21,10 +21,6 @@
  */
 noinline int cmd_double_unmap(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p;
-	dma_addr_t a;
-	int rc = -EIO;
-
 #if LINUX_VERSION_CODE < KERNEL_VERSION(5, 11, 0)
 	/*
 	 * Before 5.11 intel-iommu had its own DMA ops: intel_unmap frees the
@@ -37,17 +33,10 @@ noinline int cmd_double_unmap(struct gdt_ctx *c, unsigned long arg)
 		return -EOPNOTSUPP;
 	}
 #endif
-	p = new_page(c);
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_TO_DEVICE, {
 		gdt_unmap_single(c, a, 256, DMA_TO_DEVICE, 0);
 		gdt_unmap_single(c, a, 256, DMA_TO_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -58,19 +47,9 @@ noinline int cmd_double_unmap(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_unmap_size(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_TO_DEVICE, {
 		gdt_unmap_single(c, a, 128, DMA_TO_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -81,19 +60,9 @@ noinline int cmd_unmap_size(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_unmap_dir(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_TO_DEVICE, {
 		gdt_unmap_single(c, a, 256, DMA_FROM_DEVICE, 0);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -105,19 +74,9 @@ noinline int cmd_unmap_dir(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_unmap_class_resource(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-	int rc = -EIO;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_single(c, page_address(p), 256, DMA_TO_DEVICE, 0);
-	if (!gdt_failed(c, a)) {
+	return GDT_MAPPED_SINGLE(c, a, 256, DMA_TO_DEVICE, {
 		gdt_unmap_resource(c, a, 256, DMA_TO_DEVICE);
-		rc = 0;
-	}
-	__free_page(p);
-	return rc;
+	});
 }
 
 /*
@@ -147,18 +106,11 @@ noinline int cmd_unmap_class_page(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_free_coherent_streaming(struct gdt_ctx *c, unsigned long arg)
 {
-	struct page *p = new_page(c);
-	dma_addr_t a;
-
-	if (!p)
-		return -ENOMEM;
-	a = gdt_map_page(c, p, 0, PAGE_SIZE, DMA_BIDIRECTIONAL);
-	if (gdt_failed(c, a)) {
-		__free_page(p);
-		return -EIO;
-	}
-	gdt_free_coherent(c, PAGE_SIZE, page_address(p), a);
-	return 0;
+	return GDT_MAPPED_PAGE(c, p, a,
+			       gdt_map_page(c, p, 0, PAGE_SIZE, DMA_BIDIRECTIONAL), {
+		gdt_free_coherent(c, PAGE_SIZE, page_address(p), a);
+		p = NULL; /* the kernel freed it */
+	});
 }
 
 /*
@@ -171,18 +123,9 @@ noinline int cmd_free_coherent_streaming(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_sg_unmap_nents(struct gdt_ctx *c, unsigned long arg)
 {
-	struct gdt_sg s;
-	int rc = gdt_sg_build(c, &s, 5, 4, 1);
-
-	if (rc)
-		return rc;
-	rc = -EIO;
-	if (gdt_map_sg(c, &s, 4, DMA_TO_DEVICE) == 4) {
+	return GDT_MAPPED_SG(c, s, 5, DMA_TO_DEVICE, {
 		gdt_unmap_sg(c, &s, 5, DMA_TO_DEVICE);
-		rc = 0;
-	}
-	gdt_sg_free(&s);
-	return rc;
+	});
 }
 
 /* What `leak` left outstanding, given back by release-leaks or unload. */
