@@ -106,58 +106,116 @@ static int gdt_iova_start(struct gdt_ctx *c, struct dma_iova_state *st,
 }
 
 /*
+ * A transaction: IOVA space with p[0..n) linked into it page after page
+ * from offset 0, the first `linked` of them; rc, the error of the link that
+ * failed, else 0.
+ */
+struct gdt_iova {
+	struct dma_iova_state st;
+	struct page *p[4];
+	int n, linked, rc;
+};
+
+/*
+ * `size` bytes of IOVA space and n fresh pages (n <= 4) linked into it for
+ * `dir`, up to the first link that fails. Non-zero, with nothing left,
+ * when the space or a page could not be had. Inlined, as the wrappers
+ * above, so that the calls stay in the command's own code.
+ */
+static __always_inline int gdt_iova_begin(struct gdt_ctx *c,
+					  struct gdt_iova *t, size_t size,
+					  int n, enum dma_data_direction dir)
+{
+	int rc = gdt_iova_start(c, &t->st, size);
+
+	if (rc)
+		return rc;
+	rc = gdt_iova_pages(c, t->p, n);
+	if (rc) {
+		gdt_iova_free(c, &t->st);
+		return rc;
+	}
+	t->n = n;
+	t->rc = 0;
+	for (t->linked = 0; t->linked < n; t->linked++) {
+		t->rc = gdt_iova_link(c, &t->st, t->p[t->linked],
+				      t->linked * PAGE_SIZE, PAGE_SIZE, dir);
+		if (t->rc)
+			break;
+	}
+	return 0;
+}
+
+/* Undoes gdt_iova_begin in one destroy; the link's error, else 0. */
+static __always_inline int gdt_iova_end(struct gdt_ctx *c, struct gdt_iova *t,
+					enum dma_data_direction dir)
+{
+	gdt_iova_destroy(c, &t->st, t->linked * PAGE_SIZE, dir);
+	gdt_iova_pages_free(t->p, t->n);
+	return t->rc;
+}
+
+/*
+ * GDT_IOVA_ONE_PAGE(c, t, size, ...): a transaction `t` of `size` bytes with
+ * one page linked at offset 0, TO_DEVICE; the statements (a block) run if
+ * the link held, then gdt_iova_end. A macro for the reason given with
+ * GDT_MAPPED_PAGE (gdt-misuse.h).
+ */
+#define GDT_IOVA_ONE_PAGE(c, t, size, ...)				\
+	({								\
+		struct gdt_iova t;					\
+		int __rc = gdt_iova_begin(c, &t, size, 1, DMA_TO_DEVICE); \
+									\
+		if (!__rc) {						\
+			if (!t.rc)					\
+				__VA_ARGS__				\
+			__rc = gdt_iova_end(c, &t, DMA_TO_DEVICE);	\
+		}							\
+		__rc;							\
+	})
+
+/*
  * Correct use: a block-layer-style transaction (alloc, link four pages,
  * sync, edu DMA into the second page, destroy) and an ODP-style one (link
  * and sync page by page, unlink, free). Zero findings.
  */
 noinline int cmd_iova_control(struct gdt_ctx *c, unsigned long arg)
 {
-	struct dma_iova_state st;
-	struct page *p[4];
+	struct gdt_iova t;
 	int rc, i;
 
-	rc = gdt_iova_start(c, &st, 4 * PAGE_SIZE);
+	rc = gdt_iova_begin(c, &t, 4 * PAGE_SIZE, 4, DMA_FROM_DEVICE);
 	if (rc)
 		return rc;
-	rc = gdt_iova_pages(c, p, 4);
-	if (rc) {
-		gdt_iova_free(c, &st);
-		return rc;
-	}
-	for (i = 0; i < 4; i++) {
-		rc = gdt_iova_link(c, &st, p[i], i * PAGE_SIZE, PAGE_SIZE,
-				   DMA_FROM_DEVICE);
-		if (rc)
-			break;
-	}
+	rc = t.rc;
 	if (!rc)
-		rc = gdt_iova_sync(c, &st, 0, 4 * PAGE_SIZE);
+		rc = gdt_iova_sync(c, &t.st, 0, 4 * PAGE_SIZE);
 	if (!rc)
-		rc = gdt_edu_to_ram(c, st.addr + PAGE_SIZE, 64);
+		rc = gdt_edu_to_ram(c, t.st.addr + PAGE_SIZE, 64);
 	pr_info("verify cmd=%s edu iova %s\n", c->cmd, rc ? "FAILED" : "ok");
-	gdt_iova_destroy(c, &st, i * PAGE_SIZE, DMA_FROM_DEVICE);
+	gdt_iova_destroy(c, &t.st, t.linked * PAGE_SIZE, DMA_FROM_DEVICE);
 	if (rc)
 		goto out;
 
-	rc = gdt_iova_start(c, &st, 2 * PAGE_SIZE);
+	rc = gdt_iova_start(c, &t.st, 2 * PAGE_SIZE);
 	if (rc)
 		goto out;
 	for (i = 0; i < 2; i++) {
-		rc = gdt_iova_link(c, &st, p[i], i * PAGE_SIZE, PAGE_SIZE,
+		rc = gdt_iova_link(c, &t.st, t.p[i], i * PAGE_SIZE, PAGE_SIZE,
 				   DMA_TO_DEVICE);
 		if (rc)
 			break;
-		rc = gdt_iova_sync(c, &st, i * PAGE_SIZE, PAGE_SIZE);
+		rc = gdt_iova_sync(c, &t.st, i * PAGE_SIZE, PAGE_SIZE);
 		if (rc) {
 			i++;
 			break;
 		}
 	}
 	while (i--)
-		gdt_iova_unlink(c, &st, i * PAGE_SIZE, PAGE_SIZE, DMA_TO_DEVICE);
-	gdt_iova_free(c, &st);
+		gdt_iova_unlink(c, &t.st, i * PAGE_SIZE, PAGE_SIZE, DMA_TO_DEVICE);
+	gdt_iova_free(c, &t.st);
 out:
-	gdt_iova_pages_free(p, 4);
+	gdt_iova_pages_free(t.p, t.n);
 	return rc;
 }
 
@@ -170,27 +228,10 @@ out:
  */
 noinline int cmd_iova_link_outside(struct gdt_ctx *c, unsigned long arg)
 {
-	struct dma_iova_state st;
-	struct page *p[4];
-	int rc, i;
+	struct gdt_iova t;
+	int rc = gdt_iova_begin(c, &t, 3 * PAGE_SIZE, 4, DMA_FROM_DEVICE);
 
-	rc = gdt_iova_start(c, &st, 3 * PAGE_SIZE);
-	if (rc)
-		return rc;
-	rc = gdt_iova_pages(c, p, 4);
-	if (rc) {
-		gdt_iova_free(c, &st);
-		return rc;
-	}
-	for (i = 0; i < 4; i++) {
-		rc = gdt_iova_link(c, &st, p[i], i * PAGE_SIZE, PAGE_SIZE,
-				   DMA_FROM_DEVICE);
-		if (rc)
-			break;
-	}
-	gdt_iova_destroy(c, &st, i * PAGE_SIZE, DMA_FROM_DEVICE);
-	gdt_iova_pages_free(p, 4);
-	return rc;
+	return rc ?: gdt_iova_end(c, &t, DMA_FROM_DEVICE);
 }
 
 /*
@@ -201,41 +242,17 @@ noinline int cmd_iova_link_outside(struct gdt_ctx *c, unsigned long arg)
  */
 noinline int cmd_iova_unlink_unlinked(struct gdt_ctx *c, unsigned long arg)
 {
-	struct dma_iova_state st;
-	struct page *p;
-	int rc;
-
-	rc = gdt_iova_start(c, &st, 2 * PAGE_SIZE);
-	if (rc)
-		return rc;
-	p = new_page(c);
-	rc = p ? gdt_iova_link(c, &st, p, 0, PAGE_SIZE, DMA_TO_DEVICE) : -ENOMEM;
-	if (!rc)
-		gdt_iova_unlink(c, &st, PAGE_SIZE, PAGE_SIZE, DMA_TO_DEVICE);
-	gdt_iova_destroy(c, &st, rc ? 0 : PAGE_SIZE, DMA_TO_DEVICE);
-	if (p)
-		__free_page(p);
-	return rc;
+	return GDT_IOVA_ONE_PAGE(c, t, 2 * PAGE_SIZE, {
+		gdt_iova_unlink(c, &t.st, PAGE_SIZE, PAGE_SIZE, DMA_TO_DEVICE);
+	});
 }
 
 /* A sync of two pages of which one is linked. */
 noinline int cmd_iova_sync_unlinked(struct gdt_ctx *c, unsigned long arg)
 {
-	struct dma_iova_state st;
-	struct page *p;
-	int rc;
-
-	rc = gdt_iova_start(c, &st, 2 * PAGE_SIZE);
-	if (rc)
-		return rc;
-	p = new_page(c);
-	rc = p ? gdt_iova_link(c, &st, p, 0, PAGE_SIZE, DMA_TO_DEVICE) : -ENOMEM;
-	if (!rc)
-		gdt_iova_sync(c, &st, 0, 2 * PAGE_SIZE);
-	gdt_iova_destroy(c, &st, rc ? 0 : PAGE_SIZE, DMA_TO_DEVICE);
-	if (p)
-		__free_page(p);
-	return rc;
+	return GDT_IOVA_ONE_PAGE(c, t, 2 * PAGE_SIZE, {
+		gdt_iova_sync(c, &t.st, 0, 2 * PAGE_SIZE);
+	});
 }
 
 /*
@@ -247,32 +264,20 @@ noinline int cmd_iova_sync_unlinked(struct gdt_ctx *c, unsigned long arg)
 noinline int cmd_iova_free_linked(struct gdt_ctx *c, unsigned long arg)
 {
 	struct iommu_domain *dom = iommu_get_domain_for_dev(c->dev);
-	struct dma_iova_state st;
-	struct page *p[2];
+	struct gdt_iova t;
 	dma_addr_t base;
-	int rc, i;
+	int rc;
 
 	if (!dom)
 		return -EOPNOTSUPP;
-	rc = gdt_iova_start(c, &st, 2 * PAGE_SIZE);
+	rc = gdt_iova_begin(c, &t, 2 * PAGE_SIZE, 2, DMA_TO_DEVICE);
 	if (rc)
 		return rc;
-	rc = gdt_iova_pages(c, p, 2);
-	if (rc) {
-		gdt_iova_free(c, &st);
-		return rc;
-	}
-	for (i = 0; i < 2; i++) {
-		rc = gdt_iova_link(c, &st, p[i], i * PAGE_SIZE, PAGE_SIZE,
-				   DMA_TO_DEVICE);
-		if (rc)
-			break;
-	}
-	base = st.addr;
-	gdt_iova_free(c, &st);
-	iommu_unmap(dom, base, i * PAGE_SIZE);
-	gdt_iova_pages_free(p, 2);
-	return rc;
+	base = t.st.addr;
+	gdt_iova_free(c, &t.st);
+	iommu_unmap(dom, base, t.linked * PAGE_SIZE);
+	gdt_iova_pages_free(t.p, t.n);
+	return t.rc;
 }
 
 /*
@@ -284,23 +289,18 @@ noinline int cmd_iova_free_linked(struct gdt_ctx *c, unsigned long arg)
 noinline int cmd_iova_double_free(struct gdt_ctx *c, unsigned long arg)
 {
 	static struct dma_iova_state drained[2];
-	struct dma_iova_state st;
-	struct page *p;
-	int rc;
+	struct gdt_iova t;
+	int rc = gdt_iova_begin(c, &t, PAGE_SIZE, 1, DMA_TO_DEVICE);
 
-	rc = gdt_iova_start(c, &st, PAGE_SIZE);
 	if (rc)
 		return rc;
-	p = new_page(c);
-	rc = p ? gdt_iova_link(c, &st, p, 0, PAGE_SIZE, DMA_TO_DEVICE) : -ENOMEM;
-	gdt_iova_destroy(c, &st, rc ? 0 : PAGE_SIZE, DMA_TO_DEVICE);
-	gdt_iova_free(c, &st);
+	gdt_iova_destroy(c, &t.st, t.linked * PAGE_SIZE, DMA_TO_DEVICE);
+	gdt_iova_free(c, &t.st);
 	/* Not logged as calls of the command: clean-up of the edu's IOVA space. */
 	dma_iova_try_alloc(c->dev, &drained[0], 0, PAGE_SIZE);
 	dma_iova_try_alloc(c->dev, &drained[1], 0, PAGE_SIZE);
-	if (p)
-		__free_page(p);
-	return rc;
+	gdt_iova_pages_free(t.p, t.n);
+	return t.rc;
 }
 
 #endif /* DMA_IOVA_USE_SWIOTLB */
