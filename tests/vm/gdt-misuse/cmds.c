@@ -192,7 +192,7 @@ noinline int cmd_free_mapped(struct gdt_ctx *c, unsigned long arg)
 			c->cmd, ++c->calls, dev_name(c->dev), (u64)a, PAGE_SIZE,
 			gdt_dir(DMA_FROM_DEVICE), (u64)page_to_phys(p));
 		__free_page(p);
-		p = NULL;
+		p = NULL; /* freed, still mapped: the misuse */
 		gdt_unmap_page(c, a, PAGE_SIZE, DMA_FROM_DEVICE);
 	});
 }
