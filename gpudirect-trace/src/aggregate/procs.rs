@@ -11,9 +11,14 @@ use std::collections::HashMap;
 use crate::memory_budget::{self, Keeper};
 
 pub const MAX_PIDS: usize = 4096;
-/// What one pid's row costs the reader's memory budget: `PidStats` (296
-/// bytes) and its key in a hash table that doubles (up to twice that).
+/// What one pid's row costs the reader's memory budget: its slot, a pid and
+/// a `PidStats` (304 bytes), in a Vec that doubles, and its 16-byte entry
+/// in the index, a hash table that doubles: up to twice 320 bytes.
 pub const PID_ROW_BYTES: usize = 640;
+const _: () = assert!(
+    2 * (std::mem::size_of::<(u32, PidStats)>() + std::mem::size_of::<(u32, usize)>())
+        <= PID_ROW_BYTES
+);
 /// The row pids past `MAX_PIDS` fold into.
 pub const OTHER_PID: u32 = u32::MAX;
 /// Seconds of activity kept per pid.
