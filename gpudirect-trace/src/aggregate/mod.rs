@@ -173,7 +173,8 @@ impl Aggregator {
         &mut self.device(device).families
     }
 
-    /// One hash of the name per record (devices.rs).
+    /// A pointer compare for a run of one device's records, else one hash
+    /// of the name (devices.rs, `Devices::slot_of`).
     fn device(&mut self, name: &Arc<str>) -> &mut DeviceStats {
         let slot = match self.devices.slot_of(name) {
             Some(i) => i,

@@ -4,8 +4,9 @@
 //! BPF_PROG_TEST_RUN), perf_event_open() and its ioctls (kprobes made in
 //! tracefs), and mmap() of the programs' arrays.
 //!
-//! Every call goes through `call()`, as a `Syscall` that says what the
-//! kernel receives. Errors are `io::Error`s with the kernel's errno;
+//! Every bpf(), perf_event_open() and ioctl() goes through `call()`, as a
+//! `Syscall` that says what the kernel receives; mmap.rs calls mmap() and
+//! munmap() itself (a fake could not hand out the array's pages). Errors are `io::Error`s with the kernel's errno;
 //! `super::explain` says what they mean. In unit tests `fake::with` can
 //! answer in the kernel's place (as aya's `sys/fake.rs` does), so what the
 //! callers do with each answer (absence, a vanished object, a refused
