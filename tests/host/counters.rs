@@ -8,12 +8,11 @@ use std::collections::BTreeMap;
 
 use gpudirect_trace_common::{kind, COUNTER_CACHE};
 
-use crate::inject::{load_unattached, Injector};
+use crate::inject::Injector;
 
 #[test]
 fn counters_are_exact_when_keys_outnumber_the_cache() {
-    crate::require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let real = inj.device.addr;
     // Two devices (the second a pointer no name can be read from: it is
     // counted all the same) x map/unmap x 4 directions = 16 keys.

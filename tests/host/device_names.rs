@@ -8,15 +8,11 @@
 
 use gpudirect_trace_common::kind;
 
-use crate::{
-    inject::{load_unattached, Injector},
-    require_root,
-};
+use crate::inject::Injector;
 
 #[test]
 fn a_removed_devices_address_is_named_and_counted_afresh_simulated_removal() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let dev = inj.device.addr;
     let name = inj.device.name.clone();
     let map = |inj: &Injector| inj.run("dma_map", &[dev, 0x1_0000_0000, 0xfeed_0000, 4096, 2, 0]);

@@ -40,6 +40,19 @@ pub(crate) fn run(cmd: &mut Command) -> Output {
         .expect("run gpudirect-trace")
 }
 
+/// Runs the tool with `args` and fails, showing its standard error,
+/// unless it succeeds.
+pub(crate) fn run_ok(args: &[&str]) -> Output {
+    let out = run(bin().args(args));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}\n{}",
+        out.status,
+        stderr(&out)
+    );
+    out
+}
+
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

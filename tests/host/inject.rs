@@ -92,6 +92,13 @@ pub struct Injector {
 }
 
 impl Injector {
+    /// The common start of a program-driven test: root, the object loaded
+    /// unattached with a 1 MiB ring, the stand-in device.
+    pub fn as_root() -> Self {
+        crate::require_root();
+        Self::new(load_unattached(1 << 20))
+    }
+
     pub fn new(tracer: Tracer) -> Self {
         assert_eq!(
             tracer.offsets.device_name, 0,

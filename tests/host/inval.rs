@@ -10,16 +10,11 @@ use std::sync::Arc;
 use gpudirect_trace::{aggregate::Aggregator, decode::Record, serve::metrics::text_of};
 use gpudirect_trace_common::{inval, kind, Event};
 
-use crate::{
-    gpu_metrics::promtool,
-    inject::{load_unattached, Injector},
-    require_root,
-};
+use crate::{gpu_metrics::promtool, inject::Injector};
 
 #[test]
 fn qi_submit_descriptors_are_counted_per_unit_type_and_pages() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     // A page-selective IOTLB invalidation (type 2, granularity 3 in bits
     // 4..6, domain id 7) of 2^3 pages, twice; one interrupt-entry-cache one.
     let iotlb = 0x2 | 0x30 | 7 << 16;

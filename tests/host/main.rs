@@ -104,15 +104,7 @@ fn every_program_passes_the_verifier() {
 #[test]
 fn probe_table_matches_what_the_kernel_offers() {
     require_root();
-    let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
-        .args(["probes", "--json"])
-        .output()
-        .expect("run gpudirect-trace probes");
-    assert!(
-        out.status.success(),
-        "probes failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = hostile::run_ok(&["probes", "--json"]);
     let doc: serde_json::Value =
         serde_json::from_slice(&out.stdout).expect("probes --json is JSON");
     let all = doc["probes"].as_array().expect("probes array");
@@ -257,8 +249,7 @@ fn aggregate_only_mode_counts_in_kernel_without_streaming() {
 
 #[test]
 fn faults_and_xids_are_streamed_with_device_and_message() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let dev = inj.device.addr;
     // iommu:io_page_fault(dev, iova, flags=IOMMU_FAULT_WRITE)
     inj.run("iommu_io_page_fault", &[dev, 0x123000, 1]);
@@ -377,8 +368,7 @@ fn in_flight(inj: &mut Injector, tid: u32, state: &TaskState) {
 
 #[test]
 fn iommu_events_take_the_device_of_the_call_in_flight_on_their_task() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let dev = inj.device.addr;
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u32;

@@ -6,15 +6,11 @@
 use gpudirect_trace::model::{incident::Category, pci::LinkChange};
 use gpudirect_trace_common::pcie;
 
-use crate::{
-    inject::{load_unattached, Injector},
-    require_root,
-};
+use crate::inject::Injector;
 
 #[test]
 fn aer_tlp_header_link_and_slot_records_reach_the_family() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let name = inj.device.string_addr;
     // An uncorrected non-fatal completion timeout with a valid header log:
     // `tlp` is a readable kernel object (two pointers, the first = `name`).

@@ -3,11 +3,7 @@
 //! processes (attached for real, including a recorder killed with SIGKILL).
 
 use std::{
-    os::unix::fs::PermissionsExt as _,
-    path::Path,
-    process::{Command, Output, Stdio},
-    sync::Arc,
-    time::Duration,
+    os::unix::fs::PermissionsExt as _, path::Path, process::Stdio, sync::Arc, time::Duration,
 };
 
 use gpudirect_trace::{
@@ -22,24 +18,10 @@ use gpudirect_trace::{
 use gpudirect_trace_common::kind;
 
 use crate::{
+    hostile::{bin, run_ok},
     inject::{load_unattached, Injector},
     require_root,
 };
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
-}
-
-fn run_ok(args: &[&str]) -> Output {
-    let out = bin().args(args).output().expect("run gpudirect-trace");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn read_items(path: &Path) -> (tracefile::Header, Vec<Item>, tracefile::ReadStats) {
     let mut r = tracefile::open(path).expect("readable trace");
@@ -52,8 +34,7 @@ fn read_items(path: &Path) -> (tracefile::Header, Vec<Item>, tracefile::ReadStat
 
 #[test]
 fn records_from_the_real_programs_round_trip_through_a_trace_file() {
-    require_root();
-    let mut inj = Injector::new(load_unattached(1 << 20));
+    let mut inj = Injector::as_root();
     let dev = inj.device.addr;
     for i in 0..20u64 {
         let (phys, iova) = (0x1_0000_0000 + i * 0x1000, 0xfeed_0000 + i * 0x1000);
