@@ -14,17 +14,21 @@ fn io(errno: i32) -> Failure {
     Failure::from_io(&io::Error::from_raw_os_error(errno), "")
 }
 
+/// The line for `errno` at `stage` of `target` on a kernel with no policy.
+fn said(errno: i32, stage: Stage, target: Target<'_>) -> String {
+    explain(&io(errno), stage, target, &env(Policy::default()))
+}
+
 /// The GPU test host (6.18.44-fc-v657-gpu): every fentry load EPERM,
 /// no securityfs mounted.
 #[test]
 fn eperm_without_securityfs_says_policy_and_how_to_see_it() {
-    let s = explain(
-        &io(libc::EPERM),
+    let s = said(
+        libc::EPERM,
         Stage::Load,
         Target::Fentry {
             name: "nv_dma_map_sgt",
         },
-        &env(Policy::default()),
     );
     assert!(s.contains("security policy"), "{s}");
     assert!(s.contains("BPF LSM"), "{s}");
@@ -85,37 +89,34 @@ fn policy_files_read_from_a_securityfs_directory() {
 
 #[test]
 fn missing_tracepoints_and_functions_are_named() {
-    let s = explain(
-        &io(libc::ENOENT),
+    let s = said(
+        libc::ENOENT,
         Stage::Attach,
         Target::Tracepoint {
             name: "dma:dma_map_phys",
         },
-        &env(Policy::default()),
     );
     assert_eq!(
         s,
         "this kernel (6.1.0-50-amd64) has no tracepoint dma:dma_map_phys"
     );
-    let s = explain(
-        &io(libc::ENOENT),
+    let s = said(
+        libc::ENOENT,
         Stage::Attach,
         Target::Kprobe {
             name: "dma_map_page_attrs",
         },
-        &env(Policy::default()),
     );
     assert!(
         s.contains("no probe-able function dma_map_page_attrs"),
         "{s}"
     );
-    let s = explain(
-        &io(libc::ESRCH),
+    let s = said(
+        libc::ESRCH,
         Stage::Load,
         Target::Fentry {
             name: "nv_dma_map_sgt",
         },
-        &env(Policy::default()),
     );
     assert!(s.contains("no BTF for nv_dma_map_sgt"), "{s}");
     assert!(no_kernel_btf().contains("CONFIG_DEBUG_INFO_BTF"));
@@ -123,33 +124,21 @@ fn missing_tracepoints_and_functions_are_named() {
 
 #[test]
 fn einval_is_a_prototype_or_trampoline_problem() {
-    let s = explain(
-        &io(libc::EINVAL),
+    let s = said(
+        libc::EINVAL,
         Stage::Attach,
         Target::Tracepoint { name: "iommu:map" },
-        &env(Policy::default()),
     );
     assert!(s.starts_with("prototype mismatch"), "{s}");
-    let s = explain(
-        &io(libc::EINVAL),
+    let s = said(
+        libc::EINVAL,
         Stage::Load,
         Target::Fentry { name: "iommu_map" },
-        &env(Policy::default()),
     );
     assert!(s.contains("CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS"), "{s}");
-    let s = explain(
-        &io(ENOTSUPP),
-        Stage::Load,
-        Target::Fentry { name: "iommu_map" },
-        &env(Policy::default()),
-    );
+    let s = said(ENOTSUPP, Stage::Load, Target::Fentry { name: "iommu_map" });
     assert!(s.contains("no BPF trampolines"), "{s}");
-    let s = explain(
-        &io(libc::EINVAL),
-        Stage::Load,
-        Target::Object,
-        &env(Policy::default()),
-    );
+    let s = said(libc::EINVAL, Stage::Load, Target::Object);
     assert!(s.contains("ring buffers need Linux 5.8"), "{s}");
 }
 
@@ -201,12 +190,7 @@ fn out_of_file_descriptors_says_so_not_the_kernel() {
         "{s}"
     );
     assert!(!s.contains("the kernel refused"), "{s}");
-    let s = explain(
-        &io(libc::ENFILE),
-        Stage::Attach,
-        Target::Kprobe { name: "f" },
-        &env(Policy::default()),
-    );
+    let s = said(libc::ENFILE, Stage::Attach, Target::Kprobe { name: "f" });
     assert!(s.contains("fs.file-max"), "{s}");
     // Anywhere in a chain, under other words.
     let e = anyhow::Error::new(io::Error::from_raw_os_error(libc::EMFILE))
