@@ -6,8 +6,8 @@
 //! `nents`; a driver may map only a prefix of its table). Its first
 //! `SG_PREFIX` steps run inline and record the first `SG_LENS` lengths;
 //! the rest only sums, either in bpf_loop() (5.17+: up to
-//! `--sg-walk-max` entries, four read at once, ~17 ns per entry, see
-//! docs/benchmarks.md) or, in the programs built for older kernels, in a
+//! `--sg-walk-max` entries, eight read at once, ~8-9 ns per entry in
+//! lists of 1024 and more, see docs/benchmarks.md) or, in the programs built for older kernels, in a
 //! jump-free bounded loop of `SG_BOUNDED_REST` steps continued in
 //! tail-called chunks (~28 ns per entry, 165,032 steps at most); the walk
 //! itself is in `walk`. A walk that stops anywhere else marks the record
