@@ -8,12 +8,10 @@
 # 3. the depth each stack really had: the misuse report's frames per stack.
 # Usage: session10.sh BIN HOSTTEST; results in $OUT.
 set -u
-BIN=${1:?usage: session10.sh BIN HOSTTEST}
-HOSTTEST=${2:?usage: session10.sh BIN HOSTTEST}
-OUT=${OUT:-./gpu-out}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN" "$HOSTTEST"
+USAGE="session10.sh BIN HOSTTEST"
+. "$(dirname "$0")/prelude.sh"
+HOSTTEST=${2:?usage: $USAGE}
+chmod +x "$HOSTTEST"
 { uname -r; nproc; nvidia-smi -L 2>/dev/null; } > "$OUT/host.txt" 2>&1
 
 "$HOSTTEST" --ignored --nocapture --test-threads=1 bench_program_cost bench_hot_path_parts \

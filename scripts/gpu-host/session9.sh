@@ -9,14 +9,12 @@
 # Usage: session9.sh BIN HOSTTEST (PCITERS, ITERS, ROUNDS: iterations of
 # progcost.sh and of each slowdown run, and rounds); results in $OUT.
 set -u
-BIN=${1:?usage: session9.sh BIN HOSTTEST}
-HOSTTEST=${2:?usage: session9.sh BIN HOSTTEST}
-OUT=${OUT:-./gpu-out}
+USAGE="session9.sh BIN HOSTTEST"
+. "$(dirname "$0")/prelude.sh"
+HOSTTEST=${2:?usage: $USAGE}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-1500}
-HERE=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$OUT"
-chmod +x "$BIN" "$HOSTTEST"
+chmod +x "$HOSTTEST"
 { uname -r; nproc; nvidia-smi -L 2>/dev/null; } > "$OUT/host.txt" 2>&1
 
 "$HOSTTEST" --ignored --nocapture --test-threads=1 bench_program_cost bench_hot_path_parts \
