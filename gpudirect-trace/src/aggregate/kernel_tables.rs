@@ -14,6 +14,13 @@ use gpudirect_trace_common::{kind, op, Counter, CounterKey, LatHist, MapKey, Map
 
 use super::{dma_api::is_sync, latency::LatencySnapshot, level::Percentiles, Aggregator};
 
+/// Adds a counter row's calls and bytes to a running (calls, bytes) pair;
+/// saturating, as every sum here: the counters may come from a crafted file.
+fn add(count: &mut u64, bytes: &mut u64, c: &Counter) {
+    *count = count.saturating_add(c.count);
+    *bytes = bytes.saturating_add(c.bytes);
+}
+
 impl Aggregator {
     /// Replaces stream-derived counts with the kernel's per-CPU counters,
     /// which no ring buffer overflow can lose (and which are the only source
@@ -30,8 +37,7 @@ impl Aggregator {
                 let Some(d) = super::inval::count_row(&mut self.units.descriptors, k.dir) else {
                     continue;
                 };
-                d.count = d.count.saturating_add(c.count);
-                d.bytes = d.bytes.saturating_add(c.bytes);
+                add(&mut d.count, &mut d.bytes, c);
                 continue;
             }
             per_dev.entry(name.clone()).or_default().push((*k, *c));
@@ -46,15 +52,13 @@ impl Aggregator {
                 match k.event_kind() {
                     kind::IOMMU_INVAL => {
                         let r = inval_rows.entry(k.dir).or_default();
-                        r.0 = r.0.saturating_add(c.count);
-                        r.1 = r.1.saturating_add(c.bytes);
+                        add(&mut r.0, &mut r.1, c);
                     }
                     kind::CACHE_TAG_FLUSH => {
                         let Some(t) = super::inval::count_row(&mut tags, k.dir) else {
                             continue;
                         };
-                        t.count = t.count.saturating_add(c.count);
-                        t.bytes = t.bytes.saturating_add(c.bytes);
+                        add(&mut t.count, &mut t.bytes, c);
                     }
                     _ => {}
                 }
@@ -86,12 +90,10 @@ impl Aggregator {
                 d.dma_api.note_source(k16, k.from_hook(), k.iova(), false);
                 d.families.counter(&k, &c);
                 let e = iova.entry((k16, k.iova())).or_default();
-                e.0 = e.0.saturating_add(c.count);
-                e.1 = e.1.saturating_add(c.bytes);
+                add(&mut e.0, &mut e.1, &c);
                 match k16 {
                     kind::DMA_MAP | kind::DMA_MAP_SG => {
-                        dma.0 = dma.0.saturating_add(c.count);
-                        dma.2 = dma.2.saturating_add(c.bytes);
+                        add(&mut dma.0, &mut dma.2, &c);
                         if let Some(b) = by_dir.get_mut(k.dir as usize) {
                             *b = b.saturating_add(c.bytes);
                         }
@@ -99,30 +101,12 @@ impl Aggregator {
                             sg_maps = sg_maps.saturating_add(c.count);
                         }
                     }
-                    kind::DMA_UNMAP | kind::DMA_UNMAP_SG => {
-                        dma.1 = dma.1.saturating_add(c.count);
-                        dma.3 = dma.3.saturating_add(c.bytes);
-                    }
-                    kind::IOMMU_MAP => {
-                        iommu.0 = iommu.0.saturating_add(c.count);
-                        iommu.2 = iommu.2.saturating_add(c.bytes);
-                    }
-                    kind::IOMMU_UNMAP => {
-                        iommu.1 = iommu.1.saturating_add(c.count);
-                        iommu.3 = iommu.3.saturating_add(c.bytes);
-                    }
-                    kind::DMA_ALLOC => {
-                        coherent.0 = coherent.0.saturating_add(c.count);
-                        coherent.2 = coherent.2.saturating_add(c.bytes);
-                    }
-                    kind::DMA_FREE => {
-                        coherent.1 = coherent.1.saturating_add(c.count);
-                        coherent.3 = coherent.3.saturating_add(c.bytes);
-                    }
-                    k if is_sync(k) => {
-                        syncs.0 = syncs.0.saturating_add(c.count);
-                        syncs.1 = syncs.1.saturating_add(c.bytes);
-                    }
+                    kind::DMA_UNMAP | kind::DMA_UNMAP_SG => add(&mut dma.1, &mut dma.3, &c),
+                    kind::IOMMU_MAP => add(&mut iommu.0, &mut iommu.2, &c),
+                    kind::IOMMU_UNMAP => add(&mut iommu.1, &mut iommu.3, &c),
+                    kind::DMA_ALLOC => add(&mut coherent.0, &mut coherent.2, &c),
+                    kind::DMA_FREE => add(&mut coherent.1, &mut coherent.3, &c),
+                    k if is_sync(k) => add(&mut syncs.0, &mut syncs.1, &c),
                     // Counter-only kinds: maps (unmaps) whose walk stopped early.
                     kind::SG_TRUNCATED => truncated = truncated.saturating_add(c.count),
                     kind::SG_UNMAP_TRUNCATED => {
