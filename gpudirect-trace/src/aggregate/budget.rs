@@ -13,28 +13,30 @@
 
 use std::collections::BTreeMap;
 
+use gpudirect_trace_common::op;
 use serde::Serialize;
 
 use super::LatencySnapshot;
 
-/// DMA-API operations a device's driver calls.
-const DMA_API_OPS: &[&str] = &[
-    "dma_map",
-    "dma_unmap",
-    "dma_map_sg",
-    "dma_unmap_sg",
-    "dma_map_resource",
-    "dma_unmap_resource",
-    "dma_map_sgtable",
-    "dma_sync",
-    "dma_alloc",
-    "dma_free",
-    "dma_iova_try_alloc",
-    "dma_iova_link",
-    "dma_iova_unlink",
-    "dma_iova_sync",
-    "dma_iova_free",
-    "dma_iova_destroy",
+/// DMA-API operations a device's driver calls, as op ids (the latencies are
+/// keyed by `op::NAMES`: one spelling of each name).
+const DMA_API_OPS: &[u32] = &[
+    op::DMA_MAP,
+    op::DMA_UNMAP,
+    op::DMA_MAP_SG,
+    op::DMA_UNMAP_SG,
+    op::DMA_MAP_RESOURCE,
+    op::DMA_UNMAP_RESOURCE,
+    op::DMA_MAP_SGTABLE,
+    op::DMA_SYNC,
+    op::DMA_ALLOC,
+    op::DMA_FREE,
+    op::DMA_IOVA_ALLOC,
+    op::DMA_IOVA_LINK,
+    op::DMA_IOVA_UNLINK,
+    op::DMA_IOVA_SYNC,
+    op::DMA_IOVA_FREE,
+    op::DMA_IOVA_DESTROY,
 ];
 /// IOMMU work nested inside them. dma_iova_link is IOMMU work through and
 /// through (page tables written with iommu_map_nosync, which no hook times
@@ -44,12 +46,12 @@ const DMA_API_OPS: &[&str] = &[
 /// dma_iova_try_alloc declines and the driver maps by address arithmetic
 /// instead. Must match the eBPF side's `op::is_iommu_work`, which counts
 /// the invalidations inside these calls as nested.
-const IOMMU_OPS: &[&str] = &[
-    "iommu_map",
-    "iommu_unmap",
-    "iotlb_sync",
-    "dma_iova_link",
-    "dma_iova_sync",
+const IOMMU_OPS: &[u32] = &[
+    op::IOMMU_MAP,
+    op::IOMMU_UNMAP,
+    op::IOTLB_SYNC,
+    op::DMA_IOVA_LINK,
+    op::DMA_IOVA_SYNC,
 ];
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -84,7 +86,6 @@ pub struct Budget {
 /// alone (serve builds it at every scrape: no percentiles needed; measured
 /// 220 us per device with percentiles, docs/benchmarks.md).
 pub fn of_device(d: &super::DeviceStats) -> Option<Budget> {
-    use gpudirect_trace_common::op;
     let mut latency = BTreeMap::new();
     for o in 0..op::COUNT {
         let (count, total_ns) = match (d.latency.get(&o), d.kernel_latency.get(&o)) {
@@ -116,11 +117,11 @@ pub fn budget(
     bytes_mapped: u64,
     inval: (u64, u64),
 ) -> Option<Budget> {
-    let total = |ops: &[&str]| -> u64 {
+    let total = |ops: &[u32]| -> u64 {
         // Saturating: latencies from a trace file may be crafted.
         crate::output::sum(
             ops.iter()
-                .filter_map(|o| latency.get(o))
+                .filter_map(|&o| latency.get(op::NAMES[o as usize]))
                 .map(|l| l.total_ns),
         )
     };
@@ -197,12 +198,11 @@ mod tests {
 
     #[test]
     fn the_dma_api_calls_that_are_iommu_work_count_as_iommu_time() {
-        use gpudirect_trace_common::op;
         for o in 0..op::COUNT {
             let name = op::NAMES[o as usize];
             assert_eq!(
                 op::is_iommu_work(o),
-                IOMMU_OPS.contains(&name) && DMA_API_OPS.contains(&name),
+                IOMMU_OPS.contains(&o) && DMA_API_OPS.contains(&o),
                 "{name}: the eBPF side's nesting and the budget's IOMMU part disagree"
             );
         }
