@@ -545,32 +545,28 @@ impl<R: Read> TraceReader<R> {
                 self.pending.push_back(Item::Checkpoint(cp));
             }
             block::TRIGGER => {
-                let t = serde_json::from_slice(&raw).map_err(|_| Malformed("trigger JSON"))?;
+                let t = json(&raw, "trigger JSON")?;
                 self.pending.push_back(Item::Trigger(Box::new(t)));
             }
-            block::NAMES => {
-                let n = serde_json::from_slice(&raw).map_err(|_| Malformed("names JSON"))?;
-                self.pending.push_back(Item::Names(n));
-            }
+            block::NAMES => self
+                .pending
+                .push_back(Item::Names(json(&raw, "names JSON")?)),
             block::NVML => {
-                let s = serde_json::from_slice(&raw).map_err(|_| Malformed("NVML JSON"))?;
+                let s = json(&raw, "NVML JSON")?;
                 self.pending.push_back(Item::Nvml(Box::new(s)));
             }
-            block::STACKS => {
-                let l = serde_json::from_slice(&raw).map_err(|_| Malformed("stacks JSON"))?;
-                self.pending.push_back(Item::Stacks(l));
-            }
-            block::DRIVERS => {
-                let c = serde_json::from_slice(&raw).map_err(|_| Malformed("driver JSON"))?;
-                self.pending.push_back(Item::Driver(c));
-            }
+            block::STACKS => self
+                .pending
+                .push_back(Item::Stacks(json(&raw, "stacks JSON")?)),
+            block::DRIVERS => self
+                .pending
+                .push_back(Item::Driver(json(&raw, "driver JSON")?)),
             block::END => {
                 self.stats.clean_end = true;
                 self.pending.push_back(Item::End(format::decode_end(&raw)?));
             }
             block::FAULTS => {
-                let list: Vec<serde_json::Value> =
-                    serde_json::from_slice(&raw).map_err(|_| Malformed("faults JSON"))?;
+                let list: Vec<serde_json::Value> = json(&raw, "faults JSON")?;
                 if list.len() > format::MAX_FAULTS_PER_BLOCK {
                     return Err(Malformed("more faults than a block may hold"));
                 }
@@ -591,4 +587,10 @@ impl<R: Read> TraceReader<R> {
         }
         Ok(())
     }
+}
+
+/// A JSON block's payload (cleaned by `clean_json`) as `T`; `what` names the
+/// block in the error, as every JSON block's parse reports it.
+fn json<T: serde::de::DeserializeOwned>(raw: &[u8], what: &'static str) -> Result<T, Malformed> {
+    serde_json::from_slice(raw).map_err(|_| Malformed(what))
 }
