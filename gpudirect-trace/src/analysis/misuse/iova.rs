@@ -200,8 +200,7 @@ impl Checker {
                 if outside || past {
                     let detail = self.iova_range_detail(&c, alloc.as_ref());
                     let map = alloc.map(|(_, a)| a.call);
-                    let m = self.finding(Check::IovaOutside, device, map.as_ref(), &c, detail);
-                    self.push(device, m);
+                    self.report(Check::IovaOutside, device, map.as_ref(), &c, detail);
                 }
                 let d = self.iova_dev(device);
                 if d.links.contains_key(&c.addr) || d.room() {
@@ -287,8 +286,7 @@ impl Checker {
             return;
         };
         let map = alloc.map(|(_, a)| a.call);
-        let m = self.finding(check, device, map.as_ref(), &c, detail);
-        self.push(device, m);
+        self.report(check, device, map.as_ref(), &c, detail);
     }
 
     /// dma_iova_destroy: unlinks `[base, base + mapped_len)`, which must be
@@ -321,14 +319,12 @@ impl Checker {
         if let Some((st, first)) = d.freed.get(&c.addr).cloned() {
             if st == state {
                 let detail = format!(
-                    "[IOVA base={:#x}] [size={} bytes] [already freed by {} at {}]",
+                    "[IOVA base={:#x}] [size={} bytes] {}",
                     c.addr,
                     c.size,
-                    first.api,
-                    self.clock.stamp(first.ts_ns)
+                    self.earlier("already freed", first.api, first.ts_ns)
                 );
-                let m = self.finding(Check::IovaDoubleFree, device, Some(&first), &c, detail);
-                self.push(device, m);
+                self.report(Check::IovaDoubleFree, device, Some(&first), &c, detail);
                 return;
             }
         }

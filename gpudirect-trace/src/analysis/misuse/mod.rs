@@ -232,8 +232,7 @@ impl Checker {
                 .cloned()
             {
                 let detail = format!("[phys={phys:#x}] [len={}] [in {}]", c.size, r.name);
-                let m = self.finding(Check::KernelImage, device, None, &c, detail);
-                self.push(device, m);
+                self.report(Check::KernelImage, device, None, &c, detail);
             }
         }
         let mut line_seq = None;
@@ -254,9 +253,7 @@ impl Checker {
                         c.phys.unwrap_or(0),
                         c.size
                     );
-                    let m =
-                        self.finding(Check::CachelineOverlap, device, first.as_ref(), &c, detail);
-                    self.push(device, m);
+                    self.report(Check::CachelineOverlap, device, first.as_ref(), &c, detail);
                 }
             }
         }
@@ -289,14 +286,12 @@ impl Checker {
             match gone {
                 Some(g) => {
                     let detail = format!(
-                        "[device address={:#018x}] [size={} bytes] [already unmapped by {} at {}]",
+                        "[device address={:#018x}] [size={} bytes] {}",
                         c.addr,
                         c.size,
-                        g.unmap_api,
-                        self.clock.stamp(g.unmap_ts_ns)
+                        self.earlier("already unmapped", g.unmap_api, g.unmap_ts_ns)
                     );
-                    let m = self.finding(Check::DoubleUnmap, device, Some(&g.map), &c, detail);
-                    self.push(device, m);
+                    self.report(Check::DoubleUnmap, device, Some(&g.map), &c, detail);
                 }
                 None => self.stats.unknown_unmaps += 1,
             }
@@ -353,8 +348,7 @@ impl Checker {
             }
         }
         for (check, detail) in found {
-            let f = self.finding(check, device, Some(&l.map), &c, detail);
-            self.push(device, f);
+            self.report(check, device, Some(&l.map), &c, detail);
         }
         self.handles(device).remember_unmap(l.map, &c);
     }
@@ -387,13 +381,11 @@ impl Checker {
             match gone {
                 Some(g) => {
                     let detail = format!(
-                        "[device address={addr:#018x}] [size={} bytes] [unmapped by {} at {}]",
+                        "[device address={addr:#018x}] [size={} bytes] {}",
                         c.size,
-                        g.unmap_api,
-                        self.clock.stamp(g.unmap_ts_ns)
+                        self.earlier("unmapped", g.unmap_api, g.unmap_ts_ns)
                     );
-                    let f = self.finding(Check::SyncUnmapped, device, Some(&g.map), &c, detail);
-                    self.push(device, f);
+                    self.report(Check::SyncUnmapped, device, Some(&g.map), &c, detail);
                 }
                 None => self.stats.unknown_syncs += 1,
             }
@@ -442,8 +434,7 @@ impl Checker {
             ));
         }
         for (check, detail) in found {
-            let f = self.finding(check, device, Some(&m), &c, detail);
-            self.push(device, f);
+            self.report(check, device, Some(&m), &c, detail);
         }
     }
 
@@ -480,6 +471,25 @@ impl Checker {
             detail,
             count: 1,
         }
+    }
+
+    /// A finding of one call, pushed as it is (most checks add nothing to it).
+    fn report(
+        &mut self,
+        check: Check,
+        device: &str,
+        map: Option<&DmaCall>,
+        call: &DmaCall,
+        detail: String,
+    ) {
+        let m = self.finding(check, device, map, call, detail);
+        self.push(device, m);
+    }
+
+    /// The detail's note of the earlier call that makes this one wrong:
+    /// `[already unmapped by dma_unmap_page at <stamp>]`.
+    fn earlier(&self, what: &str, api: &str, ts_ns: u64) -> String {
+        format!("[{what} by {api} at {}]", self.clock.stamp(ts_ns))
     }
 
     /// A failed map, counted by device, API and calling stack.
