@@ -315,16 +315,7 @@ impl Checker {
             ));
         } else {
             if c.class == ApiClass::ScatterGather {
-                if m.entries != c.entries {
-                    found.push((
-                        Check::SgUnmapCount,
-                        format!(
-                            "[device address={addr:#018x}] [map count={}] [unmap count={}]",
-                            m.entries.unwrap_or(0),
-                            c.entries.unwrap_or(0)
-                        ),
-                    ));
-                }
+                found.extend(sg_count(Check::SgUnmapCount, "unmap", addr, m, &c));
             } else if m.size != c.size {
                 found.push((
                     Check::UnmapSize,
@@ -403,15 +394,8 @@ impl Checker {
                 ),
             ));
         }
-        if c.class == ApiClass::ScatterGather && m.entries != c.entries {
-            found.push((
-                Check::SyncSgCount,
-                format!(
-                    "[device address={addr:#018x}] [map count={}] [sync count={}]",
-                    m.entries.unwrap_or(0),
-                    c.entries.unwrap_or(0)
-                ),
-            ));
+        if c.class == ApiClass::ScatterGather {
+            found.extend(sg_count(Check::SyncSgCount, "sync", addr, &m, &c));
         }
         if m.dir != dir::BIDIRECTIONAL && m.dir != c.dir {
             // dma-debug's sharper wording for the two dangerous cases.
@@ -534,6 +518,23 @@ impl Checker {
             self.pending.push(m);
         }
     }
+}
+
+/// A scatterlist unmap or sync (`what`) at `addr` given another entry count
+/// than its map was: the finding, in dma-debug's words.
+fn sg_count(
+    check: Check,
+    what: &str,
+    addr: u64,
+    m: &DmaCall,
+    c: &DmaCall,
+) -> Option<(Check, String)> {
+    (m.entries != c.entries).then(|| {
+        let (mapped, now) = (m.entries.unwrap_or(0), c.entries.unwrap_or(0));
+        let detail =
+            format!("[device address={addr:#018x}] [map count={mapped}] [{what} count={now}]");
+        (check, detail)
+    })
 }
 
 /// The kernel's own image in /proc/iomem ("Kernel code", "Kernel rodata";
