@@ -106,15 +106,18 @@ fn group_event(ctx: &RawTracePointContext, k: u16) -> i32 {
 /// iommu:attach_device_to_domain(struct device *dev)
 #[raw_tracepoint]
 pub fn iommu_attach_device_to_domain(ctx: RawTracePointContext) -> i32 {
-    let mut ev = base_event(kind::DOMAIN_ATTACH, arg(&ctx, 0), 0);
-    emit_rare(&mut ev);
-    0
+    domain_event(&ctx, kind::DOMAIN_ATTACH)
 }
 
 /// iommu:detach_device_from_domain(struct device *dev) (kernels before 5.16)
 #[raw_tracepoint]
 pub fn iommu_detach_device_from_domain(ctx: RawTracePointContext) -> i32 {
-    let mut ev = base_event(kind::DOMAIN_DETACH, arg(&ctx, 0), 0);
+    domain_event(&ctx, kind::DOMAIN_DETACH)
+}
+
+#[inline(always)]
+fn domain_event(ctx: &RawTracePointContext, k: u16) -> i32 {
+    let mut ev = base_event(k, arg(ctx, 0), 0);
     emit_rare(&mut ev);
     0
 }
@@ -183,38 +186,39 @@ fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
 /// so bpf_loop() (5.17+) is always there.
 #[raw_tracepoint]
 pub fn dma_map_sg(ctx: RawTracePointContext) -> i32 {
-    sg::sg_event::<true>(
-        ctx.as_ptr(),
-        sg::Tail::No,
-        sg::scratch::TP_MAP,
-        kind::DMA_MAP_SG,
-        arg(&ctx, 0),
-        arg(&ctx, 1),
-        arg(&ctx, 2) as u32,
-        arg(&ctx, 3) as u32,
-        arg(&ctx, 4) as u32,
-        arg(&ctx, 5),
-        false,
-        false,
-    );
-    0
+    sg_tp::<true, true>(&ctx, sg::Tail::No)
 }
 
 /// dma:dma_unmap_sg(struct device *dev, struct scatterlist *sgl, int nents,
 /// enum dma_data_direction dir, unsigned long attrs)
 #[raw_tracepoint]
 pub fn dma_unmap_sg(ctx: RawTracePointContext) -> i32 {
-    sg::sg_event::<true>(
+    sg_tp::<true, false>(&ctx, sg::Tail::No)
+}
+
+/// The two layouts differ only by dma_map_sg's `ents` (argument 3), which
+/// moves dir and attrs up by one; `MAP` is constant, so each program keeps
+/// the loads of its own layout only.
+#[inline(always)]
+fn sg_tp<const LOOP: bool, const MAP: bool>(ctx: &RawTracePointContext, tail: sg::Tail) -> i32 {
+    let (slot, k, ents, at) = if MAP {
+        (sg::scratch::TP_MAP, kind::DMA_MAP_SG, arg(ctx, 3) as u32, 4)
+    } else {
+        (sg::scratch::TP_UNMAP, kind::DMA_UNMAP_SG, 0, 3)
+    };
+    let (dev, sgl, nents) = (arg(ctx, 0), arg(ctx, 1), arg(ctx, 2) as u32);
+    let (dir, attrs) = (arg(ctx, at) as u32, arg(ctx, at + 1));
+    sg::sg_event::<LOOP>(
         ctx.as_ptr(),
-        sg::Tail::No,
-        sg::scratch::TP_UNMAP,
-        kind::DMA_UNMAP_SG,
-        arg(&ctx, 0),
-        arg(&ctx, 1),
-        arg(&ctx, 2) as u32,
-        0,
-        arg(&ctx, 3) as u32,
-        arg(&ctx, 4),
+        tail,
+        slot,
+        k,
+        dev,
+        sgl,
+        nents,
+        ents,
+        dir,
+        attrs,
         false,
         false,
     );
@@ -429,21 +433,7 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
 /// never attached. Same arguments as dma_map_sg.
 #[raw_tracepoint]
 pub fn bench_sg_bounded(ctx: RawTracePointContext) -> i32 {
-    sg::sg_event::<false>(
-        ctx.as_ptr(),
-        sg::Tail::RawTp,
-        sg::scratch::TP_MAP,
-        kind::DMA_MAP_SG,
-        arg(&ctx, 0),
-        arg(&ctx, 1),
-        arg(&ctx, 2) as u32,
-        arg(&ctx, 3) as u32,
-        arg(&ctx, 4) as u32,
-        arg(&ctx, 5),
-        false,
-        false,
-    );
-    0
+    sg_tp::<false, true>(&ctx, sg::Tail::RawTp)
 }
 
 /// The continuation of `bench_sg_bounded`'s walk (registered by the host
