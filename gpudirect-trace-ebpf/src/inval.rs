@@ -24,7 +24,7 @@
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::bpf_probe_read_kernel,
     macros::{fentry, fexit, kprobe, kretprobe, map, raw_tracepoint},
     maps::{LruHashMap, PerCpuHashMap},
     programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
@@ -35,7 +35,7 @@ use gpudirect_trace_common::{flags, inval, kind, maps, stat, InvalKey, LatHist};
 use crate::{
     emit::{add_counter, base_event, cfg_stream, config, emit_hot_any},
     stats::{kprobe_ran, stat_inc},
-    timing,
+    timing::{self, now, tid},
 };
 
 /// Per-task state: submissions in flight (two nesting slots, as the timing
@@ -82,17 +82,6 @@ const STALE_NS: u64 = 10_000_000_000;
 /// A cache tag's device names the submission that follows it within this
 /// time on the same task (the flush builds its descriptors, then submits).
 const TAG_FRESH_NS: u64 = 1_000_000;
-
-#[inline(always)]
-fn tid() -> u32 {
-    bpf_get_current_pid_tgid() as u32
-}
-
-#[inline(always)]
-fn now() -> u64 {
-    // SAFETY: helper without preconditions.
-    unsafe { bpf_ktime_get_ns() }
-}
 
 #[inline(always)]
 fn state(t: u32) -> Option<&'static mut InvalTask> {

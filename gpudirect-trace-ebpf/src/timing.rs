@@ -49,13 +49,14 @@ static DOMAIN_DEVS: HashMap<u64, u64> = HashMap::with_max_entries(maps::DOMAIN_D
 static LAT_HIST: PerCpuHashMap<LatKey, LatHist> =
     PerCpuHashMap::with_max_entries(maps::LAT_HIST_CAP, 0);
 
+/// The calling thread's id (the kernel's pid), which keys per-task state.
 #[inline(always)]
-fn tid() -> u32 {
+pub(crate) fn tid() -> u32 {
     bpf_get_current_pid_tgid() as u32
 }
 
 #[inline(always)]
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     // SAFETY: helper without preconditions.
     unsafe { bpf_ktime_get_ns() }
 }

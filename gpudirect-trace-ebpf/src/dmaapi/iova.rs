@@ -21,7 +21,7 @@
 //! checks that layout in BTF before it attaches these hooks.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_get_current_pid_tgid,
     macros::{fentry, fexit, kprobe, kretprobe, map},
     maps::{HashMap, LruHashMap},
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
@@ -37,7 +37,7 @@ use crate::{
         add_counter_atomic, add_counter_atomic_n, base_event, cfg_track_lifetimes, emit_hot_any,
         emit_rare_any, stream_hot_any,
     },
-    timing::{enter_dma, exit_dma_timing, record_latency_n},
+    timing::{enter_dma, exit_dma_timing, now, record_latency_n},
 };
 
 /// Live states, by `struct dma_iova_state *` (the driver's; stable for the
@@ -49,12 +49,6 @@ static IOVA_STATES: HashMap<u64, IovaState> = HashMap::with_max_entries(maps::IO
 #[map]
 static NEED_UNMAP_ARGS: LruHashMap<u32, u64> =
     LruHashMap::with_max_entries(maps::NEED_UNMAP_ARGS_CAP, 0);
-
-#[inline(always)]
-fn now() -> u64 {
-    // SAFETY: helper without preconditions.
-    unsafe { bpf_ktime_get_ns() }
-}
 
 /// The state's base address, allocated size, and whether a link bounced.
 #[inline(always)]
