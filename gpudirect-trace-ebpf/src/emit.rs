@@ -469,21 +469,26 @@ fn stream_hot(ev: &mut Event, st: *mut CpuState) {
 /// wakes the reader at once.
 #[inline(always)]
 pub fn emit_rare(ev: &mut Event) {
-    if !remember_device(ev.dev, &config().offsets) {
-        ev.flags |= flags::NO_DEVICE;
-    }
-    add_counter(ev);
-    stamp(ev);
-    output(ev, true);
+    rare::<false>(ev);
 }
 
 /// `emit_rare` for programs that may be preempted (fentry/fexit).
 #[inline(always)]
 pub fn emit_rare_any(ev: &mut Event) {
+    rare::<true>(ev);
+}
+
+/// `ATOMIC`: the counter add must be atomic (a preemptible program).
+#[inline(always)]
+fn rare<const ATOMIC: bool>(ev: &mut Event) {
     if !remember_device(ev.dev, &config().offsets) {
         ev.flags |= flags::NO_DEVICE;
     }
-    add_counter_atomic(ev);
+    if ATOMIC {
+        add_counter_atomic(ev);
+    } else {
+        add_counter(ev);
+    }
     stamp(ev);
     output(ev, true);
 }
