@@ -46,6 +46,21 @@ fn hot(ev: &mut Event, hook: bool) {
     }
 }
 
+/// A map's or unmap's record but for its range: the flags (6.18's
+/// dma_map_phys maps MMIO, what dma_map_resource was, with DMA_ATTR_MMIO)
+/// and the attrs/stack word.
+#[inline(always)]
+fn dma_event(k: u16, dev: u64, attrs: u64, extra: u16, hook: bool, stack: u64) -> Event {
+    let extra = if attrs & DMA_ATTR_MMIO != 0 {
+        extra | flags::RESOURCE
+    } else {
+        extra
+    };
+    let mut ev = new(k, dev, extra, hook);
+    ev.aux = (attrs & 0xffff_ffff) | stack;
+    ev
+}
+
 /// dma_map_page / dma_map_phys / dma_map_resource: a mapping of `size` bytes
 /// at `phys` to DMA address `addr`, or a failed map (`DMA_MAPPING_ERROR`),
 /// which is an error record, not a mapping.
@@ -62,24 +77,16 @@ pub fn map(
     hook: bool,
     stack: u64,
 ) {
-    // 6.18's dma_map_phys maps MMIO (what dma_map_resource was) with
-    // DMA_ATTR_MMIO.
-    let extra = if attrs & DMA_ATTR_MMIO != 0 {
-        extra | flags::RESOURCE
-    } else {
-        extra
-    };
     let k = if addr == DMA_MAPPING_ERROR {
         kind::DMA_MAP_ERR
     } else {
         kind::DMA_MAP
     };
-    let mut ev = new(k, dev, extra, hook);
+    let mut ev = dma_event(k, dev, attrs, extra, hook, stack);
     ev.phys = phys;
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = (attrs & 0xffff_ffff) | stack;
     if k == kind::DMA_MAP_ERR {
         rare(&mut ev, hook);
         return;
@@ -101,16 +108,10 @@ pub fn unmap(
     hook: bool,
     stack: u64,
 ) {
-    let extra = if attrs & DMA_ATTR_MMIO != 0 {
-        extra | flags::RESOURCE
-    } else {
-        extra
-    };
-    let mut ev = new(kind::DMA_UNMAP, dev, extra, hook);
+    let mut ev = dma_event(kind::DMA_UNMAP, dev, attrs, extra, hook, stack);
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = (attrs & 0xffff_ffff) | stack;
     hot(&mut ev, hook);
     lifetime::unmapped(&ev, hook);
 }
