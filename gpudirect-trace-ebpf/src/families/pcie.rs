@@ -4,7 +4,7 @@
 //! hot path: every record is emitted whole (`emit_rare`).
 
 use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext};
-use gpudirect_trace_common::{flags, kind, pcie};
+use gpudirect_trace_common::{flags, kind, pcie, Event};
 
 use crate::{
     arg, device,
@@ -21,6 +21,19 @@ fn read<T: Copy>(base: u64, off: u32) -> Option<T> {
     unsafe { bpf_probe_read_kernel((base + off as u64) as *const T) }.ok()
 }
 
+/// The record of a device that its tracepoint names by the string at
+/// `name`, keyed as `device::remember_name` says.
+#[inline(always)]
+fn named_event(k: u16, name: u64) -> Event {
+    let key = name | 1;
+    let mut ev = base_event(k, 0, 0);
+    if device::remember_name(key, name) {
+        ev.dev = key;
+        ev.flags &= !flags::NO_DEVICE;
+    }
+    ev
+}
+
 /// ras:aer_event(const char *dev_name, const u32 status, const u8 severity,
 /// const u8 tlp_header_valid, struct pcie_tlp_log *tlp) (5 arguments since
 /// 4.6; `tlp` was struct aer_header_log_regs before 6.x, the same first
@@ -28,13 +41,7 @@ fn read<T: Copy>(base: u64, off: u32) -> Option<T> {
 /// `DEVICES` name map), the header log is carried when valid.
 #[raw_tracepoint]
 pub fn ras_aer_event(ctx: RawTracePointContext) -> i32 {
-    let name = arg(&ctx, 0);
-    let key = name | 1;
-    let mut ev = base_event(kind::AER, 0, 0);
-    if device::remember_name(key, name) {
-        ev.dev = key;
-        ev.flags &= !flags::NO_DEVICE;
-    }
+    let mut ev = named_event(kind::AER, arg(&ctx, 0));
     ev.addr = arg(&ctx, 1) as u32 as u64;
     ev.aux = arg(&ctx, 2) as u8 as u64;
     if arg(&ctx, 3) as u8 != 0 {
@@ -80,13 +87,7 @@ pub fn pcie_link_event(ctx: RawTracePointContext) -> i32 {
 /// leave. Named by the port's string (tagged key, as ras:aer_event).
 #[raw_tracepoint]
 pub fn pci_hp_event(ctx: RawTracePointContext) -> i32 {
-    let name = arg(&ctx, 0);
-    let key = name | 1;
-    let mut ev = base_event(kind::PCI_HOTPLUG, 0, 0);
-    if device::remember_name(key, name) {
-        ev.dev = key;
-        ev.flags &= !flags::NO_DEVICE;
-    }
+    let mut ev = named_event(kind::PCI_HOTPLUG, arg(&ctx, 0));
     ev.aux = arg(&ctx, 2) as u32 as u64;
     emit_rare(&mut ev);
     0
