@@ -139,28 +139,19 @@ fn page_to_phys(page: u64) -> u64 {
 
 /// Four programs for one function of `$n` arguments: `$entry(&args)` runs
 /// at entry (before the timestamp), `$exit(&args, ret, src)` at exit (after
-/// it; None: a kretprobe whose entry kept nothing).
+/// it; None: a kretprobe whose entry kept nothing). Written
+/// `dma_hooks! { fentry, fexit, kprobe, kretprobe: n, op, bit, entry, exit }`
+/// so that each function's four names and its roles read as one line.
 macro_rules! dma_hooks {
-    ($fin:ident, $fout:ident, $kin:ident, $kout:ident, $n:literal, $op:expr, $bit:expr,
+    ($fin:ident, $fout:ident, $kin:ident, $kout:ident: $n:literal, $op:expr, $bit:expr,
      $entry:expr, nothing_after) => {
-        dma_hooks!(
-            $fin,
-            $fout,
-            $kin,
-            $kout,
-            $n,
-            $op,
-            $bit,
-            $entry,
-            nothing_after,
-            false
-        );
+        dma_hooks!(@ $fin, $fout, $kin, $kout, $n, $op, $bit, $entry, nothing_after, false);
     };
-    ($fin:ident, $fout:ident, $kin:ident, $kout:ident, $n:literal, $op:expr, $bit:expr,
+    ($fin:ident, $fout:ident, $kin:ident, $kout:ident: $n:literal, $op:expr, $bit:expr,
      $entry:expr, $exit:expr) => {
-        dma_hooks!($fin, $fout, $kin, $kout, $n, $op, $bit, $entry, $exit, true);
+        dma_hooks!(@ $fin, $fout, $kin, $kout, $n, $op, $bit, $entry, $exit, true);
     };
-    ($fin:ident, $fout:ident, $kin:ident, $kout:ident, $n:literal, $op:expr, $bit:expr,
+    (@ $fin:ident, $fout:ident, $kin:ident, $kout:ident, $n:literal, $op:expr, $bit:expr,
      $entry:expr, $exit:expr, $stash:literal) => {
         #[fentry]
         pub fn $fin(ctx: FEntryContext) -> i32 {
@@ -265,122 +256,58 @@ fn map_page_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     }
 }
 
-dma_hooks!(
-    t_dma_map_in,
-    t_dma_map_out,
-    k_dma_map_in,
-    k_dma_map_out,
-    6,
-    op::DMA_MAP,
-    hook_ops::MAP,
-    nothing,
-    map_page_exit
-);
+dma_hooks! {
+    t_dma_map_in, t_dma_map_out, k_dma_map_in, k_dma_map_out:
+    6, op::DMA_MAP, hook_ops::MAP, nothing, map_page_exit
+}
 
 // ---- dma_map_phys(dev, phys, size, dir, attrs) -> dma_addr_t (6.18+)
 
+/// dma_map_phys and dma_map_resource take the same arguments; which
+/// operation bit reports them and the record's flag tell them apart.
 #[inline(always)]
-fn map_phys_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
+fn map_phys_exit<const BIT: u32, const EXTRA: u16>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
-    if reports(hook_ops::MAP) {
-        dmarec::map(a[0], a[1], ret, a[2], a[3] as u32, a[4], 0, true, s.stack());
+    if reports(BIT) {
+        dmarec::map(a[0], a[1], ret, a[2], a[3] as u32, a[4], EXTRA, true, s.stack());
     }
 }
 
-dma_hooks!(
-    t_dma_map_phys_in,
-    t_dma_map_phys_out,
-    k_dma_map_phys_in,
-    k_dma_map_phys_out,
-    5,
-    op::DMA_MAP,
-    hook_ops::MAP,
-    nothing,
-    map_phys_exit
-);
+dma_hooks! {
+    t_dma_map_phys_in, t_dma_map_phys_out, k_dma_map_phys_in, k_dma_map_phys_out:
+    5, op::DMA_MAP, hook_ops::MAP, nothing, map_phys_exit::<{ hook_ops::MAP }, 0>
+}
 
-// ---- dma_unmap_page_attrs / dma_unmap_phys(dev, addr, size, dir, attrs)
+// ---- dma_unmap_page_attrs / dma_unmap_phys(dev, addr, size, dir, attrs),
+// and dma_unmap_resource, the same arguments
 
 #[inline(always)]
-fn unmap_entry(a: &[u64; 6], s: Src) {
-    if reports(hook_ops::UNMAP) {
-        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], 0, true, s.stack());
+fn unmap_entry<const BIT: u32, const EXTRA: u16>(a: &[u64; 6], s: Src) {
+    if reports(BIT) {
+        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], EXTRA, true, s.stack());
     }
 }
 
-dma_hooks!(
-    t_dma_unmap_in,
-    t_dma_unmap_out,
-    k_dma_unmap_in,
-    k_dma_unmap_out,
-    5,
-    op::DMA_UNMAP,
-    hook_ops::UNMAP,
-    unmap_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_dma_unmap_in, t_dma_unmap_out, k_dma_unmap_in, k_dma_unmap_out:
+    5, op::DMA_UNMAP, hook_ops::UNMAP, unmap_entry::<{ hook_ops::UNMAP }, 0>, nothing_after
+}
 
 // ---- dma_map_resource(dev, phys, size, dir, attrs) -> dma_addr_t
 
-#[inline(always)]
-fn map_resource_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
-    let Some(a) = a else { return };
-    if reports(hook_ops::RESOURCE) {
-        dmarec::map(
-            a[0],
-            a[1],
-            ret,
-            a[2],
-            a[3] as u32,
-            a[4],
-            flags::RESOURCE,
-            true,
-            s.stack(),
-        );
-    }
+dma_hooks! {
+    t_dma_map_res_in, t_dma_map_res_out, k_dma_map_res_in, k_dma_map_res_out:
+    5, op::DMA_MAP_RESOURCE, hook_ops::RESOURCE, nothing,
+    map_phys_exit::<{ hook_ops::RESOURCE }, { flags::RESOURCE }>
 }
-
-dma_hooks!(
-    t_dma_map_res_in,
-    t_dma_map_res_out,
-    k_dma_map_res_in,
-    k_dma_map_res_out,
-    5,
-    op::DMA_MAP_RESOURCE,
-    hook_ops::RESOURCE,
-    nothing,
-    map_resource_exit
-);
 
 // ---- dma_unmap_resource(dev, addr, size, dir, attrs)
 
-#[inline(always)]
-fn unmap_resource_entry(a: &[u64; 6], s: Src) {
-    if reports(hook_ops::RESOURCE) {
-        dmarec::unmap(
-            a[0],
-            a[1],
-            a[2],
-            a[3] as u32,
-            a[4],
-            flags::RESOURCE,
-            true,
-            s.stack(),
-        );
-    }
+dma_hooks! {
+    t_dma_unmap_res_in, t_dma_unmap_res_out, k_dma_unmap_res_in, k_dma_unmap_res_out:
+    5, op::DMA_UNMAP_RESOURCE, hook_ops::RESOURCE,
+    unmap_entry::<{ hook_ops::RESOURCE }, { flags::RESOURCE }>, nothing_after
 }
-
-dma_hooks!(
-    t_dma_unmap_res_in,
-    t_dma_unmap_res_out,
-    k_dma_unmap_res_in,
-    k_dma_unmap_res_out,
-    5,
-    op::DMA_UNMAP_RESOURCE,
-    hook_ops::RESOURCE,
-    unmap_resource_entry,
-    nothing_after
-);
 
 // ---- dma_alloc_attrs(dev, size, dma_addr_t *handle, gfp, attrs) -> void *
 
@@ -397,17 +324,10 @@ fn alloc_exit(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     }
 }
 
-dma_hooks!(
-    t_dma_alloc_in,
-    t_dma_alloc_out,
-    k_dma_alloc_in,
-    k_dma_alloc_out,
-    5,
-    op::DMA_ALLOC,
-    hook_ops::COHERENT,
-    nothing,
-    alloc_exit
-);
+dma_hooks! {
+    t_dma_alloc_in, t_dma_alloc_out, k_dma_alloc_in, k_dma_alloc_out:
+    5, op::DMA_ALLOC, hook_ops::COHERENT, nothing, alloc_exit
+}
 
 // ---- dma_free_attrs(dev, size, cpu_addr, dma_handle, attrs)
 
@@ -419,59 +339,31 @@ fn free_entry(a: &[u64; 6], s: Src) {
     }
 }
 
-dma_hooks!(
-    t_dma_free_in,
-    t_dma_free_out,
-    k_dma_free_in,
-    k_dma_free_out,
-    5,
-    op::DMA_FREE,
-    hook_ops::COHERENT,
-    free_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_dma_free_in, t_dma_free_out, k_dma_free_in, k_dma_free_out:
+    5, op::DMA_FREE, hook_ops::COHERENT, free_entry, nothing_after
+}
 
 // ---- dma_sync_single_for_{cpu,device}(dev, addr, size, dir)
 // (6.12+: __dma_sync_single_*, called by the inline wrappers for devices
 // that need syncing; where the tracepoints fire too.)
 
 #[inline(always)]
-fn sync_cpu_entry(a: &[u64; 6], s: Src) {
+fn sync_entry<const FOR_DEVICE: bool>(a: &[u64; 6], s: Src) {
     if reports(hook_ops::SYNC) {
-        dmarec::sync(false, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
+        dmarec::sync(FOR_DEVICE, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
     }
 }
 
-#[inline(always)]
-fn sync_dev_entry(a: &[u64; 6], s: Src) {
-    if reports(hook_ops::SYNC) {
-        dmarec::sync(true, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
-    }
+dma_hooks! {
+    t_sync_cpu_in, t_sync_cpu_out, k_sync_cpu_in, k_sync_cpu_out:
+    4, op::DMA_SYNC, hook_ops::SYNC, sync_entry::<false>, nothing_after
 }
 
-dma_hooks!(
-    t_sync_cpu_in,
-    t_sync_cpu_out,
-    k_sync_cpu_in,
-    k_sync_cpu_out,
-    4,
-    op::DMA_SYNC,
-    hook_ops::SYNC,
-    sync_cpu_entry,
-    nothing_after
-);
-
-dma_hooks!(
-    t_sync_dev_in,
-    t_sync_dev_out,
-    k_sync_dev_in,
-    k_sync_dev_out,
-    4,
-    op::DMA_SYNC,
-    hook_ops::SYNC,
-    sync_dev_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_sync_dev_in, t_sync_dev_out, k_sync_dev_in, k_sync_dev_out:
+    4, op::DMA_SYNC, hook_ops::SYNC, sync_entry::<true>, nothing_after
+}
 
 // The scatterlist hooks and their continuations.
 mod sg_hooks;

@@ -315,17 +315,10 @@ fn unlink_entry(a: &[u64; 6], s: Src) {
     }
 }
 
-dma_hooks!(
-    t_iova_unlink_in,
-    t_iova_unlink_out,
-    k_iova_unlink_in,
-    k_iova_unlink_out,
-    6,
-    op::DMA_IOVA_UNLINK,
-    hook_ops::IOVA,
-    unlink_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_iova_unlink_in, t_iova_unlink_out, k_iova_unlink_in, k_iova_unlink_out:
+    6, op::DMA_IOVA_UNLINK, hook_ops::IOVA, unlink_entry, nothing_after
+}
 
 // ---- dma_iova_destroy(dev, state, mapped_len, dir, attrs)
 
@@ -369,17 +362,10 @@ fn destroy_entry(a: &[u64; 6], s: Src) {
     }
 }
 
-dma_hooks!(
-    t_iova_destroy_in,
-    t_iova_destroy_out,
-    k_iova_destroy_in,
-    k_iova_destroy_out,
-    5,
-    op::DMA_IOVA_DESTROY,
-    hook_ops::IOVA,
-    destroy_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_iova_destroy_in, t_iova_destroy_out, k_iova_destroy_in, k_iova_destroy_out:
+    5, op::DMA_IOVA_DESTROY, hook_ops::IOVA, destroy_entry, nothing_after
+}
 
 // ---- dma_iova_free(dev, state)
 
@@ -401,17 +387,10 @@ fn free_entry(a: &[u64; 6], s: Src) {
     emit_hot_any(&mut ev);
 }
 
-dma_hooks!(
-    t_iova_free_in,
-    t_iova_free_out,
-    k_iova_free_in,
-    k_iova_free_out,
-    2,
-    op::DMA_IOVA_FREE,
-    hook_ops::IOVA,
-    free_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_iova_free_in, t_iova_free_out, k_iova_free_in, k_iova_free_out:
+    2, op::DMA_IOVA_FREE, hook_ops::IOVA, free_entry, nothing_after
+}
 
 // ---- dma_iova_sync(dev, state, offset, size) -> int
 
@@ -429,17 +408,10 @@ fn sync_entry(a: &[u64; 6], s: Src) {
     emit_hot_any(&mut ev);
 }
 
-dma_hooks!(
-    t_iova_sync_in,
-    t_iova_sync_out,
-    k_iova_sync_in,
-    k_iova_sync_out,
-    4,
-    op::DMA_IOVA_SYNC,
-    hook_ops::IOVA,
-    sync_entry,
-    nothing_after
-);
+dma_hooks! {
+    t_iova_sync_in, t_iova_sync_out, k_iova_sync_in, k_iova_sync_out:
+    4, op::DMA_IOVA_SYNC, hook_ops::IOVA, sync_entry, nothing_after
+}
 
 // ---- dma_need_unmap(dev) -> bool (6.17+)
 

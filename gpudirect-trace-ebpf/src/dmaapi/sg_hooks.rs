@@ -142,194 +142,71 @@ macro_rules! sg_hooks {
      $mt:ident, $mt_o:ident, $kmt:ident, $kmt_o:ident,
      $sc:ident, $sc_o:ident, $ksc:ident, $ksc_o:ident,
      $sd:ident, $sd_o:ident, $ksd:ident, $ksd_o:ident) => {
-        dma_hooks!(
-            $ms,
-            $ms_o,
-            $kms,
-            $kms_o,
-            5,
-            op::DMA_MAP_SG,
-            hook_ops::MAP_SG,
-            nothing,
-            map_sg_exit::<$loop>
-        );
-        dma_hooks!(
-            $us,
-            $us_o,
-            $kus,
-            $kus_o,
-            5,
-            op::DMA_UNMAP_SG,
-            hook_ops::UNMAP_SG,
-            unmap_sg_entry::<$loop>,
-            nothing_after
-        );
-        dma_hooks!(
-            $mt,
-            $mt_o,
-            $kmt,
-            $kmt_o,
-            4,
-            op::DMA_MAP_SGTABLE,
-            hook_ops::MAP_SG,
-            nothing,
-            map_sgtable_exit::<$loop>
-        );
-        dma_hooks!(
-            $sc,
-            $sc_o,
-            $ksc,
-            $ksc_o,
-            4,
-            op::DMA_SYNC,
-            hook_ops::SYNC,
-            sync_sg_entry::<$loop, false>,
-            nothing_after
-        );
-        dma_hooks!(
-            $sd,
-            $sd_o,
-            $ksd,
-            $ksd_o,
-            4,
-            op::DMA_SYNC,
-            hook_ops::SYNC,
-            sync_sg_entry::<$loop, true>,
-            nothing_after
-        );
+        dma_hooks! {
+            $ms, $ms_o, $kms, $kms_o:
+            5, op::DMA_MAP_SG, hook_ops::MAP_SG, nothing, map_sg_exit::<$loop>
+        }
+        dma_hooks! {
+            $us, $us_o, $kus, $kus_o:
+            5, op::DMA_UNMAP_SG, hook_ops::UNMAP_SG, unmap_sg_entry::<$loop>, nothing_after
+        }
+        dma_hooks! {
+            $mt, $mt_o, $kmt, $kmt_o:
+            4, op::DMA_MAP_SGTABLE, hook_ops::MAP_SG, nothing, map_sgtable_exit::<$loop>
+        }
+        dma_hooks! {
+            $sc, $sc_o, $ksc, $ksc_o:
+            4, op::DMA_SYNC, hook_ops::SYNC, sync_sg_entry::<$loop, false>, nothing_after
+        }
+        dma_hooks! {
+            $sd, $sd_o, $ksd, $ksd_o:
+            4, op::DMA_SYNC, hook_ops::SYNC, sync_sg_entry::<$loop, true>, nothing_after
+        }
     };
 }
 
-sg_hooks!(
+sg_hooks! {
     true,
-    t_dma_map_sg_in,
-    t_dma_map_sg_out,
-    k_dma_map_sg_in,
-    k_dma_map_sg_out,
-    t_dma_unmap_sg_in,
-    t_dma_unmap_sg_out,
-    k_dma_unmap_sg_in,
-    k_dma_unmap_sg_out,
-    t_dma_map_sgt_in,
-    t_dma_map_sgt_out,
-    k_dma_map_sgt_in,
-    k_dma_map_sgt_out,
-    t_sync_sg_cpu_in,
-    t_sync_sg_cpu_out,
-    k_sync_sg_cpu_in,
-    k_sync_sg_cpu_out,
-    t_sync_sg_dev_in,
-    t_sync_sg_dev_out,
-    k_sync_sg_dev_in,
-    k_sync_sg_dev_out
-);
+    t_dma_map_sg_in, t_dma_map_sg_out, k_dma_map_sg_in, k_dma_map_sg_out,
+    t_dma_unmap_sg_in, t_dma_unmap_sg_out, k_dma_unmap_sg_in, k_dma_unmap_sg_out,
+    t_dma_map_sgt_in, t_dma_map_sgt_out, k_dma_map_sgt_in, k_dma_map_sgt_out,
+    t_sync_sg_cpu_in, t_sync_sg_cpu_out, k_sync_sg_cpu_in, k_sync_sg_cpu_out,
+    t_sync_sg_dev_in, t_sync_sg_dev_out, k_sync_sg_dev_in, k_sync_sg_dev_out
+}
 
-sg_hooks!(
+sg_hooks! {
     false,
-    t_dma_map_sg_in_nl,
-    t_dma_map_sg_out_nl,
-    k_dma_map_sg_in_nl,
-    k_dma_map_sg_out_nl,
-    t_dma_unmap_sg_in_nl,
-    t_dma_unmap_sg_out_nl,
-    k_dma_unmap_sg_in_nl,
-    k_dma_unmap_sg_out_nl,
-    t_dma_map_sgt_in_nl,
-    t_dma_map_sgt_out_nl,
-    k_dma_map_sgt_in_nl,
-    k_dma_map_sgt_out_nl,
-    t_sync_sg_cpu_in_nl,
-    t_sync_sg_cpu_out_nl,
-    k_sync_sg_cpu_in_nl,
-    k_sync_sg_cpu_out_nl,
-    t_sync_sg_dev_in_nl,
-    t_sync_sg_dev_out_nl,
-    k_sync_sg_dev_in_nl,
-    k_sync_sg_dev_out_nl
-);
+    t_dma_map_sg_in_nl, t_dma_map_sg_out_nl, k_dma_map_sg_in_nl, k_dma_map_sg_out_nl,
+    t_dma_unmap_sg_in_nl, t_dma_unmap_sg_out_nl, k_dma_unmap_sg_in_nl, k_dma_unmap_sg_out_nl,
+    t_dma_map_sgt_in_nl, t_dma_map_sgt_out_nl, k_dma_map_sgt_in_nl, k_dma_map_sgt_out_nl,
+    t_sync_sg_cpu_in_nl, t_sync_sg_cpu_out_nl, k_sync_sg_cpu_in_nl, k_sync_sg_cpu_out_nl,
+    t_sync_sg_dev_in_nl, t_sync_sg_dev_out_nl, k_sync_sg_dev_in_nl, k_sync_sg_dev_out_nl
+}
 
 // ---- Continuations of the bounded walk (`_nl` builds only): the loader
 // loads each against its program's function and puts it into SG_CONT_T /
 // SG_CONT_K at its scratch slot; a walk that used up its steps tail-calls
 // it (sg.rs). Same program types as the programs they continue.
 
-macro_rules! continuation {
-    ($name:ident, $macro:ident, $ctx:ty, $tail:expr, $slot:expr) => {
+macro_rules! continuations {
+    ($($name:ident: $macro:ident, $ctx:ty, $tail:expr, $slot:expr;)*) => {$(
         #[$macro]
         pub fn $name(ctx: $ctx) -> i32 {
             sg::cont(ctx.as_ptr(), $tail, $slot);
             0
         }
-    };
+    )*};
 }
 
-continuation!(
-    t_dma_map_sg_cont,
-    fexit,
-    FExitContext,
-    sg::Tail::Tracing,
-    scratch::FEXIT_MAP
-);
-continuation!(
-    t_dma_unmap_sg_cont,
-    fentry,
-    FEntryContext,
-    sg::Tail::Tracing,
-    scratch::FENTRY_UNMAP
-);
-continuation!(
-    t_dma_map_sgt_cont,
-    fexit,
-    FExitContext,
-    sg::Tail::Tracing,
-    scratch::FEXIT_SGTABLE
-);
-continuation!(
-    t_sync_sg_cpu_cont,
-    fentry,
-    FEntryContext,
-    sg::Tail::Tracing,
-    scratch::BTF_SYNC_CPU
-);
-continuation!(
-    t_sync_sg_dev_cont,
-    fentry,
-    FEntryContext,
-    sg::Tail::Tracing,
-    scratch::BTF_SYNC_DEV
-);
-continuation!(
-    k_dma_map_sg_cont,
-    kretprobe,
-    RetProbeContext,
-    sg::Tail::Kprobe,
-    scratch::KRET_MAP
-);
-continuation!(
-    k_dma_unmap_sg_cont,
-    kprobe,
-    ProbeContext,
-    sg::Tail::Kprobe,
-    scratch::KPROBE_UNMAP
-);
-continuation!(
-    k_dma_map_sgt_cont,
-    kretprobe,
-    RetProbeContext,
-    sg::Tail::Kprobe,
-    scratch::KRET_SGTABLE
-);
-continuation!(
-    k_sync_sg_cpu_cont,
-    kprobe,
-    ProbeContext,
-    sg::Tail::Kprobe,
-    scratch::REGS_SYNC_CPU
-);
-continuation!(
-    k_sync_sg_dev_cont,
-    kprobe,
-    ProbeContext,
-    sg::Tail::Kprobe,
-    scratch::REGS_SYNC_DEV
-);
+continuations! {
+    t_dma_map_sg_cont: fexit, FExitContext, sg::Tail::Tracing, scratch::FEXIT_MAP;
+    t_dma_unmap_sg_cont: fentry, FEntryContext, sg::Tail::Tracing, scratch::FENTRY_UNMAP;
+    t_dma_map_sgt_cont: fexit, FExitContext, sg::Tail::Tracing, scratch::FEXIT_SGTABLE;
+    t_sync_sg_cpu_cont: fentry, FEntryContext, sg::Tail::Tracing, scratch::BTF_SYNC_CPU;
+    t_sync_sg_dev_cont: fentry, FEntryContext, sg::Tail::Tracing, scratch::BTF_SYNC_DEV;
+    k_dma_map_sg_cont: kretprobe, RetProbeContext, sg::Tail::Kprobe, scratch::KRET_MAP;
+    k_dma_unmap_sg_cont: kprobe, ProbeContext, sg::Tail::Kprobe, scratch::KPROBE_UNMAP;
+    k_dma_map_sgt_cont: kretprobe, RetProbeContext, sg::Tail::Kprobe, scratch::KRET_SGTABLE;
+    k_sync_sg_cpu_cont: kprobe, ProbeContext, sg::Tail::Kprobe, scratch::REGS_SYNC_CPU;
+    k_sync_sg_dev_cont: kprobe, ProbeContext, sg::Tail::Kprobe, scratch::REGS_SYNC_DEV;
+}
