@@ -28,7 +28,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use gpudirect_trace_common::{
-    flags, hook_ops, kind, maps, op, stat, IovaState, DMA_ARGS, DMA_IOVA_USE_SWIOTLB,
+    flags, hook_ops, kind, maps, op, stat, Event, IovaState, DMA_ARGS, DMA_IOVA_USE_SWIOTLB,
 };
 
 use super::*;
@@ -72,7 +72,17 @@ fn tracked(state: u64, dev: u64) -> Option<*mut IovaState> {
         return Some(p);
     }
     let (addr, size, _) = read_state(state);
-    let fresh = IovaState {
+    if !insert(state, dev, addr, size) {
+        return None;
+    }
+    IOVA_STATES.get_ptr_mut(&state)
+}
+
+/// A new entry for `state`, begun now; false (and counted) when the table
+/// is full.
+#[inline(always)]
+fn insert(state: u64, dev: u64, addr: u64, size: u64) -> bool {
+    let st = IovaState {
         dev,
         addr,
         size,
@@ -80,11 +90,11 @@ fn tracked(state: u64, dev: u64) -> Option<*mut IovaState> {
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
         ..IovaState::default()
     };
-    if IOVA_STATES.insert(&state, &fresh, 0).is_err() {
+    if IOVA_STATES.insert(&state, &st, 0).is_err() {
         stat_inc(stat::IOVA_STATES_FULL);
-        return None;
+        return false;
     }
-    IOVA_STATES.get_ptr_mut(&state)
+    true
 }
 
 /// Flags of a link/unlink/sync at `offset` of `size` bytes into a state
@@ -101,6 +111,27 @@ fn range_flags(offset: u64, size: u64, alloc: u64, swiotlb: bool) -> u16 {
     f
 }
 
+/// The record of a link/unlink/sync of `size` bytes at `offset` into the
+/// state at `base`, of `alloc` bytes.
+#[inline(always)]
+fn range_event(k: u16, dev: u64, base: u64, offset: u64, size: u64, alloc: u64, swiotlb: bool) -> Event {
+    let mut ev = base_event(k, dev, range_flags(offset, size, alloc, swiotlb));
+    ev.addr = base.wrapping_add(offset);
+    ev.size = size;
+    ev
+}
+
+/// The IOVA_FREE record of the state at `state` (base `base`, `alloc`
+/// bytes); `extra`: IOVA_DESTROY when dma_iova_destroy freed it.
+#[inline(always)]
+fn free_event(dev: u64, state: u64, base: u64, alloc: u64, extra: u16, stack: u64) -> Event {
+    let mut ev = base_event(kind::IOVA_FREE, dev, flags::IOVA | extra | flags::FROM_HOOK);
+    ev.addr = base;
+    ev.size = alloc;
+    ev.aux = (state & 0xffff_ffff) | stack;
+    ev
+}
+
 // ---- dma_iova_try_alloc(dev, state, phys, size) -> bool
 
 #[inline(always)]
@@ -115,16 +146,7 @@ fn alloc_exit(dev: u64, state: u64, phys: u64, ret: u64, s: Src) {
         return;
     }
     let (addr, size, _) = read_state(state);
-    let st = IovaState {
-        dev,
-        addr,
-        size,
-        ts_ns: now(),
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        ..IovaState::default()
-    };
-    if IOVA_STATES.insert(&state, &st, 0).is_err() {
-        stat_inc(stat::IOVA_STATES_FULL);
+    if !insert(state, dev, addr, size) {
         odd!(
             s.ctx,
             "dma_iova_try_alloc: IOVA_STATES full, a state is not tracked: its destroy \
@@ -209,12 +231,11 @@ fn link_exit(dev: u64, k: &[u64; DMA_ARGS], ret: u64, s: Src) {
         unsafe { (*st).linking = 0 };
     }
     let err = ret as u32 as i32;
+    let k = if err != 0 { kind::DMA_MAP_ERR } else { kind::DMA_MAP };
+    let mut ev = range_event(k, dev, base, offset, size, alloc, swiotlb);
+    ev.phys = phys;
+    ev.dir = dir;
     if err != 0 {
-        let mut ev = base_event(kind::DMA_MAP_ERR, dev, range_flags(offset, size, alloc, swiotlb));
-        ev.addr = base.wrapping_add(offset);
-        ev.phys = phys;
-        ev.size = size;
-        ev.dir = dir;
         ev.aux = u64::from(err as u32) | s.stack();
         emit_rare_any(&mut ev);
         return;
@@ -227,11 +248,6 @@ fn link_exit(dev: u64, k: &[u64; DMA_ARGS], ret: u64, s: Src) {
             (*st).linked = (*st).linked.wrapping_add(size);
         }
     }
-    let mut ev = base_event(kind::DMA_MAP, dev, range_flags(offset, size, alloc, swiotlb));
-    ev.addr = base.wrapping_add(offset);
-    ev.phys = phys;
-    ev.size = size;
-    ev.dir = dir;
     ev.aux = (attrs & 0xffff_ffff) | s.stack();
     emit_hot_any(&mut ev);
 }
@@ -304,9 +320,7 @@ fn unlink_entry(a: &[u64; 6], s: Src) {
             lifetime = Some((*st).ts_ns);
         }
     }
-    let mut ev = base_event(kind::DMA_UNMAP, dev, range_flags(offset, size, alloc, swiotlb));
-    ev.addr = base.wrapping_add(offset);
-    ev.size = size;
+    let mut ev = range_event(kind::DMA_UNMAP, dev, base, offset, size, alloc, swiotlb);
     ev.dir = a[4] as u32;
     ev.aux = (a[5] & 0xffff_ffff) | s.stack();
     emit_hot_any(&mut ev);
@@ -350,10 +364,7 @@ fn destroy_entry(a: &[u64; 6], s: Src) {
     ev.aux = (a[4] & 0xffff_ffff) | stack;
     add_counter_atomic_n(&ev, links);
     stream_hot_any(&mut ev);
-    let mut free = base_event(kind::IOVA_FREE, dev, flags::IOVA | flags::IOVA_DESTROY | flags::FROM_HOOK);
-    free.addr = base;
-    free.size = alloc;
-    free.aux = (state & 0xffff_ffff) | stack;
+    let mut free = free_event(dev, state, base, alloc, flags::IOVA_DESTROY, stack);
     emit_hot_any(&mut free);
     if let (Some(v), true) = (st, cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF) {
         if links > 0 {
@@ -379,11 +390,8 @@ fn free_entry(a: &[u64; 6], s: Src) {
     // SAFETY: the value is copied out before the entry is removed.
     let links = unsafe { IOVA_STATES.get(&state) }.map_or(0, |v| u64::from(v.links));
     let _ = IOVA_STATES.remove(&state);
-    let mut ev = base_event(kind::IOVA_FREE, dev, flags::IOVA | flags::FROM_HOOK);
-    ev.addr = base;
-    ev.size = alloc;
+    let mut ev = free_event(dev, state, base, alloc, 0, s.stack());
     ev.phys = links;
-    ev.aux = (state & 0xffff_ffff) | s.stack();
     emit_hot_any(&mut ev);
 }
 
@@ -401,9 +409,7 @@ fn sync_entry(a: &[u64; 6], s: Src) {
     }
     let (dev, state, offset, size) = (a[0], a[1], a[2], a[3]);
     let (base, alloc, swiotlb) = read_state(state);
-    let mut ev = base_event(kind::IOVA_SYNC, dev, range_flags(offset, size, alloc, swiotlb));
-    ev.addr = base.wrapping_add(offset);
-    ev.size = size;
+    let mut ev = range_event(kind::IOVA_SYNC, dev, base, offset, size, alloc, swiotlb);
     ev.aux = s.stack();
     emit_hot_any(&mut ev);
 }
