@@ -57,9 +57,6 @@ pub struct Cursor {
     head: [u64; 2],
     /// The entries being read (`step_batch`).
     batch: [u64; BATCH_WORDS],
-    /// The first data entries' lengths, as the batched walk finds them.
-    lens: [u32; SG_LENS],
-    n_lens: u64,
     /// Where `opaque` passes values through.
     tmp: u64,
 }
@@ -142,7 +139,7 @@ fn step_batch(c: &mut Cursor) -> bool {
         && c.stride % 8 == 0
         && c.page_link + (BATCH - 1) * c.stride + 16 <= BATCH_BYTES as u64;
     if !fits || c.sg == 0 || c.left == 0 {
-        return step_noting(c);
+        return matches!(step(c), Step::Data(_) | Step::Chain);
     }
     // SAFETY: the destination is this CPU's scratch value; the helper
     // tolerates any source address.
@@ -154,7 +151,7 @@ fn step_batch(c: &mut Cursor) -> bool {
         )
     };
     if ret < 0 {
-        return step_noting(c);
+        return matches!(step(c), Step::Data(_) | Step::Chain);
     }
     for i in 0..BATCH {
         let at = ((i * c.stride) / 8) as usize;
@@ -165,9 +162,7 @@ fn step_batch(c: &mut Cursor) -> bool {
             c.sg = page_link & !(SG_CHAIN | SG_END);
             return true;
         }
-        let len = (second >> (c.len_shift & 63)) & 0xffff_ffff;
-        c.total += len;
-        note_len(c, len as u32);
+        c.total += (second >> (c.len_shift & 63)) & 0xffff_ffff;
         c.left -= 1;
         c.sg += c.stride;
         if page_link & SG_END != 0 {
@@ -180,32 +175,6 @@ fn step_batch(c: &mut Cursor) -> bool {
         }
     }
     true
-}
-
-/// Keeps a data entry's length while the cursor has room for it.
-#[inline(always)]
-fn note_len(c: &mut Cursor, len: u32) {
-    if let Some(slot) = c.lens.get_mut(c.n_lens as usize) {
-        *slot = len;
-        c.n_lens += 1;
-    }
-}
-
-/// One `step` of the batched walk, its length kept; whether it goes on.
-#[inline(always)]
-fn step_noting(c: &mut Cursor) -> bool {
-    match step(c) {
-        Step::Data(len) => {
-            note_len(c, len);
-            true
-        }
-        Step::Last(len) => {
-            note_len(c, len);
-            false
-        }
-        Step::Chain => true,
-        Step::Stop => false,
-    }
 }
 
 /// `v`, hidden from the compiler: a volatile store and load through map
@@ -304,13 +273,9 @@ pub(super) fn walk<const LOOP: bool>(
     c.head = [0; 2];
     c.tmp = 0;
     let mut n_lens: u32 = 0;
-    // Kernels with bpf_loop(): two entries inline, then eight per read in
-    // the loop (a read per entry cost ~29 ns per entry of a 16-entry list;
-    // bpf_loop() itself more than a one-entry list's inline step).
-    let prefix = if LOOP { LOOP_PREFIX } else { SG_PREFIX };
     // One loop counter only: a second counter that diverges from it at chain
     // entries multiplies the verifier's states past its 1M-instruction limit.
-    for i in 0..prefix {
+    for i in 0..SG_PREFIX {
         let s = step(c);
         let len = match s {
             Step::Data(l) | Step::Last(l) => l,
@@ -328,57 +293,30 @@ pub(super) fn walk<const LOOP: bool>(
             return (n_lens, false);
         }
     }
-    if !LOOP {
-        return (n_lens, walk_bounded(c));
-    }
-    // The loop's lengths follow the prefix's in the cursor.
-    let from = n_lens;
-    c.n_lens = from as u64;
-    walk_batched(c);
-    let found = if c.n_lens < SG_LENS as u64 {
-        c.n_lens as u32
+    if LOOP {
+        // Iterations: every data entry left, plus at most one chain entry
+        // per data entry (an array holds at least one data entry).
+        let left = c.left.saturating_mul(2);
+        let n = if left < BPF_MAX_LOOPS as u64 {
+            left as u32
+        } else {
+            BPF_MAX_LOOPS
+        };
+        let mut ctx = LoopCtx { cur: c };
+        // SAFETY: the callback is a static function of the program; the
+        // context is this stack frame's, alive for the call.
+        unsafe {
+            bpf_loop(
+                n,
+                loop_step as *mut c_void,
+                &mut ctx as *mut LoopCtx as *mut c_void,
+                0,
+            )
+        };
+        (n_lens, false)
     } else {
-        SG_LENS as u32
-    };
-    let Some(lens) = lens else {
-        return (0, false);
-    };
-    for i in 0..SG_LENS {
-        if i as u32 >= found {
-            break;
-        }
-        if i as u32 >= from {
-            lens[i] = c.lens[i];
-        }
+        (n_lens, walk_bounded(c))
     }
-    (found, false)
-}
-
-/// Entries walked inline before bpf_loop() takes over (kernels with it).
-const LOOP_PREFIX: u32 = 2;
-
-/// The rest of the walk in bpf_loop(), `BATCH` entries per iteration.
-#[inline(always)]
-fn walk_batched(c: &mut Cursor) {
-    // Iterations: every data entry left, plus at most one chain entry
-    // per data entry (an array holds at least one data entry).
-    let left = c.left.saturating_mul(2);
-    let n = if left < BPF_MAX_LOOPS as u64 {
-        left as u32
-    } else {
-        BPF_MAX_LOOPS
-    };
-    let mut ctx = LoopCtx { cur: c };
-    // SAFETY: the callback is a static function of the program; the
-    // context is this stack frame's, alive for the call.
-    unsafe {
-        bpf_loop(
-            n,
-            loop_step as *mut c_void,
-            &mut ctx as *mut LoopCtx as *mut c_void,
-            0,
-        )
-    };
 }
 
 /// `SG_BOUNDED_REST` jump-free steps; true when they ran out with the walk
