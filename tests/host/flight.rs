@@ -5,7 +5,7 @@
 //! killed while writing a snapshot leaves no file under a final name that
 //! is not complete.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, time::Duration};
 
 use gpudirect_trace::{
     flight::{FlightOptions, Recorder, Trigger},
@@ -14,6 +14,7 @@ use gpudirect_trace::{
 };
 
 use crate::{
+    hostile::{bin, run_ok},
     inject::{known_kernel_object, load_unattached},
     require_root,
 };
@@ -127,24 +128,22 @@ fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
 #[test]
 fn a_recorder_killed_while_writing_a_snapshot_leaves_no_partial_file() {
     require_root();
-    let bin = env!("CARGO_BIN_EXE_gpudirect-trace");
     let dir = tempfile::tempdir().expect("tempdir");
     // One run to completion: the snapshot it writes is whole.
-    let out = Command::new(bin)
-        .args(["selftest", "snapshot-write", "--events", "200000", "--dir"])
-        .arg(dir.path())
-        .output()
-        .expect("run");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let at = dir.path().to_str().expect("utf-8 path");
+    run_ok(&[
+        "selftest",
+        "snapshot-write",
+        "--events",
+        "200000",
+        "--dir",
+        at,
+    ]);
     assert_eq!(snapshots(dir.path()).len(), 1);
     let mut killed_mid = 0;
     for delay_ms in [50u64, 150, 300, 500, 800, 1200, 1700, 2500] {
         let d = tempfile::tempdir().expect("tempdir");
-        let mut child = Command::new(bin)
+        let mut child = bin()
             .args(["selftest", "snapshot-write", "--events", "3000000", "--dir"])
             .arg(d.path())
             .stdout(std::process::Stdio::null())

@@ -45,8 +45,6 @@ mod sg_walk;
 mod stack_depth;
 mod test_support;
 
-use std::process::Command;
-
 use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
     ebpf::{Status, Tracer, TracerOptions},
@@ -341,7 +339,7 @@ fn ring_overflow_loss_is_counted_exactly() {
 
 #[test]
 fn bad_flags_give_usage_and_exit_2() {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
+    let out = hostile::bin()
         .args(["live", "--interval", "soon"])
         .output()
         .expect("run");

@@ -344,7 +344,7 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
 
 /// `gpudirect-trace serve ARGS`: (exit status, stderr).
 pub fn serve_cli(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpudirect-trace"))
+    let out = crate::hostile::bin()
         .arg("serve")
         .args(args)
         .output()
