@@ -6,7 +6,8 @@
 //!
 //! Every bpf(), perf_event_open() and ioctl() goes through `call()`, as a
 //! `Syscall` that says what the kernel receives; mmap.rs calls mmap() and
-//! munmap() itself (a fake could not hand out the array's pages). Errors are `io::Error`s with the kernel's errno;
+//! munmap() itself (a fake could not hand out the array's pages). Errors
+//! are `io::Error`s with the kernel's errno;
 //! `super::explain` says what they mean. In unit tests `fake::with` can
 //! answer in the kernel's place (as aya's `sys/fake.rs` does), so what the
 //! callers do with each answer (absence, a vanished object, a refused
