@@ -126,6 +126,11 @@ pub struct CpuState {
     /// `__per_cpu_offset`); 0 until then. One kernel read per record
     /// instead of two.
     pub preempt_count_at: u64,
+    /// This CPU's xorshift state for sampled lifetimes (0: not seeded yet):
+    /// which mapping is timed. `bpf_get_prandom_u32` costs 7 ns a call in
+    /// `bench_hot_path_parts`, a quarter of an untimed map; a race with a
+    /// preempting program only repeats or mixes a draw.
+    pub lifetime_rng: u64,
     /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
     pub cache_keys: [CounterKey; COUNTER_CACHE],
     pub cache: [Counter; COUNTER_CACHE],
@@ -143,7 +148,7 @@ pub struct CpuState {
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(
     core::mem::size_of::<CpuState>()
-        == 32 + 36 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
+        == 40 + 36 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
 );
 const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);

@@ -390,7 +390,14 @@ pub struct Config {
     /// aya-log at debug level. 0: the verifier, which knows this read-only
     /// value, drops the log calls from the programs.
     pub debug_log: u32,
-    pub _pad: u32,
+    /// Aggregate-only lifetimes, sampled: a map times its mapping with the
+    /// fine clock when a random u32 has none of these bits set (mask 15: 1
+    /// in 16), and dates the others in jiffies (`bpf_jiffies64`), enough for
+    /// their age while outstanding; only timed mappings read the clock again
+    /// at unmap. 0: every mapping is timed (exact; also where the loader
+    /// could not read jiffies, and then the verifier, knowing this read-only
+    /// value, never reaches the jiffies call). `lifetime::TIMED`.
+    pub lifetime_sample_mask: u32,
 }
 
 impl Config {
@@ -405,7 +412,7 @@ impl Config {
         per_cpu_offset_ptr: 0,
         preempt_count_ptr: 0,
         debug_log: 0,
-        _pad: 0,
+        lifetime_sample_mask: 0,
     };
 }
 

@@ -18,6 +18,27 @@ pub const HASH: u32 = 1;
 /// The slot table `MAPPING_SLOTS`.
 pub const SLOTS: u32 = 2;
 
+/// `MapValue::kind`'s top bit: the mapping's start is the fine clock's
+/// (`bpf_ktime_get_ns`) and its unmap adds its lifetime to the histogram.
+/// Without it the start is a jiffies count (`bpf_jiffies64`, a load of the
+/// tick counter), which userspace turns into CLOCK_MONOTONIC time to a tick
+/// or two (`ebpf/jiffies.rs`): enough to date a mapping while it is
+/// outstanding; its unmap reads no clock.
+///
+/// Why sample: the clock is most of what a lifetime costs. On the CI host
+/// (6.18, TSC) `bpf_ktime_get_ns` is 84 ns a call against 29 ns for the
+/// whole aggregate-only map without lifetimes (docs/benchmarks.md); a map
+/// and its unmap read it twice. The table keeps every mapping either way,
+/// so outstanding counts, bytes and the oldest mappings stay exact; only
+/// the lifetime histogram is a sample (1 in `--lifetime-sample`, random at
+/// map time, so no address, size or device is favoured).
+pub const TIMED: u32 = 1 << 31;
+
+/// One mapping in this many is timed unless `--lifetime-sample` says
+/// otherwise: at a million unmaps a second, 62 500 lifetimes a second
+/// still fill every log2 bucket that occurs.
+pub const DEFAULT_SAMPLE: u32 = 16;
+
 /// log2 of the slot table's size: 131 072 slots of 40 bytes (5 MiB), twice
 /// the hash's 65 536 entries, so that a table holding as many mappings as
 /// the hash could is half full and a probe run rarely ends without a slot.
@@ -65,8 +86,21 @@ pub struct MapValue {
     pub ts_ns: u64,
     pub size: u64,
     pub pid: u32,
-    /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`.
+    /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`, with `TIMED` where the
+    /// mapping's lifetime is timed.
     pub kind: u32,
+}
+
+impl MapValue {
+    /// The event kind, without the `TIMED` bit.
+    pub const fn event_kind(&self) -> u32 {
+        self.kind & !TIMED
+    }
+
+    /// Whether the start is the fine clock's and the unmap times it.
+    pub const fn timed(&self) -> bool {
+        self.kind & TIMED != 0
+    }
 }
 
 /// One slot of `MAPPING_SLOTS`. `dev` is the claim word: 0 is a free slot,

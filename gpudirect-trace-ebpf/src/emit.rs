@@ -61,6 +61,12 @@ pub fn cfg_track_lifetimes() -> u32 {
 }
 
 #[inline(always)]
+pub fn cfg_lifetime_sample_mask() -> u32 {
+    // SAFETY: as in `config`.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.lifetime_sample_mask)) }
+}
+
+#[inline(always)]
 pub fn cfg_stacks() -> bool {
     // SAFETY: as in `config`.
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.stacks)) != 0 }
@@ -186,6 +192,12 @@ static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 #[inline(always)]
 fn cpu_state() -> *mut CpuState {
     CPU_STATE.get_ptr_mut(0).unwrap_or(core::ptr::null_mut())
+}
+
+/// This CPU's state, for the lifetime sampler.
+#[inline(always)]
+pub fn cpu_state_ptr() -> Option<*mut CpuState> {
+    CPU_STATE.get_ptr_mut(0)
 }
 
 /// Records between two looks at the ring's backlog.

@@ -15,11 +15,19 @@
 //! the oldest ones, the leak suspects, stay, where an LRU would evict
 //! exactly those. An unmap whose mapping is not in the table is counted
 //! (`stat::LIFETIME_UNMATCHED`), never guessed.
+//!
+//! Lifetimes are sampled (`Config::lifetime_sample_mask`,
+//! `lifetime::TIMED`): every mapping goes into the table, but only one in
+//! N, chosen at random at map time, is timed with the fine clock and read
+//! it again at unmap; the others are dated in jiffies and their unmaps
+//! read no clock.
 
 use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_ns,
+    },
     macros::map,
     maps::{Array, HashMap},
 };
@@ -29,7 +37,7 @@ use gpudirect_trace_common::{
 };
 
 use crate::{
-    emit::{cfg_track_lifetimes, with_cpu_to_itself},
+    emit::{cfg_lifetime_sample_mask, cfg_track_lifetimes, with_cpu_to_itself},
     stats::stat_inc,
     timing::{lat_bucket, record_latency},
 };
@@ -82,12 +90,12 @@ pub fn mapped(ev: &Event) {
     if form == lifetime::OFF || ev.dev == 0 || unmap_not_needed(ev.dev) {
         return;
     }
+    let (ts_ns, timed) = start_clock();
     let value = MapValue {
-        // SAFETY: helper without preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns,
         size: ev.size,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        kind: ev.kind as u32,
+        kind: ev.kind as u32 | timed,
     };
     let tracked = if form == lifetime::SLOTS {
         slot_put(ev.dev, ev.addr, &value)
@@ -100,6 +108,46 @@ pub fn mapped(ev: &Event) {
     };
     if !tracked {
         stat_inc(stat::MAPPINGS_FULL);
+    }
+}
+
+/// A mapping's start and whether it is timed (`lifetime::TIMED` or 0): the
+/// fine clock for one in (mask + 1) at random, jiffies for the rest
+/// (`bpf_ktime_get_coarse_ns` would be nicer, but tracing programs may not
+/// call it). With mask 0 (`--lifetime-sample 1`, or no jiffies) the
+/// verifier, knowing the read-only mask, never reaches the jiffies call.
+#[inline(always)]
+fn start_clock() -> (u64, u32) {
+    let mask = cfg_lifetime_sample_mask();
+    // SAFETY: helpers without preconditions.
+    unsafe {
+        if mask != 0 && (draw() as u32) & mask != 0 {
+            return (bpf_jiffies64(), 0);
+        }
+        (bpf_ktime_get_ns(), lifetime::TIMED)
+    }
+}
+
+/// The next number of this CPU's xorshift64 (`CpuState::lifetime_rng`),
+/// seeded from `bpf_get_prandom_u32` on the CPU's first draw; high bits
+/// (the low ones of xorshift are its weakest).
+#[inline(always)]
+fn draw() -> u64 {
+    let Some(st) = crate::emit::cpu_state_ptr() else {
+        // SAFETY: helper without preconditions.
+        return u64::from(unsafe { bpf_get_prandom_u32() });
+    };
+    // SAFETY: this CPU's value; see `CpuState::lifetime_rng` for races.
+    unsafe {
+        let mut x = (*st).lifetime_rng;
+        if x == 0 {
+            x = u64::from(bpf_get_prandom_u32()) | 1 << 63;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (*st).lifetime_rng = x;
+        x >> 32
     }
 }
 
@@ -116,10 +164,13 @@ pub fn unmapped(ev: &Event, hook: bool) {
     } else {
         hash_take(ev.dev, ev.addr)
     };
-    let Some(start) = start else {
+    let Some((start, kind)) = start else {
         stat_inc(stat::LIFETIME_UNMATCHED);
         return;
     };
+    if kind & lifetime::TIMED == 0 {
+        return;
+    }
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(start);
@@ -161,12 +212,12 @@ fn cache_lifetime(st: &mut CpuState, dev: u64, ns: u64) -> bool {
     false
 }
 
-/// The hash form's unmap: the mapping's start, removed.
+/// The hash form's unmap: the mapping's start and kind, removed.
 #[inline(always)]
-fn hash_take(dev: u64, addr: u64) -> Option<u64> {
+fn hash_take(dev: u64, addr: u64) -> Option<(u64, u32)> {
     let key = MapKey { dev, addr };
     // SAFETY: the value is copied out before the entry is removed.
-    let start = unsafe { MAPPINGS.get(&key) }.map(|v| v.ts_ns)?;
+    let start = unsafe { MAPPINGS.get(&key) }.map(|v| (v.ts_ns, v.kind))?;
     let _ = MAPPINGS.remove(&key);
     Some(start)
 }
@@ -218,18 +269,18 @@ fn slot_put(dev: u64, addr: u64, value: &MapValue) -> bool {
     false
 }
 
-/// Takes (dev, addr) out of its probe run: its start time, and the slot
+/// Takes (dev, addr) out of its probe run: its start time and kind, and the slot
 /// freed (its address first, so that a concurrent look for the same
 /// address never matches a slot being freed; then the claim word).
 #[inline(always)]
-fn slot_take(dev: u64, addr: u64) -> Option<u64> {
+fn slot_take(dev: u64, addr: u64) -> Option<(u64, u32)> {
     let first = slot_of(dev, addr);
     for i in 0..SLOT_PROBES {
         let s = slot(first, i)?;
         // SAFETY: map value pointer; see slot_put for who writes it.
         unsafe {
             if (*s).dev == dev && (*s).addr == addr {
-                let start = (*s).value.ts_ns;
+                let start = ((*s).value.ts_ns, (*s).value.kind);
                 core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), 0);
                 core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).dev), 0);
                 return Some(start);

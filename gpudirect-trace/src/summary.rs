@@ -58,6 +58,10 @@ pub struct SessionJson<'a> {
     kernel_events: u64,
     kmsg_error: Option<&'a str>,
     kmsg_lost_records: u64,
+    /// Aggregate-only lifetimes: one mapping in this many is timed (1:
+    /// every one; 0: no lifetimes in the kernel, streaming or
+    /// `--no-lifetimes`). Each device's `dma.lifetime_ns` counts the timed.
+    lifetime_sample: u32,
     lifetime_unmatched: u64,
     long_lived: Vec<LongLivedJson<'a>>,
     lost_events: u64,
@@ -146,6 +150,7 @@ pub fn session_json<'a>(s: &'a Session, v: &View<'a>) -> SessionJson<'a> {
         kernel_events: v.stats.total_hits(),
         kmsg_error: s.kmsg_error.as_deref(),
         kmsg_lost_records: s.kmsg_lost(),
+        lifetime_sample: s.tracer.lifetime_sample,
         lifetime_unmatched: v.stats.lifetime_unmatched,
         long_lived,
         lost_events: v.stats.lost_events,

@@ -41,11 +41,13 @@ struct Table {
 }
 
 impl Table {
-    fn load(bpf_atomics: Option<bool>) -> Self {
+    /// `sample`: one mapping in this many timed (1: every one, exact).
+    fn load(bpf_atomics: Option<bool>, sample: u32) -> Self {
         let tracer = Tracer::load(&TracerOptions {
             attach: false,
             stream: false,
             lifetimes: true,
+            lifetime_sample: sample,
             bpf_atomics,
             ..Default::default()
         })
@@ -88,7 +90,7 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
     // The hash holds all of the crowd; the slot form all but one.
     let slots = bpf_atomics.is_none();
     let dev = known_kernel_object().addr;
-    let mut t = Table::load(bpf_atomics);
+    let mut t = Table::load(bpf_atomics, 1);
 
     // 100 neighbouring pages (a driver's ring) and one more mapping than a
     // probe run holds, all at one slot.
@@ -163,7 +165,7 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
 #[test]
 fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
     crate::require_root();
-    let mut t = Table::load(None);
+    let mut t = Table::load(None, 1);
     let devs = LIFETIME_CACHE as u64 + 2;
     let dev = |i: u64| 0xffff_8880_dead_0000 + i * 0x2000;
     let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32 - 1;
@@ -198,4 +200,71 @@ fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
     want.sort();
     assert_eq!(by_dev, want, "lifetimes per device");
     assert_eq!(t.tracer.self_stats().lifetime_unmatched, 0);
+}
+
+/// Sampled lifetimes (the default, 1 in 16): every mapping is in the table,
+/// dated, and every unmap takes its own out; only about one in 16 adds a
+/// lifetime, chosen at random. 4096 mappings: 256 timed on average, a
+/// standard deviation of 15.5, so 156 to 356 holds all but a 6-sigma run.
+#[test]
+fn sampled_lifetimes_keep_every_mapping_and_time_one_in_sixteen() {
+    sampled_lifetimes(None);
+}
+
+#[test]
+fn sampled_lifetimes_in_the_hash_form_too() {
+    sampled_lifetimes(Some(false));
+}
+
+fn sampled_lifetimes(bpf_atomics: Option<bool>) {
+    crate::require_root();
+    let dev = known_kernel_object().addr;
+    let mut t = Table::load(bpf_atomics, 16);
+    let ring: Vec<u64> = (0..4096).map(|i| 0x3000_0000 + i * 4096).collect();
+    let before = gpudirect_trace::kernel::monotonic_ns();
+    for (i, &a) in ring.iter().enumerate() {
+        t.map(&[dev, 0x1000, a, 4096, 1, 0], None);
+        // Unmap all but the last 64: those stay outstanding.
+        if i >= 64 {
+            t.unmap(&[dev, ring[i - 64], 4096, 1, 0], None);
+        }
+    }
+    let held = t.tracer.kernel_mappings();
+    assert_eq!(held.len(), 64, "the last 64 mappings, each held");
+    let after = gpudirect_trace::kernel::monotonic_ns();
+    for (_, k, v) in &held {
+        // Untimed mappings are dated in jiffies: good to a tick or two
+        // (10 ms each at HZ=100).
+        assert!(
+            v.ts_ns + 20_000_000 >= before && v.ts_ns <= after + 20_000_000,
+            "{:#x} dated {} outside [{before}, {after}]",
+            k.addr,
+            v.ts_ns
+        );
+        assert_eq!(
+            v.event_kind(),
+            u32::from(gpudirect_trace_common::kind::DMA_MAP)
+        );
+    }
+    for &a in &ring[ring.len() - 64..] {
+        t.unmap(&[dev, a, 4096, 1, 0], None);
+    }
+    assert!(
+        t.tracer.kernel_mappings().is_empty(),
+        "every mapping taken out"
+    );
+    let stats = t.tracer.self_stats();
+    assert_eq!(stats.lifetime_unmatched, 0, "every unmap found its mapping");
+    assert_eq!(stats.mappings_untracked, 0);
+    let timed: u64 = t
+        .tracer
+        .kernel_latency()
+        .iter()
+        .filter(|(_, o, _)| *o == op::LIFETIME)
+        .map(|(_, _, h)| h.count)
+        .sum();
+    assert!(
+        (156..=356).contains(&timed),
+        "{timed} of 4096 lifetimes timed, where 1 in 16 is 256"
+    );
 }

@@ -45,6 +45,8 @@ pub fn exec(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
 struct ProbesJson<'a> {
     /// The form of aggregate-only mode's mapping table on this kernel.
     aggregate_only_lifetimes: &'a str,
+    /// How many of those mappings have their lifetime timed, by default.
+    aggregate_only_lifetime_sampling: &'a str,
     btf: bool,
     btf_error: Option<&'a str>,
     dma_plan: &'a [DmaOpSource],
@@ -67,6 +69,7 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         let doc = ProbesJson {
             aggregate_only_lifetimes: tracer.lifetime_table,
+            aggregate_only_lifetime_sampling: &tracer.lifetime_sampling,
             btf: k.btf.is_some(),
             btf_error: k.btf_error.as_deref(),
             dma_plan: &tracer.dma_plan,
@@ -87,8 +90,8 @@ fn print(args: &ProbesArgs) -> anyhow::Result<ExitCode> {
         ))?;
         output::line(&probes::dma_plan_text(&tracer.dma_plan))?;
         output::line(&format!(
-            "aggregate-only lifetimes: {}",
-            tracer.lifetime_table
+            "aggregate-only lifetimes: {}; {}",
+            tracer.lifetime_table, tracer.lifetime_sampling
         ))?;
         if let Some(e) = &k.tracefs_error {
             output::line(&format!("note: {}", clean(e)))?;

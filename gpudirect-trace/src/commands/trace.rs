@@ -41,6 +41,20 @@ pub struct TraceArgs {
     /// of mapping lifetimes, outstanding counts and long-lived listings.
     #[arg(long, requires = "aggregate_only")]
     pub no_lifetimes: bool,
+    /// With --aggregate-only: time the lifetime of one mapping in N, chosen
+    /// at random (a power of two; 1 times every one). Every mapping is still
+    /// counted, kept and dated, so outstanding counts and the oldest
+    /// mappings stay exact; only the lifetime histogram is a sample. The
+    /// clock is most of a lifetime's cost (docs/benchmarks.md).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = gpudirect_trace_common::lifetime::DEFAULT_SAMPLE,
+        value_parser = parse_lifetime_sample,
+        requires = "aggregate_only",
+        conflicts_with = "no_lifetimes"
+    )]
+    pub lifetime_sample: u32,
     /// BPF ring buffer size in bytes (rounded up to a power of two; 4096 to
     /// 2147483648).
     #[arg(
@@ -121,6 +135,7 @@ impl TraceArgs {
         SessionOptions {
             stream: !self.aggregate_only,
             lifetimes: !self.no_lifetimes,
+            lifetime_sample: self.lifetime_sample,
             ring_bytes: self.ring_size,
             strict: self.strict,
             follow_kmsg: true,
@@ -182,6 +197,20 @@ pub fn parse_ring_size(s: &str) -> Result<u32, String> {
         ));
     }
     u32::try_from(n).map_err(|e| e.to_string())
+}
+
+/// `--lifetime-sample`: a power of two from 1 to 65536.
+pub fn parse_lifetime_sample(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (e.g. 16: one mapping in 16 timed)"))?;
+    if !(1..=65_536).contains(&n) || !n.is_power_of_two() {
+        return Err(format!(
+            "{n}: a power of two from 1 (every mapping) to 65536, e.g. 16"
+        ));
+    }
+    Ok(n)
 }
 
 /// A time offset: like a duration, but zero is allowed.

@@ -55,8 +55,33 @@ pub fn kernel_has_bpf_atomics() -> bool {
     sys::prog_load(&mut attr).is_ok()
 }
 
+/// The programs' sampling mask (`Config::lifetime_sample_mask`) for one
+/// mapping in `sample` timed: 0 (every one) without lifetimes or without
+/// jiffies to date the untimed ones by (`jiffies::JiffyClock`).
+pub fn sample_mask(form: u32, sample: u32, jiffies: bool) -> u32 {
+    if form == lifetime::OFF || !jiffies {
+        return 0;
+    }
+    sample.max(1).next_power_of_two() - 1
+}
+
+/// What a user is told about the sampling in use.
+pub fn describe_sample(form: u32, mask: u32, jiffies: bool) -> String {
+    match (form, mask) {
+        (lifetime::OFF, _) => "off".into(),
+        (_, 0) if !jiffies => {
+            "every mapping timed (programs cannot read jiffies here to date the others)".into()
+        }
+        (_, 0) => "every mapping timed".into(),
+        (_, m) => format!(
+            "1 in {} mappings timed at random; every mapping counted and dated",
+            u64::from(m) + 1
+        ),
+    }
+}
+
 /// One instruction, as the kernel reads it (little-endian `struct bpf_insn`).
-const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+pub(super) const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
     let [o0, o1] = off.to_le_bytes();
     let [i0, i1, i2, i3] = imm.to_le_bytes();
     u64::from_le_bytes([code, (src << 4) | (dst & 0xf), o0, o1, i0, i1, i2, i3])
@@ -135,6 +160,18 @@ impl SlotTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sample_mask_is_a_power_of_two_less_one_and_zero_without_jiffies() {
+        assert_eq!(sample_mask(lifetime::SLOTS, 16, true), 15);
+        assert_eq!(sample_mask(lifetime::SLOTS, 10, true), 15);
+        assert_eq!(sample_mask(lifetime::HASH, 1, true), 0);
+        assert_eq!(sample_mask(lifetime::SLOTS, 0, true), 0);
+        assert_eq!(sample_mask(lifetime::SLOTS, 16, false), 0);
+        assert_eq!(sample_mask(lifetime::OFF, 16, true), 0);
+        assert!(describe_sample(lifetime::SLOTS, 15, true).starts_with("1 in 16 "));
+        assert!(describe_sample(lifetime::HASH, 0, false).contains("cannot read jiffies"));
+    }
 
     #[test]
     fn instructions_encode_as_the_kernel_reads_them() {

@@ -4,6 +4,7 @@
 mod dma_source;
 pub mod explain;
 pub mod hook_support;
+mod jiffies;
 mod kprobe_events;
 mod lifetime_table;
 pub mod maps;
@@ -121,6 +122,9 @@ pub struct TracerOptions {
     /// Aggregate-only: keep DMA-API mappings in-kernel for lifetimes,
     /// outstanding counts and long-lived lists (ignored when streaming).
     pub lifetimes: bool,
+    /// One mapping in this many has its lifetime timed (`--lifetime-sample`,
+    /// a power of two; 1: all); every mapping stays in the table.
+    pub lifetime_sample: u32,
     /// `selftest module-hook`: also attach the nv_dma_map_sgt slot's
     /// programs to this (module, function), through the module's BTF.
     pub module_standin: Option<(String, String)>,
@@ -151,6 +155,7 @@ impl Default for TracerOptions {
             ring_bytes: DEFAULT_RING_BYTES,
             wakeup_bytes: Config::DEFAULT.wakeup_bytes,
             lifetimes: true,
+            lifetime_sample: lifetime::DEFAULT_SAMPLE,
             module_standin: None,
             attach: true,
             dma_source: DmaSource::Auto,
@@ -173,6 +178,13 @@ pub struct Tracer {
     pub dma_plan: Vec<DmaOpSource>,
     /// The form of aggregate-only mode's mapping table on this kernel.
     pub lifetime_table: &'static str,
+    /// How many mappings aggregate-only lifetimes time (the sampling).
+    pub lifetime_sampling: String,
+    /// One mapping in this many has its lifetime timed (1: every one; 0:
+    /// this session keeps no lifetimes in the kernel).
+    pub lifetime_sample: u32,
+    /// Turns the untimed mappings' jiffies into CLOCK_MONOTONIC time.
+    jiffy_clock: Option<jiffies::JiffyClock>,
     /// fentry/fexit on module functions, loaded outside aya (detach on drop).
     module_hooks: Vec<module_fentry::ModuleHook>,
     /// Kprobes made through tracefs, whose hits count the runs the kernel
@@ -229,9 +241,13 @@ impl Tracer {
             .bpf_atomics
             .unwrap_or_else(lifetime_table::kernel_has_bpf_atomics);
         let lifetimes = lifetime_table::form(opts.stream, opts.lifetimes, atomics);
+        let jiffy_clock = jiffies::JiffyClock::calibrate();
+        let sample_mask =
+            lifetime_table::sample_mask(lifetimes, opts.lifetime_sample, jiffy_clock.is_some());
         log::info!(
-            "in-kernel mapping lifetimes: {}",
-            lifetime_table::describe(lifetimes)
+            "in-kernel mapping lifetimes: {}; {}",
+            lifetime_table::describe(lifetimes),
+            lifetime_table::describe_sample(lifetimes, sample_mask, jiffy_clock.is_some())
         );
         let object = object_patch::object_for(
             EBPF_OBJECT,
@@ -260,7 +276,7 @@ impl Tracer {
             per_cpu_offset_ptr: task_context.as_ref().map_or(0, |f| f.per_cpu_offset),
             preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
             debug_log: u32::from(debug_log),
-            _pad: 0,
+            lifetime_sample_mask: sample_mask,
         };
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.
@@ -356,6 +372,21 @@ impl Tracer {
             maps,
             dma_plan,
             lifetime_table: lifetime_table::describe(lifetime_table::form(false, true, atomics)),
+            lifetime_sampling: lifetime_table::describe_sample(
+                lifetime_table::form(false, true, atomics),
+                lifetime_table::sample_mask(
+                    lifetime_table::form(false, true, atomics),
+                    opts.lifetime_sample,
+                    jiffy_clock.is_some(),
+                ),
+                jiffy_clock.is_some(),
+            ),
+            jiffy_clock,
+            lifetime_sample: if lifetimes == lifetime::OFF {
+                0
+            } else {
+                sample_mask + 1
+            },
             module_hooks,
             kprobes,
             names: HashMap::default(),

@@ -196,13 +196,23 @@ impl Tracer {
                         ts_ns: s.ts_ns,
                         size: s.linked,
                         pid: s.pid,
-                        kind: u32::from(gpudirect_trace_common::kind::DMA_MAP),
+                        kind: u32::from(gpudirect_trace_common::kind::DMA_MAP)
+                            | gpudirect_trace_common::lifetime::TIMED,
                     };
                     (key, value)
                 }),
         );
+        let clock = self.jiffy_clock;
         raw.into_iter()
-            .map(|(k, v)| (self.device_name(k.dev), k, v))
+            .map(|(k, mut v)| {
+                // An untimed mapping (sampled lifetimes) is dated in jiffies.
+                if !v.timed() {
+                    if let Some(c) = clock {
+                        v.ts_ns = c.ns(v.ts_ns);
+                    }
+                }
+                (self.device_name(k.dev), k, v)
+            })
             .collect()
     }
 

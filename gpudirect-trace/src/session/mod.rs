@@ -169,6 +169,7 @@ impl Session {
         let tracer = Tracer::load(&TracerOptions {
             stream: opts.stream,
             lifetimes: opts.lifetimes,
+            lifetime_sample: opts.lifetime_sample,
             ring_bytes: opts.ring_bytes,
             dma_source: opts.dma_source,
             sg_walk_max: opts.sg_walk_max,

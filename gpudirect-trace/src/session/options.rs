@@ -8,6 +8,8 @@ pub struct SessionOptions {
     pub stream: bool,
     /// Aggregate-only: keep DMA-API mappings in the kernel's table.
     pub lifetimes: bool,
+    /// Aggregate-only: one mapping in this many has its lifetime timed.
+    pub lifetime_sample: u32,
     /// Ring buffer size in bytes (a power of two).
     pub ring_bytes: u32,
     /// A probe that failed to load or attach is an error (exit status 3).
@@ -31,6 +33,7 @@ impl Default for SessionOptions {
         Self {
             stream: true,
             lifetimes: true,
+            lifetime_sample: gpudirect_trace_common::lifetime::DEFAULT_SAMPLE,
             ring_bytes: crate::ebpf::DEFAULT_RING_BYTES,
             strict: false,
             follow_kmsg: true,

@@ -17,7 +17,6 @@ use std::{
 #[repr(u32)]
 pub enum Cmd {
     ProgLoad = 5,
-    #[cfg(any(test, feature = "test-support"))]
     ProgTestRun = 10,
     ObjGetInfoByFd = 15,
     RawTracepointOpen = 17,
@@ -121,8 +120,8 @@ pub struct RawTracepointAttr {
 }
 attr!(RawTracepointAttr, Cmd::RawTracepointOpen, 16);
 
-/// BPF_PROG_TEST_RUN: the `test` member.
-#[cfg(any(test, feature = "test-support"))]
+/// BPF_PROG_TEST_RUN: the `test` member (the host tests' driver, and
+/// the loader's reading of jiffies, `ebpf/jiffies.rs`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TestRunAttr {
@@ -143,7 +142,6 @@ pub struct TestRunAttr {
     pub batch_size: u32,
     pub _pad: u32,
 }
-#[cfg(any(test, feature = "test-support"))]
 attr!(TestRunAttr, Cmd::ProgTestRun, 80);
 
 /// What BPF_OBJ_GET_INFO_BY_FD fills (sealed like `Attr`).
@@ -270,7 +268,6 @@ pub fn raw_tracepoint_open(prog: BorrowedFd<'_>, name: Option<&CStr>) -> io::Res
 }
 
 /// BPF_PROG_TEST_RUN; the kernel writes `retval` (and `duration`) back.
-#[cfg(any(test, feature = "test-support"))]
 pub fn prog_test_run(attr: &mut TestRunAttr) -> io::Result<()> {
     // SAFETY: the caller's ctx_in/data_in point at buffers of the sizes
     // given; ctx_out/data_out are 0 or point at buffers of their sizes.

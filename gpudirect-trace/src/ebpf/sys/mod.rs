@@ -25,11 +25,9 @@ use std::{
 };
 
 pub use bpf::{
-    btf_fd_by_id, btf_next_id, obj_info, prog_load, raw_tracepoint_open, BtfInfo, Cmd, ObjInfo,
-    ProgInfo, ProgLoadAttr,
+    btf_fd_by_id, btf_next_id, obj_info, prog_load, prog_test_run, raw_tracepoint_open, BtfInfo,
+    Cmd, ObjInfo, ProgInfo, ProgLoadAttr, TestRunAttr,
 };
-#[cfg(any(test, feature = "test-support"))]
-pub use bpf::{prog_test_run, TestRunAttr};
 #[cfg(test)]
 pub use bpf::{IdAttr, ObjInfoAttr};
 pub use mmap::MapView;
