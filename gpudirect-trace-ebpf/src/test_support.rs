@@ -15,7 +15,10 @@
 use aya_ebpf::EbpfContext as _;
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
+    },
     macros::{map, raw_tracepoint},
     maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::RawTracePointContext,
@@ -122,6 +125,22 @@ pub fn part_ktime(_ctx: RawTracePointContext) -> i32 {
     // SAFETY: helper without preconditions.
     let t = unsafe { bpf_ktime_get_ns() };
     (t & 1) as i32
+}
+
+/// bpf_jiffies64 (5.5+): the tick counter, no clocksource read.
+#[raw_tracepoint]
+pub fn part_jiffies(_ctx: RawTracePointContext) -> i32 {
+    // SAFETY: helper without preconditions.
+    let t = unsafe { bpf_jiffies64() };
+    (t & 1) as i32
+}
+
+/// bpf_get_prandom_u32: a per-CPU pseudo-random number.
+#[raw_tracepoint]
+pub fn part_prandom(_ctx: RawTracePointContext) -> i32 {
+    // SAFETY: helper without preconditions.
+    let r = unsafe { bpf_get_prandom_u32() };
+    (r & 1) as i32
 }
 
 /// bpf_get_current_pid_tgid.

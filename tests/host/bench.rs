@@ -18,7 +18,7 @@ use gpudirect_trace::{
     decode::decode,
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
 };
-use gpudirect_trace_common::{kind, Event};
+use gpudirect_trace_common::{kind, lifetime::DEFAULT_SAMPLE, Event};
 
 use crate::{
     inject::{known_kernel_object, Injector},
@@ -136,15 +136,19 @@ fn bench_program_cost() {
         ],
         vec![("swiotlb_bounced", |dev, _| vec![dev, 0x2000, 512])],
     ];
-    for (mode, stream, lifetimes) in [
-        ("streaming", true, false),
-        ("aggregate-only", false, true),
-        ("aggregate-only,no-lifetimes", false, false),
+    // aggregate-only: its default, one lifetime in 16 timed; every-lifetime:
+    // `--lifetime-sample 1`, the clock read at every map and unmap.
+    for (mode, stream, lifetimes, lifetime_sample) in [
+        ("streaming", true, false, 1),
+        ("aggregate-only", false, true, DEFAULT_SAMPLE),
+        ("aggregate-only,every-lifetime", false, true, 1),
+        ("aggregate-only,no-lifetimes", false, false, 1),
     ] {
         let mut tracer = Tracer::load(&TracerOptions {
             attach: false,
             stream,
             lifetimes,
+            lifetime_sample,
             ..Default::default()
         })
         .expect("load");

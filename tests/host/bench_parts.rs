@@ -14,11 +14,13 @@ use gpudirect_trace::ebpf::testrun::run_raw_tracepoint;
 
 use crate::test_support;
 
-const PARTS: [&str; 9] = [
+const PARTS: [&str; 11] = [
     "part_empty",
     "part_percpu_array",
     "part_percpu_hash",
     "part_ktime",
+    "part_jiffies",
+    "part_prandom",
     "part_pid_tgid",
     "part_reserve_submit",
     "part_output",
