@@ -13,7 +13,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Mutex, MutexGuard},
 };
 
 use serde_json::Value;
@@ -40,9 +40,15 @@ struct Loaded {
     json: Value,
     _dir: tempfile::TempDir,
     page: PathBuf,
+    // Last, so that the browser has quit before the next test starts one.
+    _one: MutexGuard<'static, ()>,
 }
 
-fn load(file: &Path, scripts: bool) -> Loaded {
+/// `file`'s page in a browser, checked for what every page must show
+/// (`common`); the browser lock is taken here, so that no test can start a
+/// second Chromium beside it.
+fn load(file: &Path, scripts: bool, name: &str) -> (Loaded, Image) {
+    let one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (html, json) = render(file, &Window::default());
     assert_self_contained(&html);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -50,12 +56,15 @@ fn load(file: &Path, scripts: bool) -> Loaded {
     std::fs::write(&page, &html).expect("write the page");
     let mut b = Browser::launch(WIDTH, 900, scripts);
     b.open(&page);
-    Loaded {
+    let mut l = Loaded {
         b,
         json,
         _dir: dir,
         page,
-    }
+        _one: one,
+    };
+    let img = common(&mut l, name);
+    (l, img)
 }
 
 /// The rectangle of the element `sel`, in page coordinates.
@@ -208,10 +217,8 @@ fn rate_line_pixels(b: &mut Browser, img: &Image, dev: usize) -> usize {
 
 #[test]
 fn h200_recording_renders_every_section() {
-    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let f = fixture("gpu-host-h200x2-trace/session2/record/gpu-h200x2.gdt");
-    let mut l = load(&f, true);
-    let img = common(&mut l, "report-h200");
+    let (mut l, img) = load(&f, true, "report-h200");
     let b = &mut l.b;
     for dev in 0..2 {
         let n = rate_line_pixels(b, &img, dev);
@@ -242,10 +249,8 @@ fn h200_recording_renders_every_section() {
 
 #[test]
 fn format_1_0_recording_shows_the_fault_after_unmap_the_xid_and_the_page_fault_once_each() {
-    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let f = fixture("format-1.0/dma-after-unmap.gdt");
-    let mut l = load(&f, true);
-    let img = common(&mut l, "report-format-1.0");
+    let (mut l, img) = load(&f, true, "report-format-1.0");
     let b = &mut l.b;
     let cats = b
         .eval("[...document.querySelectorAll('#incident-table tbody tr')].map(r => r.dataset.cat)");
@@ -273,10 +278,8 @@ fn format_1_0_recording_shows_the_fault_after_unmap_the_xid_and_the_page_fault_o
 
 #[test]
 fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filter() {
-    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
-    let mut l = load(&f, true);
-    let img = common(&mut l, "report-synthetic");
+    let (mut l, img) = load(&f, true, "report-synthetic");
     let n = l.json["incidents"].as_array().map_or(0, Vec::len);
     let b = &mut l.b;
     let xids = b.eval("document.querySelectorAll('#incident-table tr.c-xid').length");
@@ -414,10 +417,8 @@ fn synthetic_recording_renders_and_its_page_responds_to_hover_zoom_sort_and_filt
 /// every incident and every chart, and the script-only filters stay hidden.
 #[test]
 fn synthetic_recording_reads_without_scripts() {
-    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (_recording, f) = synthetic::in_tempdir("rich.gdt", synthetic::rich);
-    let mut l = load(&f, false);
-    let img = common(&mut l, "report-synthetic-noscript");
+    let (mut l, img) = load(&f, false, "report-synthetic-noscript");
     let b = &mut l.b;
     let filters = b.eval("document.getElementById('inc-filters').getBoundingClientRect().height");
     assert_eq!(filters, 0, "filters need the script");
@@ -434,10 +435,8 @@ fn synthetic_recording_reads_without_scripts() {
 /// checkpoints' kernel counters, and the page says so.
 #[test]
 fn aggregate_only_recording_renders_from_the_kernel_counters() {
-    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let (_recording, f) = synthetic::in_tempdir("agg.gdt", synthetic::aggregate_only);
-    let mut l = load(&f, true);
-    let img = common(&mut l, "report-aggregate-only");
+    let (mut l, img) = load(&f, true, "report-aggregate-only");
     let b = &mut l.b;
     assert!(
         rate_line_pixels(b, &img, 0) > 30,
