@@ -20,6 +20,18 @@ fn id_of(text: &str) -> Option<(&'static str, String)> {
     parse_cgroup(text).1.map(|c| (c.runtime, c.id))
 }
 
+/// A Kubernetes container as (runtime, short id, pod UID): what the
+/// cluster cases must all get right at once.
+fn pod_container(text: &str) -> (&'static str, String, Option<String>) {
+    let c = parse_cgroup(text).1.expect("container");
+    let short = c.short_id().to_owned();
+    (c.runtime, short, c.pod)
+}
+
+fn pod(uid: &str) -> Option<String> {
+    Some(uid.to_owned())
+}
+
 #[test]
 fn cgroup_v1_docker_cgroupfs_and_systemd_drivers() {
     // [NV] TestDockerIDUbuntu (cgroupfs driver).
@@ -72,20 +84,24 @@ fn docker_in_docker_gives_the_inner_container() {
 fn kubepods_cgroupfs_and_systemd_with_pod_uid() {
     // [NV] TestDockerIDKubepods (cgroupfs driver: bare id, runtime not named).
     let t = "10:memory:/kubepods/besteffort/pod74ba62da-1a3d-11e7-bb11-080027cb0e22/cb1eadb7abe3a6545e9856411207073277838e1bdc003337c2f8685faeedc32c\n";
-    let c = parse_cgroup(t).1.expect("container");
-    assert_eq!(c.runtime, "kubepods");
     assert_eq!(
-        c.pod.as_deref(),
-        Some("74ba62da-1a3d-11e7-bb11-080027cb0e22")
+        pod_container(t),
+        (
+            "kubepods",
+            "cb1eadb7abe3".into(),
+            pod("74ba62da-1a3d-11e7-bb11-080027cb0e22")
+        )
     );
     // [NV] TestDockerIDKubepods2 (systemd driver, docker runtime): the pod UID's
     // dashes are underscores in the slice name.
     let t = "8:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod045b1e35_7f13_11e7_ac42_0050568ffca0.slice/docker-b5b6f2da8008be266864f896f93789762b2ce50792114a5c5f2cc3315af0bc70.scope\n";
-    let c = parse_cgroup(t).1.expect("container");
-    assert_eq!((c.runtime, c.short_id()), ("docker", "b5b6f2da8008"));
     assert_eq!(
-        c.pod.as_deref(),
-        Some("045b1e35-7f13-11e7-ac42-0050568ffca0")
+        pod_container(t),
+        (
+            "docker",
+            "b5b6f2da8008".into(),
+            pod("045b1e35-7f13-11e7-ac42-0050568ffca0")
+        )
     );
     // [NV] TestK8sProxyProcess: a process in a sub-cgroup of its container.
     let t = "10:memory:/kubepods/besteffort/podf8a694f2-7c08-11e9-98da-000c29077430/c04e0a88a1de067f25bece337d4dbb897396e0b623c2a65330850fc9823f1903/kube-proxy\n";
@@ -100,21 +116,25 @@ fn containerd_v1_v2_and_the_kubelet_colon_form() {
     // [NV] TestK8sBottleRocket: hybrid host, the v2 line names the same scope.
     let t = "5:memory:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poddd1bf9d1_241d_47f5_8e25_12de83135812.slice/cri-containerd-f45298cd514d1930c4fe3afc4412e59547f7e3148fddd22ca33cefce046eb830.scope\n\
         0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poddd1bf9d1_241d_47f5_8e25_12de83135812.slice/cri-containerd-f45298cd514d1930c4fe3afc4412e59547f7e3148fddd22ca33cefce046eb830.scope\n";
-    let (path, c) = parse_cgroup(t);
-    let c = c.expect("container");
-    assert_eq!((c.runtime, c.short_id()), ("containerd", "f45298cd514d"));
     assert_eq!(
-        c.pod.as_deref(),
-        Some("dd1bf9d1-241d-47f5-8e25-12de83135812")
+        pod_container(t),
+        (
+            "containerd",
+            "f45298cd514d".into(),
+            pod("dd1bf9d1-241d-47f5-8e25-12de83135812")
+        )
     );
-    assert!(path.expect("path").starts_with("/kubepods.slice/"));
+    let path = parse_cgroup(t).0.expect("path");
+    assert!(path.starts_with("/kubepods.slice/"));
     // [NV] TestK8sContainerd_v1_4_4: `slice:cri-containerd:ID` inside the path.
     let t = "4:memory:/system.slice/containerd.service/kubepods-besteffort-pod2105e389_7471_476e_a50f_6074cef29bbd.slice:cri-containerd:d3d8ccf5cca91931c6285c1d7472c413dd5a7700fddc0aa9f89a9ac7008b003e\n";
-    let c = parse_cgroup(t).1.expect("container");
-    assert_eq!((c.runtime, c.short_id()), ("containerd", "d3d8ccf5cca9"));
     assert_eq!(
-        c.pod.as_deref(),
-        Some("2105e389-7471-476e-a50f-6074cef29bbd")
+        pod_container(t),
+        (
+            "containerd",
+            "d3d8ccf5cca9".into(),
+            pod("2105e389-7471-476e-a50f-6074cef29bbd")
+        )
     );
     // [NV] TestK8sContainerd_v1_2_13 (cgroupfs driver).
     let t = "9:memory:/kubepods/besteffort/poda36d0c1d-0b26-4451-8d80-9c195e004afa/5dd96d5394ca930a854a390ea46f7515a8bc930123eb3251ba20f2708a38fc61\n";
@@ -128,11 +148,13 @@ fn cri_o_v1_and_v2_and_conmon_is_not_the_container() {
     assert_eq!(id_of(t).map(|(r, _)| r), Some("cri-o"));
     // [NV] TestCrio_Container_Cgroupv2 (openSUSE Kubic 1.22.1).
     let t = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod042efd86_1f3b_4f2f_8736_f31c58e95bbc.slice/crio-f33f47b0db740bb647cb3e7ac62d96c74966dbb99cbfaf4563bfd42d387e8b44.scope\n";
-    let c = parse_cgroup(t).1.expect("container");
-    assert_eq!((c.runtime, c.short_id()), ("cri-o", "f33f47b0db74"));
     assert_eq!(
-        c.pod.as_deref(),
-        Some("042efd86-1f3b-4f2f-8736-f31c58e95bbc")
+        pod_container(t),
+        (
+            "cri-o",
+            "f33f47b0db74".into(),
+            pod("042efd86-1f3b-4f2f-8736-f31c58e95bbc")
+        )
     );
     // CRI-O puts each container's monitor in crio-conmon-<container id>.scope
     // beside it (the Kubic line with that prefix): conmon is not in the container.
