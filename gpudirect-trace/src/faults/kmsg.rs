@@ -306,63 +306,47 @@ impl KmsgFollower {
 mod tests {
     use super::*;
 
-    #[test]
-    fn dmesg_timestamp() {
-        let m = split_prefix("[  144.480641] DMAR: [DMA Read] x");
-        assert_eq!(m.timestamp_ns, Some(144_480_641_000));
-        assert_eq!(m.body, "DMAR: [DMA Read] x");
-    }
+    /// (shape, line, monotonic ns, wall time, body).
+    type Shape = (
+        &'static str,
+        &'static str,
+        Option<u64>,
+        Option<&'static str>,
+        &'static str,
+    );
 
+    /// Every accepted line shape of the module comment, split. Mismatches
+    /// are gathered so a failure names each shape that broke.
     #[test]
-    fn kmsg_record_timestamp_is_microseconds() {
-        let m = split_prefix("3,1234,5678901,-;DMAR: x");
-        assert_eq!(m.timestamp_ns, Some(5_678_901_000));
-        assert_eq!(m.body, "DMAR: x");
-    }
-
-    #[test]
-    fn journalctl_and_syslog_prefixes() {
-        let m = split_prefix("Nov 29 11:28:11 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31");
-        assert_eq!(m.wall_time.as_deref(), Some("Nov 29 11:28:11"));
-        assert_eq!(m.timestamp_ns, None);
-        assert!(m.body.starts_with("NVRM: Xid"));
-        let m = split_prefix(
-            "Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79",
-        );
-        assert_eq!(m.timestamp_ns, Some(34_193_759_000));
-        assert!(m.body.starts_with("NVRM: Xid"));
-        let m = split_prefix("kernel: [   13.134460] AMD-Vi: Event logged [");
-        assert_eq!(m.timestamp_ns, Some(13_134_460_000));
-        assert_eq!(m.body, "AMD-Vi: Event logged [");
-    }
-
-    #[test]
-    fn dmesg_t_caller_and_vendor_tags() {
-        let m = split_prefix("[Fri Aug 29 20:09:52 2025] pcieport 0000:00:1d.3: AER: x");
-        assert_eq!(m.wall_time.as_deref(), Some("Fri Aug 29 20:09:52 2025"));
-        assert!(m.body.starts_with("pcieport"));
-        let m = split_prefix("[    7.471032] [pid:134,cpu0,irq/13-arm-smmu]arm-smmu-v3 x: y");
-        assert_eq!(m.body, "arm-smmu-v3 x: y");
-        let m = split_prefix("[    1.000000][    T1] DMAR: x");
-        assert_eq!(m.body, "DMAR: x");
-        let m = split_prefix("[    0.938401] kernel: DMAR: [DMA Read NO_PASID] x");
-        assert_eq!(m.body, "DMAR: [DMA Read NO_PASID] x");
-    }
-
-    #[test]
-    fn short_monotonic_and_dmesg_x() {
-        let m = split_prefix("[   34.193759] myhost kernel: NVRM: Xid (PCI:0000:01:00): 79");
-        assert_eq!(m.timestamp_ns, Some(34_193_759_000));
-        assert!(m.body.starts_with("NVRM: Xid"));
-        let m = split_prefix("kern  :err   : [  144.480641] DMAR: x");
-        assert_eq!(m.timestamp_ns, Some(144_480_641_000));
-        assert_eq!(m.body, "DMAR: x");
-    }
-
-    #[test]
-    fn message_brackets_are_kept() {
-        let m = split_prefix("[fault reason 06] PTE Read access is not set");
-        assert_eq!(m.body, "[fault reason 06] PTE Read access is not set");
+    fn every_prefix_shape_splits_into_its_time_and_body() {
+        #[rustfmt::skip]
+        let cases: &[Shape] = &[
+            ("dmesg", "[  144.480641] DMAR: [DMA Read] x", Some(144_480_641_000), None, "DMAR: [DMA Read] x"),
+            ("/dev/kmsg record, time in microseconds", "3,1234,5678901,-;DMAR: x", Some(5_678_901_000), None, "DMAR: x"),
+            ("journalctl -k", "Nov 29 11:28:11 zeus kernel: NVRM: Xid (PCI:0000:c1:00): 31", None, Some("Nov 29 11:28:11"), "NVRM: Xid (PCI:0000:c1:00): 31"),
+            ("syslog with a printk time", "Sep 23 18:37:03 xxx kernel: [   34.193759] NVRM: Xid (PCI:0000:01:00): 79", Some(34_193_759_000), Some("Sep 23 18:37:03"), "NVRM: Xid (PCI:0000:01:00): 79"),
+            ("kernel: tag, no date", "kernel: [   13.134460] AMD-Vi: Event logged [", Some(13_134_460_000), None, "AMD-Vi: Event logged ["),
+            ("dmesg -T", "[Fri Aug 29 20:09:52 2025] pcieport 0000:00:1d.3: AER: x", None, Some("Fri Aug 29 20:09:52 2025"), "pcieport 0000:00:1d.3: AER: x"),
+            ("vendor tag", "[    7.471032] [pid:134,cpu0,irq/13-arm-smmu]arm-smmu-v3 x: y", Some(7_471_032_000), None, "arm-smmu-v3 x: y"),
+            ("CONFIG_PRINTK_CALLER", "[    1.000000][    T1] DMAR: x", Some(1_000_000_000), None, "DMAR: x"),
+            ("kernel: after the time", "[    0.938401] kernel: DMAR: [DMA Read NO_PASID] x", Some(938_401_000), None, "DMAR: [DMA Read NO_PASID] x"),
+            ("short monotonic with a host", "[   34.193759] myhost kernel: NVRM: Xid (PCI:0000:01:00): 79", Some(34_193_759_000), None, "NVRM: Xid (PCI:0000:01:00): 79"),
+            ("dmesg -x", "kern  :err   : [  144.480641] DMAR: x", Some(144_480_641_000), None, "DMAR: x"),
+            ("a message's own brackets are kept", "[fault reason 06] PTE Read access is not set", None, None, "[fault reason 06] PTE Read access is not set"),
+        ];
+        let wrong: Vec<String> = cases
+            .iter()
+            .filter_map(|&(shape, line, ts, wall, body)| {
+                let want = LineMeta {
+                    timestamp_ns: ts,
+                    wall_time: wall.map(str::to_owned),
+                    body,
+                };
+                let got = split_prefix(line);
+                (got != want).then(|| format!("{shape}: {got:?}, want {want:?}"))
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
     #[test]
