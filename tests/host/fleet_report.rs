@@ -5,7 +5,7 @@
 use std::{fs, time::Duration};
 
 use crate::{
-    hostile::{assert_stderr_has, bin, run, stderr},
+    hostile::{assert_stderr_has, bin, run, stderr, succeeds},
     hostile_bounds::{peak_rss, spawn_quiet, RSS_BOUND_KIB},
 };
 
@@ -73,16 +73,14 @@ fn report_over_100_snapshots_of_10_hosts_names_each_host_and_the_damaged_one() {
         "a first cause per boot: {text}"
     );
     // JSON: every file a row, the damaged one with its warning.
-    let out = run(bin().arg("report").arg(dir.path()).arg("--json"));
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = succeeds(bin().arg("report").arg(dir.path()).arg("--json"));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(doc["files"].as_array().map(Vec::len), Some(100));
     assert_eq!(doc["damaged_files"], 1);
     assert_eq!(doc["hosts"].as_array().map(Vec::len), Some(20));
     // HTML beside it; the page is not one of the inputs.
     let page = dir.path().join("fleet.html");
-    let out = run(bin().arg("report").arg(dir.path()).arg("--html").arg(&page));
-    assert!(out.status.success(), "{}", stderr(&out));
+    succeeds(bin().arg("report").arg(dir.path()).arg("--html").arg(&page));
     let html = fs::read_to_string(&page).expect("page");
     assert!(
         html.contains("id=\"file-100\""),

@@ -40,17 +40,21 @@ pub(crate) fn run(cmd: &mut Command) -> Output {
         .expect("run gpudirect-trace")
 }
 
-/// Runs the tool with `args` and fails, showing its standard error,
-/// unless it succeeds.
-pub(crate) fn run_ok(args: &[&str]) -> Output {
-    let out = run(bin().args(args));
+/// Runs `cmd` and fails, showing its standard error, unless it succeeds.
+pub(crate) fn succeeds(cmd: &mut Command) -> Output {
+    let out = run(cmd);
     assert!(
         out.status.success(),
-        "{args:?}: {}\n{}",
+        "{cmd:?}: {}\n{}",
         out.status,
         stderr(&out)
     );
     out
+}
+
+/// `succeeds` for the tool with `args`.
+pub(crate) fn run_ok(args: &[&str]) -> Output {
+    succeeds(bin().args(args))
 }
 
 pub(crate) fn stderr(o: &Output) -> String {
@@ -168,15 +172,15 @@ fn record_force_with_a_command_that_cannot_run_keeps_the_old_file() {
             .args(["--force", "--", "/nonexistent/cmd"]));
     assert_failed_keeping_old_file(&out, "cannot run /nonexistent/cmd", dir.path(), &old);
     // A command that starts replaces it, with a whole recording.
-    let out = run(bin()
-        .args(["record", "-o"])
-        .arg(&old)
-        .args(["--force", "--", "true"]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    succeeds(
+        bin()
+            .args(["record", "-o"])
+            .arg(&old)
+            .args(["--force", "--", "true"]),
+    );
     let new = fs::read(&old).expect("new file");
     assert_ne!(new, b"precious trace");
-    let report = run(bin().args(["report", "--json"]).arg(&old));
-    assert!(report.status.success(), "{}", stderr(&report));
+    succeeds(bin().args(["report", "--json"]).arg(&old));
 }
 
 #[test]
@@ -216,10 +220,11 @@ fn a_device_node_as_output_is_refused_and_left_as_it_was() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_dev_null_copy(&node);
     // Allowed explicitly, a whole recording goes into it, as it is.
-    let out = run(bin()
-        .args(["record", "--output-special", "--duration", "1s", "-o"])
-        .arg(&node));
-    assert!(out.status.success(), "{}", stderr(&out));
+    succeeds(
+        bin()
+            .args(["record", "--output-special", "--duration", "1s", "-o"])
+            .arg(&node),
+    );
     assert_dev_null_copy(&node);
 }
 
@@ -237,8 +242,7 @@ fn dev_stdout_is_written_only_with_output_special_and_never_replaced() {
     // Explicitly: the recording goes to the file the shell opened.
     let out = record_through_stdout(&f);
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = run(bin().arg("report").arg(&f));
-    assert!(out.status.success(), "{}", stderr(&out));
+    succeeds(bin().arg("report").arg(&f));
 }
 
 #[test]
@@ -275,10 +279,11 @@ fn record_never_follows_or_truncates_a_symlink() {
         .expect("link")
         .file_type()
         .is_symlink());
-    let out = run(bin()
-        .args(["record", "--force", "--duration", "1s", "-o"])
-        .arg(&link));
-    assert!(out.status.success(), "{}", stderr(&out));
+    succeeds(
+        bin()
+            .args(["record", "--force", "--duration", "1s", "-o"])
+            .arg(&link),
+    );
     unchanged("--force, recorded");
     let m = fs::symlink_metadata(&link).expect("lstat");
     assert!(m.file_type().is_file(), "the link itself was replaced");

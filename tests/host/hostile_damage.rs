@@ -16,7 +16,7 @@ use gpudirect_trace_common::{kind, Event};
 
 use crate::{
     crafted::{base_header, writer},
-    hostile::{assert_stderr_has, bin, run, stderr},
+    hostile::{assert_stderr_has, bin, run, stderr, succeeds},
 };
 
 const DEV: &str = "0000:01:00.0";
@@ -73,8 +73,7 @@ fn pairs(bytes: &[u8]) -> Vec<(usize, usize, usize)> {
 }
 
 fn report_json(path: &Path) -> (serde_json::Value, String) {
-    let out = run(bin().arg("report").arg(path).arg("--json"));
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = succeeds(bin().arg("report").arg(path).arg("--json"));
     let v = serde_json::from_slice(&out.stdout).expect("json");
     (v, stderr(&out))
 }
@@ -173,8 +172,7 @@ fn a_from_past_the_recording_s_end_is_said() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("t.gdt");
     numbered_file(&f, &base_header(), 2);
-    let out = run(bin().arg("report").arg(&f).args(["--from", "100s"]));
-    assert!(out.status.success(), "{}", stderr(&out));
+    let out = succeeds(bin().arg("report").arg(&f).args(["--from", "100s"]));
     assert_stderr_has(&out, "--from 100.000s is past the recording's end");
     let (v, _) = {
         let out = run(bin()
@@ -221,11 +219,12 @@ fn redact_pseudonymizes_dma_addresses_that_are_physical() {
             ..base_header()
         };
         numbered_file(&f, &header, 1);
-        let out = run(bin()
-            .arg("export")
-            .arg(&f)
-            .args(["--format", "jsonl", "--redact"]));
-        assert!(out.status.success(), "{}", stderr(&out));
+        let out = succeeds(
+            bin()
+                .arg("export")
+                .arg(&f)
+                .args(["--format", "jsonl", "--redact"]),
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let first: serde_json::Value =
             serde_json::from_str(text.lines().next().expect("a line")).expect("json");

@@ -18,7 +18,8 @@ use std::{
 
 use crate::{
     hostile::{
-        assert_stderr_has, bin, doctor_root, names, record_through_stdout, run, small_trace, stderr,
+        assert_stderr_has, bin, doctor_root, names, record_through_stdout, run, small_trace,
+        stderr, succeeds,
     },
     hostile_bounds::{spawn_quiet, spawn_with_stderr},
     hostile_capture::Tmpfs,
@@ -64,8 +65,7 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
     assert!(out.stdout.starts_with(b"GDTRACE"), "a trace on stdout");
     let trace = dir.path().join("piped.gdt");
     fs::write(&trace, &out.stdout).expect("write");
-    let report = run(bin().arg("report").arg(&trace));
-    assert!(report.status.success(), "{}", stderr(&report));
+    succeeds(bin().arg("report").arg(&trace));
     assert_stderr_has(&out, "to standard output");
     let jsonl = run(bin()
         .arg("export")
@@ -73,19 +73,21 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
         .args(["--format", "jsonl", "-o", "-"])
         .current_dir(dir.path()));
     assert!(jsonl.status.success() && jsonl.stdout.starts_with(b"{"));
-    let html = run(bin()
-        .arg("report")
-        .arg(small_trace())
-        .args(["--html", "-"])
-        .current_dir(dir.path()));
-    assert!(html.status.success(), "{}", stderr(&html));
+    let html = succeeds(
+        bin()
+            .arg("report")
+            .arg(small_trace())
+            .args(["--html", "-"])
+            .current_dir(dir.path()),
+    );
     assert!(html.stdout.starts_with(b"<!DOCTYPE html>"), "only the page");
-    let tgz = run(bin()
-        .args(["doctor", "--root"])
-        .arg(&root)
-        .args(["--capture", "-"])
-        .current_dir(dir.path()));
-    assert!(tgz.status.success(), "{}", stderr(&tgz));
+    let tgz = succeeds(
+        bin()
+            .args(["doctor", "--root"])
+            .arg(&root)
+            .args(["--capture", "-"])
+            .current_dir(dir.path()),
+    );
     assert!(tgz.stdout.starts_with(&[0x1f, 0x8b]), "gzip on stdout");
     assert!(!dir.path().join("-").exists(), "no file named -");
     // Binary data to a terminal, - where it cannot go: refused at once.
@@ -215,8 +217,7 @@ fn a_second_recorder_never_replaces_the_file_the_first_is_writing() {
     assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
     assert_stderr_has(&second, "being written by another process");
     assert!(first.wait().expect("first").success());
-    let report = run(bin().arg("report").arg(&path));
-    assert!(report.status.success(), "{}", stderr(&report));
+    let report = succeeds(bin().arg("report").arg(&path));
     assert!(
         !stderr(&report).contains("did not finish"),
         "the first recording is whole: {}",
@@ -224,10 +225,11 @@ fn a_second_recorder_never_replaces_the_file_the_first_is_writing() {
     );
     assert_eq!(names(dir.path()), ["x.gdt"]);
     // Once it is done, --force replaces it as before.
-    let again = run(bin()
-        .args(["record", "--force", "--duration", "1s", "-o"])
-        .arg(&path));
-    assert!(again.status.success(), "{}", stderr(&again));
+    succeeds(
+        bin()
+            .args(["record", "--force", "--duration", "1s", "-o"])
+            .arg(&path),
+    );
 }
 
 #[test]
