@@ -15,15 +15,16 @@ fn a_removed_devices_address_is_named_and_counted_afresh_simulated_removal() {
     let mut inj = Injector::as_root();
     let dev = inj.device.addr;
     let name = inj.device.name.clone();
-    let map = |inj: &Injector| inj.run("dma_map", &[dev, 0x1_0000_0000, 0xfeed_0000, 4096, 2, 0]);
+    // A map at the device's address, which the programs must name from the
+    // device itself: the first device there, and the next one after it.
+    let map_and_name = |inj: &mut Injector, why: &str| {
+        inj.run("dma_map", &[dev, 0x1_0000_0000, 0xfeed_0000, 4096, 2, 0]);
+        assert_eq!(inj.drain_all(), 1, "{why}");
+        assert!(inj.tracer.device_in_kernel_map(dev), "{why}");
+        assert_eq!(&*inj.tracer.device_name(dev), name.as_str(), "{why}");
+    };
 
-    map(&inj);
-    assert_eq!(inj.drain_all(), 1);
-    assert!(
-        inj.tracer.device_in_kernel_map(dev),
-        "the program kept the name"
-    );
-    assert_eq!(&*inj.tracer.device_name(dev), name.as_str());
+    map_and_name(&mut inj, "the program kept the name");
 
     assert_eq!(inj.tracer.forget_device("no-such-device"), 0);
     assert_eq!(
@@ -45,13 +46,7 @@ fn a_removed_devices_address_is_named_and_counted_afresh_simulated_removal() {
     // The next device at that address is named afresh, although its key
     // still sits in this CPU's counter cache: the devices epoch the loader
     // bumped makes the cached slot ask for the name again.
-    map(&inj);
-    assert_eq!(inj.drain_all(), 1);
-    assert!(
-        inj.tracer.device_in_kernel_map(dev),
-        "the programs read the name again"
-    );
-    assert_eq!(&*inj.tracer.device_name(dev), name.as_str());
+    map_and_name(&mut inj, "the programs read the name again");
 
     // Counts: the removed device keeps its one map, the new one starts
     // from zero, and nothing is counted twice.
