@@ -119,35 +119,35 @@ fn source(data: &[u8]) -> Box<dyn Read + '_> {
     }
 }
 
-fuzz_target!(|data: &[u8]| {
+/// The most heap `f` held at once above what was live before it: each
+/// reader's own peak, whatever the one before it left behind.
+fn peak_during(f: impl FnOnce()) -> usize {
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    if let Ok(mut reader) = TraceReader::new(source(data)) {
-        while let Ok(Some(_)) = reader.next_item() {}
-    }
-    let trace_peak = PEAK.load(Ordering::Relaxed) - base;
-    assert!(
-        trace_peak < BOUND,
-        "trace reader held {trace_peak} bytes"
-    );
+    f();
+    PEAK.load(Ordering::Relaxed) - base
+}
+
+fuzz_target!(|data: &[u8]| {
+    let trace_peak = peak_during(|| {
+        if let Ok(mut reader) = TraceReader::new(source(data)) {
+            while let Ok(Some(_)) = reader.next_item() {}
+        }
+    });
+    assert!(trace_peak < BOUND, "trace reader held {trace_peak} bytes");
     // The replay `report` makes of it, with all it keeps.
-    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
-    let base = LIVE.load(Ordering::Relaxed);
-    if let Ok(reader) = TraceReader::new(source(data)) {
-        let path = std::path::Path::new("fuzz-input");
-        let _ = replay_from(path, reader, &Window::default());
-    }
-    let replay_peak = PEAK.load(Ordering::Relaxed) - base;
+    let replay_peak = peak_during(|| {
+        if let Ok(reader) = TraceReader::new(source(data)) {
+            let path = std::path::Path::new("fuzz-input");
+            let _ = replay_from(path, reader, &Window::default());
+        }
+    });
     assert!(
         replay_peak < BOUND,
         "a report's replay held {replay_peak} bytes"
     );
-    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
-    let base = LIVE.load(Ordering::Relaxed);
-    let _ = collect_from(std::io::BufReader::new(source(data)));
-    let explain_peak = PEAK.load(Ordering::Relaxed) - base;
-    assert!(
-        explain_peak < BOUND,
-        "explain held {explain_peak} bytes"
-    );
+    let explain_peak = peak_during(|| {
+        let _ = collect_from(std::io::BufReader::new(source(data)));
+    });
+    assert!(explain_peak < BOUND, "explain held {explain_peak} bytes");
 });
