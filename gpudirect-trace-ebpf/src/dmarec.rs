@@ -8,7 +8,7 @@
 //! `hook` false: a tracepoint program (preemption off: plain counter adds);
 //! true: a hook program, which may be preempted (atomic adds).
 
-use gpudirect_trace_common::{flags, kind, Event, DMA_ATTR_MMIO, DMA_MAPPING_ERROR};
+use gpudirect_trace_common::{flags, kind, CpuState, Event, DMA_ATTR_MMIO, DMA_MAPPING_ERROR};
 
 use crate::{
     emit::{base_event, emit_hot, emit_hot_any, emit_rare, emit_rare_any},
@@ -37,12 +37,13 @@ fn rare(ev: &mut Event, hook: bool) {
     }
 }
 
+/// Counts and streams `ev`; this CPU's state, for the lifetime sampler.
 #[inline(always)]
-fn hot(ev: &mut Event, hook: bool) {
+fn hot(ev: &mut Event, hook: bool) -> *mut CpuState {
     if hook {
-        emit_hot_any(ev);
+        emit_hot_any(ev)
     } else {
-        emit_hot(ev);
+        emit_hot(ev)
     }
 }
 
@@ -91,8 +92,8 @@ pub fn map(
         rare(&mut ev, hook);
         return;
     }
-    hot(&mut ev, hook);
-    lifetime::mapped(&ev);
+    let st = hot(&mut ev, hook);
+    lifetime::mapped(&ev, st);
 }
 
 /// dma_unmap_page / dma_unmap_phys / dma_unmap_resource.

@@ -194,10 +194,10 @@ fn cpu_state() -> *mut CpuState {
     CPU_STATE.get_ptr_mut(0).unwrap_or(core::ptr::null_mut())
 }
 
-/// This CPU's state, for the lifetime sampler.
+/// This CPU's state, for the lifetime sampler where no `emit_hot` gave it.
 #[inline(always)]
-pub fn cpu_state_ptr() -> Option<*mut CpuState> {
-    CPU_STATE.get_ptr_mut(0)
+pub fn cpu_state_ptr() -> *mut CpuState {
+    cpu_state()
 }
 
 /// Records between two looks at the ring's backlog.
@@ -449,18 +449,22 @@ fn hash_counter(key: &CounterKey, name: bool) -> Option<*mut Counter> {
 /// A high-rate event from a tracepoint program: counted in maps always,
 /// streamed unless aggregate-only.
 #[inline(always)]
-pub fn emit_hot(ev: &mut Event) {
-    // One per-CPU state lookup serves the counter and the stream.
+pub fn emit_hot(ev: &mut Event) -> *mut CpuState {
+    // One per-CPU state lookup serves the counter, the stream and the
+    // caller (the lifetime sampler).
     let st = cpu_state();
     add_counter_in(ev, st);
     stream_hot(ev, st);
+    st
 }
 
 /// `emit_hot` for programs that may be preempted (fentry/fexit).
 #[inline(always)]
-pub fn emit_hot_any(ev: &mut Event) {
+pub fn emit_hot_any(ev: &mut Event) -> *mut CpuState {
     add_counter_atomic(ev);
-    stream_hot(ev, cpu_state());
+    let st = cpu_state();
+    stream_hot(ev, st);
+    st
 }
 
 /// Streams a hot event already counted (`add_counter_atomic_n`).

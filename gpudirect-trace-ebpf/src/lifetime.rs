@@ -84,13 +84,14 @@ fn unmap_not_needed(dev: u64) -> bool {
     any && NO_UNMAP_DEVS.get_ptr(&dev).is_some()
 }
 
+/// `st`: this CPU's state where the caller looked it up already, else null.
 #[inline(always)]
-pub fn mapped(ev: &Event) {
+pub fn mapped(ev: &Event, st: *mut CpuState) {
     let form = cfg_track_lifetimes();
     if form == lifetime::OFF || ev.dev == 0 || unmap_not_needed(ev.dev) {
         return;
     }
-    let (ts_ns, timed) = start_clock();
+    let (ts_ns, timed) = start_clock(st);
     let value = MapValue {
         ts_ns,
         size: ev.size,
@@ -117,11 +118,11 @@ pub fn mapped(ev: &Event) {
 /// call it). With mask 0 (`--lifetime-sample 1`, or no jiffies) the
 /// verifier, knowing the read-only mask, never reaches the jiffies call.
 #[inline(always)]
-fn start_clock() -> (u64, u32) {
+fn start_clock(st: *mut CpuState) -> (u64, u32) {
     let mask = cfg_lifetime_sample_mask();
     // SAFETY: helpers without preconditions.
     unsafe {
-        if mask != 0 && (draw() as u32) & mask != 0 {
+        if mask != 0 && (draw(st) as u32) & mask != 0 {
             return (bpf_jiffies64(), 0);
         }
         (bpf_ktime_get_ns(), lifetime::TIMED)
@@ -132,11 +133,16 @@ fn start_clock() -> (u64, u32) {
 /// seeded from `bpf_get_prandom_u32` on the CPU's first draw; high bits
 /// (the low ones of xorshift are its weakest).
 #[inline(always)]
-fn draw() -> u64 {
-    let Some(st) = crate::emit::cpu_state_ptr() else {
+fn draw(st: *mut CpuState) -> u64 {
+    let st = if st.is_null() {
+        crate::emit::cpu_state_ptr()
+    } else {
+        st
+    };
+    if st.is_null() {
         // SAFETY: helper without preconditions.
         return u64::from(unsafe { bpf_get_prandom_u32() });
-    };
+    }
     // SAFETY: this CPU's value; see `CpuState::lifetime_rng` for races.
     unsafe {
         let mut x = (*st).lifetime_rng;

@@ -251,7 +251,7 @@ fn sg_record(ctx: *mut c_void, ev: &mut SgEvent, cur: &Cursor, hook: bool) {
         ev.event.kind = k;
     }
     if k == kind::DMA_MAP_SG {
-        lifetime::mapped(&ev.event);
+        lifetime::mapped(&ev.event, core::ptr::null_mut());
     } else {
         lifetime::unmapped(&ev.event, hook);
     }

@@ -37,8 +37,9 @@ pub struct TraceArgs {
     #[arg(long)]
     pub aggregate_only: bool,
     /// With --aggregate-only: do not keep DMA-API mappings in a kernel table.
-    /// Saves ~200 ns per map and per unmap (docs/benchmarks.md) at the price
-    /// of mapping lifetimes, outstanding counts and long-lived listings.
+    /// Saves the table's cost (~25 ns per map and ~10 per unmap, more with
+    /// --lifetime-sample 1: docs/benchmarks.md) at the price of mapping
+    /// lifetimes, outstanding counts and long-lived listings.
     #[arg(long, requires = "aggregate_only")]
     pub no_lifetimes: bool,
     /// With --aggregate-only: time the lifetime of one mapping in N, chosen
