@@ -66,6 +66,16 @@ impl Table {
         self.run(self.unmap, args, cpu);
     }
 
+    /// Lifetimes the kernel's histograms hold, all devices.
+    fn lifetimes(&mut self) -> u64 {
+        self.tracer
+            .kernel_latency()
+            .iter()
+            .filter(|(_, o, _)| *o == op::LIFETIME)
+            .map(|(_, _, h)| h.count)
+            .sum()
+    }
+
     fn run(&self, fd: RawFd, args: &[u64], cpu: Option<u32>) {
         // SAFETY: self.tracer owns the fd and lives as long as self.
         let fd = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -132,13 +142,7 @@ fn table_holds_what_fits_and_counts_the_rest(bpf_atomics: Option<bool>) {
     }
     t.unmap(&[dev, 0x7777_0000, 4096, 1, 0], None);
     let stats = t.tracer.self_stats();
-    let lifetimes: u64 = t
-        .tracer
-        .kernel_latency()
-        .iter()
-        .filter(|(_, o, _)| *o == op::LIFETIME)
-        .map(|(_, _, h)| h.count)
-        .sum();
+    let lifetimes = t.lifetimes();
     assert_eq!(lifetimes, (ring.len() + crowd_held) as u64);
     assert_eq!(
         stats.lifetime_unmatched,
@@ -202,22 +206,21 @@ fn lifetime_histograms_are_exact_in_the_cpu_cache_and_past_it() {
     assert_eq!(t.tracer.self_stats().lifetime_unmatched, 0);
 }
 
-/// Sampled lifetimes (the default, 1 in 16): every mapping is in the table,
-/// dated, and every unmap takes its own out; only about one in 16 adds a
-/// lifetime, chosen at random. 4096 mappings: 256 timed on average, a
-/// standard deviation of 15.5, so 156 to 356 holds all but a 6-sigma run.
+/// Sampled lifetimes (the default, 1 in 16), in the slot form and in the
+/// hash form (what kernels without BPF atomics get): every mapping is in
+/// the table, dated, and every unmap takes its own out; only about one in
+/// 16 adds a lifetime, chosen at random. 4096 mappings: 256 timed on
+/// average, a standard deviation of 15.5, so 156 to 356 holds all but a
+/// 6-sigma run.
 #[test]
 fn sampled_lifetimes_keep_every_mapping_and_time_one_in_sixteen() {
-    sampled_lifetimes(None);
-}
-
-#[test]
-fn sampled_lifetimes_in_the_hash_form_too() {
-    sampled_lifetimes(Some(false));
-}
-
-fn sampled_lifetimes(bpf_atomics: Option<bool>) {
     crate::require_root();
+    for (form, bpf_atomics) in [("slots", None), ("hash", Some(false))] {
+        sampled_lifetimes(form, bpf_atomics);
+    }
+}
+
+fn sampled_lifetimes(form: &str, bpf_atomics: Option<bool>) {
     let dev = known_kernel_object().addr;
     let mut t = Table::load(bpf_atomics, 16);
     let ring: Vec<u64> = (0..4096).map(|i| 0x3000_0000 + i * 4096).collect();
@@ -230,20 +233,21 @@ fn sampled_lifetimes(bpf_atomics: Option<bool>) {
         }
     }
     let held = t.tracer.kernel_mappings();
-    assert_eq!(held.len(), 64, "the last 64 mappings, each held");
+    assert_eq!(held.len(), 64, "{form}: the last 64 mappings, each held");
     let after = gpudirect_trace::kernel::monotonic_ns();
     for (_, k, v) in &held {
         // Untimed mappings are dated in jiffies: good to a tick or two
         // (10 ms each at HZ=100).
         assert!(
             v.ts_ns + 20_000_000 >= before && v.ts_ns <= after + 20_000_000,
-            "{:#x} dated {} outside [{before}, {after}]",
+            "{form}: {:#x} dated {} outside [{before}, {after}]",
             k.addr,
             v.ts_ns
         );
         assert_eq!(
             v.event_kind(),
-            u32::from(gpudirect_trace_common::kind::DMA_MAP)
+            u32::from(gpudirect_trace_common::kind::DMA_MAP),
+            "{form}: the kind, without the TIMED bit"
         );
     }
     for &a in &ring[ring.len() - 64..] {
@@ -251,20 +255,17 @@ fn sampled_lifetimes(bpf_atomics: Option<bool>) {
     }
     assert!(
         t.tracer.kernel_mappings().is_empty(),
-        "every mapping taken out"
+        "{form}: every mapping taken out"
     );
     let stats = t.tracer.self_stats();
-    assert_eq!(stats.lifetime_unmatched, 0, "every unmap found its mapping");
-    assert_eq!(stats.mappings_untracked, 0);
-    let timed: u64 = t
-        .tracer
-        .kernel_latency()
-        .iter()
-        .filter(|(_, o, _)| *o == op::LIFETIME)
-        .map(|(_, _, h)| h.count)
-        .sum();
+    assert_eq!(
+        stats.lifetime_unmatched, 0,
+        "{form}: every unmap found its mapping"
+    );
+    assert_eq!(stats.mappings_untracked, 0, "{form}");
+    let timed = t.lifetimes();
     assert!(
         (156..=356).contains(&timed),
-        "{timed} of 4096 lifetimes timed, where 1 in 16 is 256"
+        "{form}: {timed} of 4096 lifetimes timed, where 1 in 16 is 256"
     );
 }

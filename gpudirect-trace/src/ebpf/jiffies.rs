@@ -15,10 +15,7 @@
 
 use std::os::fd::{AsRawFd as _, OwnedFd};
 
-use super::{
-    lifetime_table::insn,
-    sys::{self, ProgLoadAttr, TestRunAttr},
-};
+use super::sys::{self, insn, TestRunAttr};
 
 /// `BPF_FUNC_jiffies64`.
 const JIFFIES64: i32 = 118;
@@ -84,15 +81,8 @@ fn jiffies_program(shift: i32) -> Option<OwnedFd> {
         insn(0x77, 0, 0, 0, shift),     // r0 >>= shift
         insn(0x95, 0, 0, 0, 0),         // exit
     ];
-    let license = c"GPL";
-    let mut attr = ProgLoadAttr {
-        prog_type: 17, // BPF_PROG_TYPE_RAW_TRACEPOINT
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        ..Default::default()
-    };
-    sys::prog_load(&mut attr).ok()
+    // BPF_PROG_TYPE_RAW_TRACEPOINT
+    sys::prog_load_insns(17, &insns).ok()
 }
 
 /// One test run of `prog` (a raw tracepoint program of no arguments): its

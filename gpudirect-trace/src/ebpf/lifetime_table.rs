@@ -22,7 +22,7 @@ use gpudirect_trace_common::{
 };
 use object::{Object as _, ObjectSection as _, SectionKind};
 
-use super::sys::{self, MapView, ProgLoadAttr};
+use super::sys::{self, insn, MapView};
 
 /// `BPF_STX | BPF_ATOMIC | BPF_DW` and `| BPF_W`: the atomic instructions.
 const ATOMIC_DW: u8 = 0xdb;
@@ -44,15 +44,8 @@ pub fn kernel_has_bpf_atomics() -> bool {
         insn(0xb7, 0, 0, 0, 0),         // r0 = 0
         insn(0x95, 0, 0, 0, 0),         // exit
     ];
-    let license = c"GPL";
-    let mut attr = ProgLoadAttr {
-        prog_type: 1, // BPF_PROG_TYPE_SOCKET_FILTER
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        ..Default::default()
-    };
-    sys::prog_load(&mut attr).is_ok()
+    // BPF_PROG_TYPE_SOCKET_FILTER
+    sys::prog_load_insns(1, &insns).is_ok()
 }
 
 /// The programs' sampling mask (`Config::lifetime_sample_mask`) for one
@@ -78,13 +71,6 @@ pub fn describe_sample(form: u32, mask: u32, jiffies: bool) -> String {
             u64::from(m) + 1
         ),
     }
-}
-
-/// One instruction, as the kernel reads it (little-endian `struct bpf_insn`).
-pub(super) const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-    let [o0, o1] = off.to_le_bytes();
-    let [i0, i1, i2, i3] = imm.to_le_bytes();
-    u64::from_le_bytes([code, (src << 4) | (dst & 0xf), o0, o1, i0, i1, i2, i3])
 }
 
 /// The table form for a session: none when streaming or without lifetimes.

@@ -96,6 +96,13 @@ pub fn nvme_aggregate(series: &str, v: &Value) -> Result<()> {
             lifetimes > 0 && p50 > 0 && lifetimes + unmatched >= unmaps,
             "{bdf}: {lifetimes} lifetimes (p50 {p50} ns) + {unmatched} unmatched for {unmaps} unmaps"
         );
+    } else if via_iova(d) {
+        // The IOVA API's links (6.17+ block layer) are timed all: one clock
+        // read at the request's unlink or destroy serves all its links.
+        ensure!(
+            lifetimes > 0 && p50 > 0 && lifetimes <= unmaps,
+            "{bdf}: {lifetimes} lifetimes (p50 {p50} ns) for {unmaps} IOVA-API unmaps"
+        );
     } else {
         // One mapping in `sample` timed at random: a binomial count, here
         // some hundreds of unmaps over 16. None timed has a chance below
@@ -105,16 +112,27 @@ pub fn nvme_aggregate(series: &str, v: &Value) -> Result<()> {
         ensure!(
             lifetimes > 0 && p50 > 0 && (lifetimes as f64) <= most,
             "{bdf}: {lifetimes} lifetimes (p50 {p50} ns) timed for {unmaps} unmaps, \
-             1 in {sample}: want 1 to {most:.0}"
+             1 in {sample}: want 1 to {most:.0} (dma_sources {}, iova {})",
+            d["dma_sources"],
+            d["iova"]
         );
     }
     eprintln!(
         "xtask: {series}: {bdf}: aggregate-only dma maps={maps} unmaps={unmaps} \
-         lifetimes={lifetimes} (1 in {sample} timed) p50={p50}ns unmatched={unmatched} \
-         outstanding={}",
+         lifetimes={lifetimes} ({}) p50={p50}ns unmatched={unmatched} outstanding={}",
+        if via_iova(d) {
+            "IOVA API: every link timed".to_string()
+        } else {
+            format!("1 in {sample} timed")
+        },
         n("outstanding_mappings")
     );
     Ok(())
+}
+
+/// Whether the device's maps came through the IOVA API (its links).
+fn via_iova(d: &Value) -> bool {
+    d["dma_sources"].get("iova").is_some() || d["iova"]["links"].as_u64().unwrap_or(0) > 0
 }
 
 /// Streaming and aggregate-only over the same I/O: the kernel's log2

@@ -214,6 +214,28 @@ pub fn prog_load(attr: &mut ProgLoadAttr) -> io::Result<OwnedFd> {
     unsafe { bpf(attr) }.map(super::owned)
 }
 
+/// BPF_PROG_LOAD of a few hand-written instructions under the GPL: how the
+/// loader asks the kernel what it takes (a helper, an instruction) and
+/// reads what only a program can (jiffies).
+pub fn prog_load_insns(prog_type: u32, insns: &[u64]) -> io::Result<OwnedFd> {
+    let license = c"GPL";
+    let mut attr = ProgLoadAttr {
+        prog_type,
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        ..Default::default()
+    };
+    prog_load(&mut attr)
+}
+
+/// One instruction, as the kernel reads it (little-endian `struct bpf_insn`).
+pub const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+    let [o0, o1] = off.to_le_bytes();
+    let [i0, i1, i2, i3] = imm.to_le_bytes();
+    u64::from_le_bytes([code, (src << 4) | (dst & 0xf), o0, o1, i0, i1, i2, i3])
+}
+
 /// The BTF object id after `start` (0: the first); None when there is none.
 pub fn btf_next_id(start: u32) -> io::Result<Option<u32>> {
     let mut attr = BtfNextIdAttr(IdAttr {

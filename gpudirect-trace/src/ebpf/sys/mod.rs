@@ -25,8 +25,8 @@ use std::{
 };
 
 pub use bpf::{
-    btf_fd_by_id, btf_next_id, obj_info, prog_load, prog_test_run, raw_tracepoint_open, BtfInfo,
-    Cmd, ObjInfo, ProgInfo, ProgLoadAttr, TestRunAttr,
+    btf_fd_by_id, btf_next_id, insn, obj_info, prog_load, prog_load_insns, prog_test_run,
+    raw_tracepoint_open, BtfInfo, Cmd, ObjInfo, ProgInfo, ProgLoadAttr, TestRunAttr,
 };
 #[cfg(test)]
 pub use bpf::{IdAttr, ObjInfoAttr};
