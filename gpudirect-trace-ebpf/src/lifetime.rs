@@ -18,9 +18,9 @@
 //!
 //! Lifetimes are sampled (`Config::lifetime_sample_mask`,
 //! `lifetime::TIMED`): every mapping goes into the table, but only one in
-//! N, chosen at random at map time, is timed with the fine clock and read
-//! it again at unmap; the others are dated in jiffies and their unmaps
-//! read no clock.
+//! N, chosen at random at map time, is timed with the fine clock, which its
+//! unmap reads again; the others are dated in jiffies and their unmaps read
+//! no clock.
 
 use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 

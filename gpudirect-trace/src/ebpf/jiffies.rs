@@ -36,15 +36,14 @@ impl JiffyClock {
         let low = jiffies_program(0)?;
         let high = jiffies_program(32)?;
         let tick_ns = coarse_resolution_ns()?;
-        let read = |p: &OwnedFd| run(p);
         // The high half read on both sides of the low one: equal unless
         // the low half wrapped in between (every 49 days at HZ=1000).
         for _ in 0..4 {
-            let h1 = read(&high)?;
+            let h1 = run(&high)?;
             let t0 = crate::kernel::monotonic_ns();
-            let l = read(&low)?;
+            let l = run(&low)?;
             let t1 = crate::kernel::monotonic_ns();
-            if read(&high)? == h1 {
+            if run(&high)? == h1 {
                 return Some(Self {
                     tick_ns,
                     at_jiffies: (u64::from(h1) << 32) | u64::from(l),
