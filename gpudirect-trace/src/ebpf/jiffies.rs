@@ -13,9 +13,12 @@
 //! jiffies from the same clock in whole ticks (tick_do_update_jiffies64),
 //! so the two do not drift apart; a date is good to a tick or two.
 
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, OwnedFd};
 
-use super::sys::{self, insn, TestRunAttr};
+use super::{
+    sys::{self, insn},
+    testrun::run_raw_tracepoint,
+};
 
 /// `BPF_FUNC_jiffies64`.
 const JIFFIES64: i32 = 118;
@@ -84,18 +87,9 @@ fn jiffies_program(shift: i32) -> Option<OwnedFd> {
     sys::prog_load_insns(17, &insns).ok()
 }
 
-/// One test run of `prog` (a raw tracepoint program of no arguments): its
-/// return value.
+/// One test run of `prog`, which takes no arguments: its return value.
 fn run(prog: &OwnedFd) -> Option<u32> {
-    let args = [0u64];
-    let mut attr = TestRunAttr {
-        prog_fd: prog.as_raw_fd() as u32,
-        ctx_size_in: std::mem::size_of_val(&args) as u32,
-        ctx_in: args.as_ptr() as u64,
-        ..Default::default()
-    };
-    sys::prog_test_run(&mut attr).ok()?;
-    Some(attr.retval)
+    run_raw_tracepoint(prog.as_fd(), &[0], None).ok()
 }
 
 /// CLOCK_MONOTONIC_COARSE's resolution: the kernel's tick (TICK_NSEC).

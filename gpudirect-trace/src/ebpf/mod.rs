@@ -19,7 +19,6 @@ mod self_stats;
 mod sg_cont;
 pub mod sys;
 pub mod task_context;
-#[cfg(any(test, feature = "test-support"))]
 pub mod testrun;
 pub mod timing;
 mod tracepoints;
@@ -364,6 +363,10 @@ impl Tracer {
         probes.push(task_context::status(&task_context, opts.attach));
 
         let maps = maps::Maps::take(&mut ebpf, lifetimes == lifetime::SLOTS)?;
+        // What aggregate-only would get here, whatever this session's mode
+        // (`probes` tells it).
+        let aggregate_form = lifetime_table::form(false, true, atomics);
+        let jiffies = jiffy_clock.is_some();
         Ok(Self {
             ebpf,
             kernel,
@@ -371,15 +374,11 @@ impl Tracer {
             offsets,
             maps,
             dma_plan,
-            lifetime_table: lifetime_table::describe(lifetime_table::form(false, true, atomics)),
+            lifetime_table: lifetime_table::describe(aggregate_form),
             lifetime_sampling: lifetime_table::describe_sample(
-                lifetime_table::form(false, true, atomics),
-                lifetime_table::sample_mask(
-                    lifetime_table::form(false, true, atomics),
-                    opts.lifetime_sample,
-                    jiffy_clock.is_some(),
-                ),
-                jiffy_clock.is_some(),
+                aggregate_form,
+                lifetime_table::sample_mask(aggregate_form, opts.lifetime_sample, jiffies),
+                jiffies,
             ),
             jiffy_clock,
             lifetime_sample: if lifetimes == lifetime::OFF {

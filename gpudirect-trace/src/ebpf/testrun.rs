@@ -1,7 +1,8 @@
 //! BPF_PROG_TEST_RUN for raw tracepoint programs: runs the REAL loaded
 //! program once with synthetic TP_PROTO arguments, as if the tracepoint had
 //! fired. Used by the host integration tests and `cargo xtask bench` to drive
-//! events through the whole pipeline on a kernel where no device does DMA.
+//! events through the whole pipeline on a kernel where no device does DMA,
+//! and by the loader to read jiffies (`ebpf/jiffies.rs`).
 //! (aya 0.13 has no wrapper for it; the call is `sys::prog_test_run`.)
 
 use std::{
