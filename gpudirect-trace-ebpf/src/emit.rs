@@ -189,15 +189,11 @@ fn in_interrupt() -> bool {
 #[map]
 static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
+/// This CPU's state (null only if the map lookup failed); the lifetime
+/// sampler looks it up where no `emit_hot` handed it over.
 #[inline(always)]
-fn cpu_state() -> *mut CpuState {
+pub fn cpu_state() -> *mut CpuState {
     CPU_STATE.get_ptr_mut(0).unwrap_or(core::ptr::null_mut())
-}
-
-/// This CPU's state, for the lifetime sampler where no `emit_hot` gave it.
-#[inline(always)]
-pub fn cpu_state_ptr() -> *mut CpuState {
-    cpu_state()
 }
 
 /// Records between two looks at the ring's backlog.

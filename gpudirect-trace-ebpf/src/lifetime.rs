@@ -135,7 +135,7 @@ fn start_clock(st: *mut CpuState) -> (u64, u32) {
 #[inline(always)]
 fn draw(st: *mut CpuState) -> u64 {
     let st = if st.is_null() {
-        crate::emit::cpu_state_ptr()
+        crate::emit::cpu_state()
     } else {
         st
     };
