@@ -3,8 +3,10 @@
 # own accounting (kernel.bpf_stats_enabled: run_time_ns / run_cnt, reported by
 # `live --json` as program_stats), in streaming and aggregate-only mode.
 # Usage: scripts/gpu-host/progcost.sh BIN [ITERS]; writes $OUT/progcost-*.json
-# MODES picks the runs (default: streaming aggregate aggregate-nolife; the
-# last is aggregate-only without the in-kernel mapping table; check and
+# MODES picks the runs (default: streaming aggregate aggregate-nolife;
+# aggregate times one lifetime in 16 (the default sampling), aggregate-every
+# times each (--lifetime-sample 1), aggregate-nolife is aggregate-only
+# without the in-kernel mapping table; check and
 # stacks: streaming with --check, and with --check --stacks; stacks-N:
 # with --stack-depth N).
 set -u
@@ -17,6 +19,7 @@ for mode in $MODES; do
   case $mode in
     streaming) flag="" ;;
     aggregate) flag=--aggregate-only ;;
+    aggregate-every) flag="--aggregate-only --lifetime-sample 1" ;;
     aggregate-nolife) flag="--aggregate-only --no-lifetimes" ;;
     check) flag="--check" ;;
     stacks) flag="--check --stacks" ;;
