@@ -15,7 +15,8 @@ pub const XID_MSG_LEN: usize = 160;
 /// Scatter-gather entry lengths carried per `dma_map_sg`/`dma_unmap_sg` event.
 pub const SG_LENS: usize = 16;
 /// Scatterlist entries (chain entries included) walked by the first,
-/// inline part of the walk, which also records the first `SG_LENS` lengths.
+/// inline part of the walk on kernels without bpf_loop(), which also
+/// records the first `SG_LENS` lengths (with bpf_loop() the loop keeps them).
 pub const SG_PREFIX: u32 = 32;
 /// Default bound of data entries walked per scatterlist (`runtime::SG_WALK_MAX`):
 /// 16 GiB of 4 KiB pages. A list longer than the bound is counted as

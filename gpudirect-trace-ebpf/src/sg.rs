@@ -3,14 +3,15 @@
 //!
 //! The walk ends at the entry marked SG_END (sg_mark_end()) or after
 //! `nents` data entries, whichever comes first (for_each_sg() stops at
-//! `nents`; a driver may map only a prefix of its table). Its first
-//! `SG_PREFIX` steps run inline and record the first `SG_LENS` lengths;
-//! the rest only sums, either in bpf_loop() (5.17+: up to
-//! `--sg-walk-max` entries, eight read at once, ~8-9 ns per entry in
-//! lists of 1024 and more, see docs/benchmarks.md) or, in the programs built for older kernels, in a
-//! jump-free bounded loop of `SG_BOUNDED_REST` steps continued in
-//! tail-called chunks (~28 ns per entry, 165,032 steps at most); the walk
-//! itself is in `walk`. A walk that stops anywhere else marks the record
+//! `nents`; a driver may map only a prefix of its table). With bpf_loop()
+//! (5.17+) two steps run inline and the loop reads eight entries at once,
+//! up to `--sg-walk-max` entries, keeping the first `SG_LENS` lengths on
+//! the way (~12 ns per entry in a 16-entry list, ~9 in lists of 1024 and
+//! more on the CI host, see docs/benchmarks.md). In the programs built
+//! for older kernels the first `SG_PREFIX` steps run inline and record
+//! the first `SG_LENS` lengths, and the rest only sums in a jump-free
+//! bounded loop of `SG_BOUNDED_REST` steps continued in tail-called chunks
+//! (~28 ns per entry, 165,032 steps at most). The walk itself is in `walk`. A walk that stops anywhere else marks the record
 //! `SG_TRUNCATED` and counts it per device (`kind::SG_TRUNCATED`), so a
 //! short total is never silent.
 

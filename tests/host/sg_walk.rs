@@ -223,6 +223,45 @@ fn a_long_chained_list_is_walked_to_its_end_mark() {
     assert_eq!(d.dma_source, "tracepoints");
 }
 
+/// The record's first lengths, whatever part of the walk found them (the
+/// inline steps or the batched loop) and however the list is chained:
+/// short lists, and chains inside the first `SG_LENS` entries (NVMe's
+/// two inline entries then a chain; one data entry per array). Chain
+/// entries may leave a 0, which userspace skips; the rest must be the
+/// list's first lengths, in order, all of them up to `SG_LENS`.
+#[test]
+fn the_first_lengths_are_kept_for_short_and_early_chained_lists() {
+    crate::require_root();
+    let (mut inj, dev, mut arena) = walk_setup(1 << 22);
+    for (n, per_array) in [
+        (1, 128),
+        (2, 128),
+        (3, 128),
+        (9, 128),
+        (16, 128),
+        (17, 128),
+        (40, 3),
+        (40, 2),
+    ] {
+        let lens = lengths(n);
+        let (sgl, _) = arena.chained(&lens, per_array, 1);
+        inj.run("dma_map_sg", &[dev, sgl, n as u64, n as u64, 1, 0]);
+        let ev = one_sg_record(&mut inj);
+        let what = format!("{n} entries, {per_array} a array");
+        assert_eq!(ev.event.flags & flags::SG_TRUNCATED, 0, "{what}");
+        let total: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        assert_eq!(ev.event.size, total, "{what}");
+        let kept: Vec<u32> = ev.lens[..ev.n_lens as usize]
+            .iter()
+            .copied()
+            .filter(|&l| l != 0)
+            .collect();
+        let want = n.min(SG_LENS);
+        assert!(kept.len() >= want.min(SG_LENS - 2), "{what}: kept {kept:?}");
+        assert_eq!(&kept[..], &lens[..kept.len()], "{what}");
+    }
+}
+
 #[test]
 fn a_list_of_chain_entries_every_other_slot_is_walked_whole() {
     crate::require_root();

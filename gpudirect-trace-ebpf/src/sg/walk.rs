@@ -57,6 +57,11 @@ pub struct Cursor {
     head: [u64; 2],
     /// The entries being read (`step_batch`).
     batch: [u64; BATCH_WORDS],
+    /// The first data entries' lengths, as the batched walk finds them
+    /// (`note_len`); the slots past `SG_LENS` take the writes after it is
+    /// full, so that a write needs no branch.
+    lens: [u32; LENS_SLOTS],
+    n_lens: u64,
     /// Where `opaque` passes values through.
     tmp: u64,
 }
@@ -121,8 +126,8 @@ fn step(c: &mut Cursor) -> Step {
 /// instead of eight, where those two were most of an entry's ~30 ns.
 /// Measured on the CI host (bench_sg_walk, 3 interleaved runs): four at
 /// once 12.5 ns per entry at 4096 entries, 12.9-14.1 at 1024, 16.6-17.2 at
-/// 128; eight at once 8.0-9.1, 8.6-10.1 and 13.3-17.1. Lists within the
-/// inline prefix (`SG_PREFIX`) never reach it.
+/// 128; eight at once 8.0-9.1, 8.6-10.1 and 13.3-17.1. Only lists of at
+/// most `LOOP_PREFIX` entries never reach it.
 const BATCH: u64 = 8;
 const BATCH_WORDS: usize = 40;
 const BATCH_BYTES: u32 = 8 * BATCH_WORDS as u32;
@@ -139,7 +144,7 @@ fn step_batch(c: &mut Cursor) -> bool {
         && c.stride % 8 == 0
         && c.page_link + (BATCH - 1) * c.stride + 16 <= BATCH_BYTES as u64;
     if !fits || c.sg == 0 || c.left == 0 {
-        return matches!(step(c), Step::Data(_) | Step::Chain);
+        return step_noting(c);
     }
     // SAFETY: the destination is this CPU's scratch value; the helper
     // tolerates any source address.
@@ -151,8 +156,22 @@ fn step_batch(c: &mut Cursor) -> bool {
         )
     };
     if ret < 0 {
-        return matches!(step(c), Step::Data(_) | Step::Chain);
+        return step_noting(c);
     }
+    // One branch a batch, not one an entry: past the first `SG_LENS`
+    // lengths the batch keeps none (long lists walk as fast as before the
+    // lengths were kept here).
+    if c.n_lens < SG_LENS as u64 {
+        batch_entries::<true>(c)
+    } else {
+        batch_entries::<false>(c)
+    }
+}
+
+/// The entries of one batch read (`step_batch`); `NOTE`: keep their
+/// lengths (`note_len`).
+#[inline(always)]
+fn batch_entries<const NOTE: bool>(c: &mut Cursor) -> bool {
     for i in 0..BATCH {
         let at = ((i * c.stride) / 8) as usize;
         let (Some(&page_link), Some(&second)) = (c.batch.get(at), c.batch.get(at + 1)) else {
@@ -162,7 +181,11 @@ fn step_batch(c: &mut Cursor) -> bool {
             c.sg = page_link & !(SG_CHAIN | SG_END);
             return true;
         }
-        c.total += (second >> (c.len_shift & 63)) & 0xffff_ffff;
+        let len = (second >> (c.len_shift & 63)) & 0xffff_ffff;
+        c.total += len;
+        if NOTE {
+            note_len(c, len as u32);
+        }
         c.left -= 1;
         c.sg += c.stride;
         if page_link & SG_END != 0 {
@@ -175,6 +198,40 @@ fn step_batch(c: &mut Cursor) -> bool {
         }
     }
     true
+}
+
+/// `Cursor::lens`' size: a power of two above `SG_LENS`, for the mask.
+const LENS_SLOTS: usize = 2 * SG_LENS;
+
+/// Keeps a data entry's length while the cursor has room for it, without a
+/// conditional jump (one per entry of the loop's eight multiplied the 6.1
+/// verifier's work: the tracer did not load within 120 s). `n_lens` stops
+/// at `SG_LENS`; later writes land in slot `SG_LENS`, never read.
+#[inline(always)]
+fn note_len(c: &mut Cursor, len: u32) {
+    let n = c.n_lens;
+    // SAFETY: the index is masked into the array.
+    unsafe { *c.lens.get_unchecked_mut(n as usize & (LENS_SLOTS - 1)) = len };
+    // 1 while n < SG_LENS (n never exceeds it).
+    let room = opaque(&mut c.tmp, (n.wrapping_sub(SG_LENS as u64) >> 63) & 1);
+    c.n_lens = n + room;
+}
+
+/// One `step` of the batched walk, its length kept; whether it goes on.
+#[inline(always)]
+fn step_noting(c: &mut Cursor) -> bool {
+    match step(c) {
+        Step::Data(len) => {
+            note_len(c, len);
+            true
+        }
+        Step::Last(len) => {
+            note_len(c, len);
+            false
+        }
+        Step::Chain => true,
+        Step::Stop => false,
+    }
 }
 
 /// `v`, hidden from the compiler: a volatile store and load through map
@@ -272,6 +329,9 @@ pub(super) fn walk<const LOOP: bool>(
     c.len_shift = (off.sg_length.wrapping_sub(off.sg_page_link + 8) & 7) as u64 * 8;
     c.head = [0; 2];
     c.tmp = 0;
+    if LOOP {
+        return walk_looped(c, lens);
+    }
     let mut n_lens: u32 = 0;
     // One loop counter only: a second counter that diverges from it at chain
     // entries multiplies the verifier's states past its 1M-instruction limit.
@@ -293,30 +353,83 @@ pub(super) fn walk<const LOOP: bool>(
             return (n_lens, false);
         }
     }
-    if LOOP {
-        // Iterations: every data entry left, plus at most one chain entry
-        // per data entry (an array holds at least one data entry).
-        let left = c.left.saturating_mul(2);
-        let n = if left < BPF_MAX_LOOPS as u64 {
-            left as u32
-        } else {
-            BPF_MAX_LOOPS
-        };
-        let mut ctx = LoopCtx { cur: c };
-        // SAFETY: the callback is a static function of the program; the
-        // context is this stack frame's, alive for the call.
-        unsafe {
-            bpf_loop(
-                n,
-                loop_step as *mut c_void,
-                &mut ctx as *mut LoopCtx as *mut c_void,
-                0,
-            )
-        };
-        (n_lens, false)
-    } else {
-        (n_lens, walk_bounded(c))
+    (n_lens, walk_bounded(c))
+}
+
+/// The walk on kernels with bpf_loop(): `LOOP_PREFIX` entries inline, then
+/// eight per read in the loop (one read per entry cost ~17-29 ns per entry
+/// of a 16-entry list; bpf_loop() itself more than a one-entry list's
+/// inline step). Every length found, the prefix's and the loop's, goes into
+/// the cursor, which is copied out whole at the end. The first form of
+/// this (c6273a4, reverted) kept lengths with a branch per entry and copied
+/// out as many as were found: the 6.1 verifier then did not finish within
+/// the VM scenario's 120 s. Measured in the 6.1 VM (sg-many-exact): the
+/// copy-out without branches alone still failed; `note_len` without a
+/// branch and a single branch per batch load as fast as before (35 s for
+/// the whole scenario, two tracers).
+#[inline(always)]
+fn walk_looped(c: &mut Cursor, lens: Option<&mut [u32; SG_LENS]>) -> (u32, bool) {
+    c.lens = [0; LENS_SLOTS];
+    c.n_lens = 0;
+    for _ in 0..LOOP_PREFIX {
+        match step(c) {
+            Step::Data(len) => note_len(c, len),
+            // Chain entries leave a 0 here; userspace skips zero lengths.
+            Step::Chain => note_len(c, 0),
+            Step::Last(len) => {
+                note_len(c, len);
+                return lens_out(c, lens);
+            }
+            Step::Stop => return lens_out(c, lens),
+        }
     }
+    walk_batched(c);
+    lens_out(c, lens)
+}
+
+/// Copies the cursor's lengths to the record: all `SG_LENS` of them,
+/// without a branch on how many were found (unused ones are 0).
+#[inline(always)]
+fn lens_out(c: &Cursor, lens: Option<&mut [u32; SG_LENS]>) -> (u32, bool) {
+    let Some(lens) = lens else {
+        return (0, false);
+    };
+    let mut first = [0u32; SG_LENS];
+    first.copy_from_slice(&c.lens[..SG_LENS]);
+    *lens = first;
+    let found = if c.n_lens < SG_LENS as u64 {
+        c.n_lens as u32
+    } else {
+        SG_LENS as u32
+    };
+    (found, false)
+}
+
+/// Entries walked inline before bpf_loop() takes over (kernels with it).
+const LOOP_PREFIX: u32 = 2;
+
+/// The rest of the walk in bpf_loop(), `BATCH` entries per iteration.
+#[inline(always)]
+fn walk_batched(c: &mut Cursor) {
+    // Iterations: every data entry left, plus at most one chain entry
+    // per data entry (an array holds at least one data entry).
+    let left = c.left.saturating_mul(2);
+    let n = if left < BPF_MAX_LOOPS as u64 {
+        left as u32
+    } else {
+        BPF_MAX_LOOPS
+    };
+    let mut ctx = LoopCtx { cur: c };
+    // SAFETY: the callback is a static function of the program; the
+    // context is this stack frame's, alive for the call.
+    unsafe {
+        bpf_loop(
+            n,
+            loop_step as *mut c_void,
+            &mut ctx as *mut LoopCtx as *mut c_void,
+            0,
+        )
+    };
 }
 
 /// `SG_BOUNDED_REST` jump-free steps; true when they ran out with the walk
