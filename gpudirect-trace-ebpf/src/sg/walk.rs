@@ -398,15 +398,8 @@ fn lens_out(c: &Cursor, lens: Option<&mut [u32; SG_LENS]>) -> (u32, bool) {
     let Some(lens) = lens else {
         return (0, false);
     };
-    let mut first = [0u32; SG_LENS];
-    first.copy_from_slice(&c.lens[..SG_LENS]);
-    *lens = first;
-    let found = if c.n_lens < SG_LENS as u64 {
-        c.n_lens as u32
-    } else {
-        SG_LENS as u32
-    };
-    (found, false)
+    lens.copy_from_slice(&c.lens[..SG_LENS]);
+    (c.n_lens.min(SG_LENS as u64) as u32, false)
 }
 
 /// Entries walked inline before bpf_loop() takes over (kernels with it).
