@@ -21,6 +21,7 @@ const SOURCES: &[&str] = &[
     "gpudirect-trace/src",
     "gpudirect-trace-common",
     "gpudirect-trace-ebpf/Cargo.toml",
+    "gpudirect-trace-ebpf/build.rs",
     "gpudirect-trace-ebpf/src",
 ];
 
