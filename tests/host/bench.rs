@@ -18,7 +18,7 @@ use gpudirect_trace::{
     decode::decode,
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
 };
-use gpudirect_trace_common::{kind, lifetime::DEFAULT_SAMPLE, Event};
+use gpudirect_trace_common::{kind, lifetime::DEFAULT_SAMPLE, maps::STACKS_CAP, Event};
 
 use crate::{
     inject::{known_kernel_object, Injector},
@@ -99,6 +99,18 @@ fn report_program_costs(bench: &str, mode: &str, tracer: &Tracer, support: &Floo
     floor
 }
 
+/// dma_map's arguments for run `i`: 64 mappings in flight at distinct
+/// addresses, as a driver's ring would keep them.
+fn map_args(dev: u64, i: u64) -> Vec<u64> {
+    vec![dev, 0x1000, 0x1000_0000 + (i % 65_536) * 4096, 4096, 1, 0]
+}
+
+/// dma_unmap's arguments for run `i`: the mapping of run `i - 64`.
+fn unmap_args(dev: u64, i: u64) -> Vec<u64> {
+    let addr = 0x1000_0000 + (i.wrapping_sub(64) % 65_536) * 4096;
+    vec![dev, addr, 4096, 1, 0]
+}
+
 /// Per-program cost per hit, from the kernel's own accounting, with events
 /// driven through BPF_PROG_TEST_RUN.
 #[test]
@@ -112,20 +124,7 @@ fn bench_program_cost() {
     let groups: Vec<Vec<(&str, Args)>> = vec![
         // Does nothing: the floor of the kernel's accounting itself.
         vec![("bench_floor", |_, _| vec![0])],
-        vec![
-            ("dma_map", |dev, i| {
-                vec![dev, 0x1000, 0x1000_0000 + (i % 65_536) * 4096, 4096, 1, 0]
-            }),
-            ("dma_unmap", |dev, i| {
-                vec![
-                    dev,
-                    0x1000_0000 + (i.wrapping_sub(64) % 65_536) * 4096,
-                    4096,
-                    1,
-                    0,
-                ]
-            }),
-        ],
+        vec![("dma_map", map_args), ("dma_unmap", unmap_args)],
         vec![
             ("dma_map_sg", |dev, _| vec![dev, 0, 1, 1, 1, 0]),
             ("dma_unmap_sg", |dev, _| vec![dev, 0, 1, 1, 0]),
@@ -170,6 +169,49 @@ fn bench_program_cost() {
         }
         let floor = report_program_costs("program_cost", mode, &tracer, &support);
         println!("BENCH program_cost mode={mode} accounting_floor_ns={floor:.1}");
+    }
+}
+
+/// What `--stacks` adds per DMA-API call (issue 28, item 3): streaming
+/// dma_map and dma_unmap without stacks and with `--stack-depth` 127, 16
+/// and 4. Under BPF_PROG_TEST_RUN the kernel unwinds the test run's own
+/// syscall path (`frames=` says how deep): shallower than a driver's call
+/// chain, so this is the cost's floor on this host, not a driver's.
+#[test]
+#[ignore = "benchmark: cargo xtask bench"]
+fn bench_stack_cost() {
+    let dev = known_kernel_object().addr;
+    for (mode, stacks, stack_depth) in [
+        ("no-stacks", false, 127),
+        ("depth-127", true, 127),
+        ("depth-16", true, 16),
+        ("depth-4", true, 4),
+    ] {
+        let mut tracer = Tracer::load(&TracerOptions {
+            attach: false,
+            stream: true,
+            stacks,
+            stack_depth,
+            ..Default::default()
+        })
+        .expect("load");
+        let support = Floor::load();
+        let fd = |p: &str| tracer.program_fd(p).expect("program").as_raw_fd();
+        let progs = [
+            (
+                fd("dma_map"),
+                Box::new(move |i| map_args(dev, i)) as Box<dyn Fn(u64) -> Vec<u64>>,
+            ),
+            (fd("dma_unmap"), Box::new(move |i| unmap_args(dev, i))),
+            (support.fd(), Box::new(|_| vec![0])),
+        ];
+        set_bpf_stats(true);
+        run_in_lockstep(&mut tracer, &progs);
+        report_program_costs("stack_cost", mode, &tracer, &support);
+        let frames = (0..STACKS_CAP)
+            .find_map(|id| tracer.stack(id))
+            .map_or(0, |f| f.len());
+        println!("BENCH stack_cost mode={mode} frames={frames}");
     }
 }
 

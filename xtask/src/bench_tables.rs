@@ -185,6 +185,57 @@ fn per_hit(out: &mut String, lines: &[Line]) {
     out.push('\n');
 }
 
+/// `--stacks` per call (issue 28, item 3: at most 700 ns), from
+/// bench_stack_cost: streaming dma_map / dma_unmap with and without.
+fn stacks(out: &mut String, lines: &[Line]) {
+    let rows: Vec<&Line> = lines.iter().filter(|l| l.name == "stack_cost").collect();
+    let net = |mode: &str, program: &str| {
+        rows.iter()
+            .find(|l| l.is("mode", mode) && l.is("program", program))
+            .and_then(|l| l.num("net_of_floor"))
+    };
+    let (Some(base_map), Some(base_unmap)) =
+        (net("no-stacks", "dma_map"), net("no-stacks", "dma_unmap"))
+    else {
+        return;
+    };
+    let frames = |mode: &str| {
+        rows.iter()
+            .find_map(|l| l.get("frames").filter(|_| l.is("mode", mode)))
+            .unwrap_or("?")
+    };
+    let _ = writeln!(
+        out,
+        "### Kernel stacks (`bench_stack_cost`)\n\n\
+         Streaming dma_map and dma_unmap through BPF_PROG_TEST_RUN with \
+         `--stacks` at three `--stack-depth`s, ns per call added to the same \
+         programs without stacks ({base_map:.1} / {base_unmap:.1} ns net). The \
+         kernel unwinds the test run's own syscall path ({} frames), \
+         shallower than a driver's: this host's floor, not a driver's cost.\n\n\
+         | --stack-depth | frames kept | dma_map | dma_unmap |\n|---|---|---|---|",
+        frames("depth-127")
+    );
+    let mut worst: Option<f64> = None;
+    for (mode, depth) in [("depth-127", 127), ("depth-16", 16), ("depth-4", 4)] {
+        let (Some(m), Some(u)) = (net(mode, "dma_map"), net(mode, "dma_unmap")) else {
+            continue;
+        };
+        let (m, u) = (m - base_map, u - base_unmap);
+        if depth == 127 {
+            worst = Some(m.max(u));
+        }
+        let _ = writeln!(out, "| {depth} | {} | {m:.1} | {u:.1} |", frames(mode));
+    }
+    if let Some(w) = worst {
+        let _ = writeln!(
+            out,
+            "\nGoal (issue 28): a stack at most 700 ns per call at the default depth: {}",
+            at_most(w, 700.0, "ns")
+        );
+    }
+    out.push('\n');
+}
+
 fn parts(out: &mut String, lines: &[Line]) {
     let rows: Vec<&Line> = lines.iter().filter(|l| l.name == "hot_part").collect();
     if rows.is_empty() {
@@ -441,6 +492,7 @@ pub fn render(lines: &[&str]) -> String {
     per_hit(&mut out, &parsed);
     parts(&mut out, &parsed);
     sg(&mut out, &parsed);
+    stacks(&mut out, &parsed);
     ring(&mut out, &parsed);
     lossless(&mut out, &parsed);
     out
@@ -471,6 +523,26 @@ mod tests {
             t.contains("**missed** (0.11 < 0.50 of the raw rate)"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn stacks_are_what_they_add_to_the_same_programs_without() {
+        let t = render(&[
+            "BENCH stack_cost mode=no-stacks program=dma_map runs=1 ns_per_hit=90.0 net_of_floor=60.0",
+            "BENCH stack_cost mode=no-stacks program=dma_unmap runs=1 ns_per_hit=91.0 net_of_floor=61.0",
+            "BENCH stack_cost mode=depth-127 program=dma_map runs=1 ns_per_hit=900.0 net_of_floor=870.0",
+            "BENCH stack_cost mode=depth-127 program=dma_unmap runs=1 ns_per_hit=700.0 net_of_floor=670.0",
+            "BENCH stack_cost mode=depth-127 frames=12",
+            "BENCH stack_cost mode=depth-4 program=dma_map runs=1 ns_per_hit=400.0 net_of_floor=370.0",
+            "BENCH stack_cost mode=depth-4 program=dma_unmap runs=1 ns_per_hit=300.0 net_of_floor=270.0",
+            "BENCH stack_cost mode=depth-4 frames=4",
+        ]);
+        assert!(t.contains("(60.0 / 61.0 ns net)"), "{t}");
+        assert!(t.contains("syscall path (12 frames)"), "{t}");
+        assert!(t.contains("| 127 | 12 | 810.0 | 609.0 |"), "{t}");
+        assert!(t.contains("| 4 | 4 | 310.0 | 209.0 |"), "{t}");
+        assert!(!t.contains("| 16 |"), "{t}");
+        assert!(t.contains("**missed by 110.0 ns** (810.0 > 700 ns)"), "{t}");
     }
 
     #[test]
