@@ -27,12 +27,41 @@ traced() {
     round=$1
     mode=$2
     shift 2
+    # A fresh file: the previous tracer's "probes attached" still in it
+    # let the load start before this one had loaded (the shell truncates
+    # it only in the child): the load ran untraced, and the SIGINT came
+    # while SIGINT was still ignored (a background job of a script), so
+    # the tracer ran on (seen on 6.1, one run in three).
+    rm -f /tmp/wl.err
     gpudirect-trace live --json "$@" --duration 600s > /tmp/wl.json 2> /tmp/wl.err &
     t=$!
     wait_for /tmp/wl.err "probes attached" $t > /dev/null
     load $round $mode
-    kill -INT $t
+    # A tracer that is gone already (it exited on its own during the load)
+    # would make `kill` fail and, under `set -e`, end the script without a
+    # word: say so, with what it said, and go on.
+    if ! kill -INT $t 2> /dev/null; then
+        echo "BENCH-VM-WL-GONE round=$round mode=$mode the tracer exited during the load:"
+        tail -n 20 /tmp/wl.err
+    fi
+    # A tracer that does not exit within 60 s of SIGINT (normal: ~4 s under
+    # TCG) is reported with where each of its threads is in the kernel and
+    # what it last said, then killed, instead of leaving a silent console.
+    (
+        sleep 60
+        if kill -0 $t 2> /dev/null; then
+            echo "BENCH-VM-WL-STUCK round=$round mode=$mode the tracer did not exit 60 s after SIGINT"
+            for task in /proc/$t/task/*; do
+                echo "BENCH-VM-WL-STUCK task ${task##*/} $(cat $task/comm) state $(grep State $task/status)"
+                sed 's/^/BENCH-VM-WL-STUCK   /' $task/stack
+            done
+            tail -n 20 /tmp/wl.err
+            kill -9 $t
+        fi
+    ) &
+    w=$!
     wait $t || true
+    kill $w 2> /dev/null || true
     echo "BENCH-VM-WL-JSON round=$round mode=$mode $(tail -n 1 /tmp/wl.json)"
 }
 run_mode() {
