@@ -11,10 +11,11 @@
 //! interleaved runs of bench_program_cost, ns net, medians): dma_map_sg
 //! streaming 165 -> 103, aggregate-only 151 -> 71, without lifetimes
 //! 115 -> 49; dma_unmap_sg 166 -> 106, 126 -> 61, 107 -> 50; the
-//! single-mapping raw tracepoint programs the same within noise. The verifier has no byte loop to walk per call site: the
-//! largest program's verified instructions on 6.18 fell from 35008 to
-//! 20265, and the 6.1 VM's sg-many-exact scenario (two tracers loaded under
-//! TCG) from 34-36 s to 27.5 s.
+//! single-mapping raw tracepoint programs the same within noise. The
+//! verifier has no byte loop to walk per call site: the largest program's
+//! verified instructions on 6.18 fell from 35008 to 20265, and the 6.1 VM's
+//! sg-many-exact scenario (two tracers loaded under TCG) from 34-36 s to
+//! 27.5 s.
 fn main() {
     println!("cargo:rustc-link-arg-bins=--disable-expand-memcpy-in-order");
 }

@@ -23,19 +23,18 @@ gdt-randread --device $DEV --seconds $SECS --threads $THREADS > /dev/null
 load() {
     echo "BENCH-VM-WL round=$1 mode=$2 $(gdt-randread --device $DEV --seconds $SECS --threads $THREADS)"
 }
-traced() {
+load_traced() {
     round=$1
     mode=$2
     shift 2
-    # A fresh file: the previous tracer's "probes attached" still in it
-    # let the load start before this one had loaded (the shell truncates
-    # it only in the child): the load ran untraced, and the SIGINT came
-    # while SIGINT was still ignored (a background job of a script), so
-    # the tracer ran on (seen on 6.1, one run in three).
-    rm -f /tmp/wl.err
-    gpudirect-trace live --json "$@" --duration 600s > /tmp/wl.json 2> /tmp/wl.err &
-    t=$!
-    wait_for /tmp/wl.err "probes attached" $t > /dev/null
+    # common.lib's `traced`: it starts each tracer with a fresh stderr
+    # file. This script once kept its own copy that reused /tmp/wl.err, so
+    # wait_for could read the previous tracer's "probes attached": the load
+    # ran untraced and the SIGINT came while SIGINT was still ignored (a
+    # background job of a script), and the tracer ran on (6.1, one run in
+    # three).
+    traced /tmp/wl.json /tmp/wl.err live --json "$@" --duration 600s > /dev/null
+    t=$tracer
     load $round $mode
     # A tracer that is gone already (it exited on its own during the load)
     # would make `kill` fail and, under `set -e`, end the script without a
@@ -67,9 +66,9 @@ traced() {
 run_mode() {
     case $2 in
     none) load $1 none ;;
-    streaming) traced $1 streaming ;;
-    aggregate) traced $1 aggregate --aggregate-only ;;
-    no-lifetimes) traced $1 no-lifetimes --aggregate-only --no-lifetimes ;;
+    streaming) load_traced $1 streaming ;;
+    aggregate) load_traced $1 aggregate --aggregate-only ;;
+    no-lifetimes) load_traced $1 no-lifetimes --aggregate-only --no-lifetimes ;;
     esac
 }
 round=1
