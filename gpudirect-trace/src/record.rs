@@ -116,7 +116,7 @@ impl Sink for RecordSink {
 
     fn observe(&mut self, o: Observed<'_>) -> anyhow::Result<()> {
         let r = match o {
-            Observed::Record { record, device } => self.writer.push(record, device),
+            Observed::Record { record, device } => self.writer.push_shared(record, device),
             Observed::LogFault(f) => self.writer.log_fault(f),
             Observed::Nvml(s) => self.writer.nvml(s),
             Observed::Names(n) => self.writer.names(n),

@@ -164,7 +164,7 @@ impl Recorder {
     /// Takes an observation into the ring; an incident may fire a trigger.
     pub fn observe(&mut self, o: &Observed<'_>) -> anyhow::Result<()> {
         match o {
-            Observed::Record { record, device } => self.writer.push(record, device)?,
+            Observed::Record { record, device } => self.writer.push_shared(record, device)?,
             Observed::LogFault(f) => self.writer.log_fault(f)?,
             Observed::Nvml(s) => self.writer.nvml(s)?,
             Observed::Names(n) => self.writer.names(n)?,

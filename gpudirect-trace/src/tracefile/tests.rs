@@ -504,3 +504,44 @@ fn bench_map_unmap_bytes_per_event_and_write_rate() {
         n as f64 / read_s / 1e6
     );
 }
+
+/// `push_shared` knows the last name by its allocation: names that are
+/// equal but apart, names that differ, and a name cut to the format's
+/// bound must each read back as `push` would have written them.
+#[test]
+fn push_shared_names_each_device_as_push_does() {
+    let long: Arc<str> = Arc::from("d".repeat(format::MAX_DEVICE_NAME + 40));
+    let a: Arc<str> = Arc::from("0000:41:00.0");
+    let a_again: Arc<str> = Arc::from("0000:41:00.0");
+    let b: Arc<str> = Arc::from("0000:42:00.0");
+    let order = [&a, &a, &b, &a_again, &long, &a, &long, &b, &b];
+    let events: Vec<(Record, Arc<str>)> = map_unmap_stream(order.len(), 3)
+        .into_iter()
+        .zip(order)
+        .map(|((r, _), d)| (r, d.clone()))
+        .collect();
+    let mut shared = TraceWriter::new(Vec::new(), &header()).expect("header");
+    let mut plain = TraceWriter::new(Vec::new(), &header()).expect("header");
+    for (r, d) in &events {
+        shared.push_shared(r, d).expect("push_shared");
+        plain.push(r, d).expect("push");
+    }
+    let end = End::default();
+    let shared = shared.finish(&end).expect("finish");
+    let plain = plain.finish(&end).expect("finish");
+    assert_eq!(shared, plain);
+    let (items, _) = read_all(&shared).expect("readable");
+    let cut = "d".repeat(format::MAX_DEVICE_NAME);
+    let want: Vec<_> = events
+        .iter()
+        .map(|(r, d)| {
+            let name = if d.len() > format::MAX_DEVICE_NAME {
+                cut.clone()
+            } else {
+                d.to_string()
+            };
+            (normalized(r), name)
+        })
+        .collect();
+    assert_eq!(events_of(&items), want);
+}
