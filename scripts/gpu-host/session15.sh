@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issues 28 on the GPU host after the byte-loop memset was removed (b477287)
+# Issue 28 on the GPU host after the byte-loop memset was removed (b477287)
 # and the stacks' cost was benched (70c6cf9), in one device call, the most
 # wanted first so that a cut run loses the least:
 # 1. per hit on real events (progcost.sh), the four modes interleaved over
@@ -10,13 +10,13 @@
 # 4. bench_program_cost of NEW, COST_ROUNDS times.
 # Usage: session15.sh BIN BASE_HOSTTEST NEW_HOSTTEST; results in $OUT.
 set -u
-BIN=${1:?usage: session15.sh BIN BASE_HOSTTEST NEW_HOSTTEST}
-BASE=${2:?usage: session15.sh BIN BASE_HOSTTEST NEW_HOSTTEST}
-NEW=${3:?usage: session15.sh BIN BASE_HOSTTEST NEW_HOSTTEST}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export OUT=${OUT:-./gpu-out}
-mkdir -p "$OUT"
-chmod +x "$BIN" "$BASE" "$NEW"
+USAGE="session15.sh BIN BASE_HOSTTEST NEW_HOSTTEST"
+. "$(dirname "$0")/prelude.sh"
+BASE=${2:?usage: $USAGE}
+NEW=${3:?usage: $USAGE}
+chmod +x "$BASE" "$NEW"
+# session12.sh takes OUT from the environment.
+export OUT
 { uname -r; nproc; nvidia-smi -L 2>/dev/null; cat /proc/loadavg; } > "$OUT/host.txt" 2>&1
 stamp() { echo "$1 rc=$2 at ${SECONDS}s load $(cut -d' ' -f1 /proc/loadavg)" >> "$OUT/host.txt"; }
 for round in $(seq 1 "${PC_ROUNDS:-3}"); do
