@@ -8,11 +8,10 @@ set -u
 USAGE="modes.sh BIN [ITERS]"
 . "$(dirname "$0")/prelude.sh"
 ITERS=${2:-1500}
-"$BIN" live --json --interval 60s > /tmp/m-s.jsonl 2> /tmp/m-s.err & s=$!
-"$BIN" live --json --aggregate-only --interval 60s > /tmp/m-a.jsonl 2> /tmp/m-a.err & a=$!
-for f in /tmp/m-s.err /tmp/m-a.err; do
-  for i in $(seq 1 120); do grep -q "probes attached" $f && break; sleep 0.5; done
-done
+start_live /tmp/m-s.jsonl /tmp/m-s.err --interval 60s
+s=$LIVE_PID
+start_live /tmp/m-a.jsonl /tmp/m-a.err --aggregate-only --interval 60s
+a=$LIVE_PID
 python3 "$HERE/workload.py" --iters "$ITERS" > "$OUT/modes-work.json" 2>&1
 sleep 1
 kill -INT $s $a; wait $s $a

@@ -25,11 +25,8 @@ for mode in $MODES; do
     stacks) flag="--check --stacks" ;;
     stacks-*) flag="--check --stacks --stack-depth ${mode#stacks-}" ;;
   esac
-  # A fresh stderr file: the redirection truncates it only in the child, so
-  # the wait below could read the previous run's "probes attached".
-  rm -f /tmp/pc.err
-  "$BIN" live --json $flag --interval 30s > /tmp/pc.jsonl 2> /tmp/pc.err & tp=$!
-  for i in $(seq 1 120); do grep -q "probes attached" /tmp/pc.err && break; sleep 0.5; done
+  start_live /tmp/pc.jsonl /tmp/pc.err $flag --interval 30s
+  tp=$LIVE_PID
   python3 "$HERE/workload.py" --iters "$ITERS" > "$OUT/progcost-work-$mode.json" 2>&1
   kill -INT $tp; wait $tp
   tail -n 1 /tmp/pc.jsonl > "$OUT/progcost-live-$mode.json"

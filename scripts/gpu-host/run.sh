@@ -16,9 +16,8 @@ T=/sys/kernel/tracing
 "$BIN" probes --json > "$OUT/probes.json" 2>/dev/null
 
 # 1. Traced workload: live --json over the whole run.
-"$BIN" live --json --interval 2s > "$OUT/live.jsonl" 2> "$OUT/live.err" &
-tr=$!
-for i in $(seq 1 120); do grep -q "probes attached" "$OUT/live.err" && break; sleep 0.5; done
+start_live "$OUT/live.jsonl" "$OUT/live.err" --interval 2s
+tr=$LIVE_PID
 python3 "$HERE/workload.py" --iters 500 > "$OUT/workload-traced.json" 2>&1
 sleep 2; kill -INT $tr; wait $tr
 
@@ -51,8 +50,8 @@ for r in $(seq 1 "$ROUNDS"); do
         kill $cp; wait $cp 2>/dev/null ;;
       streaming|aggregate)
         flag=""; [ $mode = aggregate ] && flag=--aggregate-only
-        "$BIN" live --json $flag --interval 5s > /tmp/live-$mode.jsonl 2> /tmp/live-$mode.err & tp=$!
-        for i in $(seq 1 120); do grep -q "probes attached" /tmp/live-$mode.err && break; sleep 0.5; done
+        start_live /tmp/live-$mode.jsonl /tmp/live-$mode.err $flag --interval 5s
+        tp=$LIVE_PID
         res=$(work)
         kill -INT $tp; wait $tp
         tail -1 /tmp/live-$mode.jsonl > "$OUT/final-$mode.json" ;;

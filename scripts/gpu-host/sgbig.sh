@@ -15,8 +15,8 @@ SIZES=${2:-0.25,1,4,16}
 # trace NAME ARGS...: live --json around one run of sgbig.py ARGS.
 trace() {
   local name=$1; shift
-  "$BIN" live --json --interval 600s > /tmp/sgbig-$name.jsonl 2> "$OUT/sgbig-$name.err" & local tr=$!
-  for i in $(seq 1 120); do grep -q "probes attached" "$OUT/sgbig-$name.err" && break; sleep 0.5; done
+  start_live /tmp/sgbig-$name.jsonl "$OUT/sgbig-$name.err" --interval 600s
+  local tr=$LIVE_PID
   python3 "$HERE/sgbig.py" "$@" > "$OUT/sgbig-$name-work.json" 2> "$OUT/sgbig-$name-work.err"
   sleep 2
   kill -INT $tr; wait $tr
