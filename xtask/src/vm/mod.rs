@@ -217,6 +217,9 @@ pub fn boot_with(
     let run_dir = cache.join("run");
     std::fs::create_dir_all(&run_dir)?;
     let initrd = run_dir.join(format!("{}-{}.cpio", spec.label, k.release));
+    // About 50 MiB per run, rebuilt by every run: kept, a full matrix left
+    // 5.5 GiB behind, and a CI machine ran out of disk in the VM phase.
+    let _remove_when_done = RemoveOnDrop(initrd.clone());
 
     // The IOMMU's driver first: endpoints probed before it would stay
     // untranslated (virtio-iommu is a module on Debian 6.12).
@@ -321,6 +324,15 @@ pub fn boot_with(
         net_forward: extras.net_forward,
         console: extras.console,
     })
+}
+
+/// Removes a file this run wrote when the run ends, however it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 pub fn default_devices(devices: &[Device]) -> Vec<Device> {
