@@ -5,12 +5,19 @@
 //! to say which phase grew was to subtract figures scattered through the
 //! log; with them each phase prints when it starts and how long it took, and
 //! a table at the end (printed on failure too) says where the time went.
+//! Each stamp also says how much disk is left: a CI machine once ran out in
+//! the VM phase, and the log then showed only tar's "No space left".
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::{
+    ffi::CString,
+    os::unix::ffi::OsStrExt as _,
+    path::Path,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
 
 pub struct Phases {
     started: Instant,
-    done: Vec<(&'static str, Duration, bool)>,
+    done: Vec<(&'static str, Duration, bool, Option<u64>)>,
 }
 
 impl Phases {
@@ -28,25 +35,35 @@ impl Phases {
         phase: impl FnOnce() -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
         eprintln!(
-            "xtask: phase {name}: started {} UTC (+{})",
+            "xtask: phase {name}: started {} UTC (+{}), {}",
             utc_clock(SystemTime::now()),
-            minutes(self.started.elapsed())
+            minutes(self.started.elapsed()),
+            free_here(free_bytes(Path::new(".")))
         );
         let began = Instant::now();
         let result = phase();
         let took = began.elapsed();
+        let free = free_bytes(Path::new("."));
         let outcome = if result.is_ok() { "done" } else { "FAILED" };
-        eprintln!("xtask: phase {name}: {outcome} in {}", minutes(took));
-        self.done.push((name, took, result.is_ok()));
+        eprintln!(
+            "xtask: phase {name}: {outcome} in {}, {}",
+            minutes(took),
+            free_here(free)
+        );
+        self.done.push((name, took, result.is_ok(), free));
         result
     }
 
     /// The table of phases so far, one line each, and the total.
     pub fn summary(&self) -> String {
         let mut out = String::from("xtask: phases\n");
-        for (name, took, ok) in &self.done {
+        for (name, took, ok, free) in &self.done {
             let mark = if *ok { "" } else { "  FAILED" };
-            out.push_str(&format!("  {name:<10} {:>9}{mark}\n", minutes(*took)));
+            out.push_str(&format!(
+                "  {name:<10} {:>9}  {:<24}{mark}\n",
+                minutes(*took),
+                free_here(*free)
+            ));
         }
         out.push_str(&format!(
             "  {:<10} {:>9}\n",
@@ -55,6 +72,37 @@ impl Phases {
         ));
         out
     }
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem holding
+/// `path` (statvfs's f_bavail: root's reserve is not counted on, so the
+/// figure errs low); None where statvfs fails.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes only into `st`, which is plain old data, and
+    // reads the NUL-terminated path `c` keeps alive for the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    // The fields are u64 on 64-bit Linux and narrower on some 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (avail, frsize) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Some(avail.saturating_mul(frsize))
+}
+
+/// `7.1 GiB free on disk`, or that it could not be read.
+pub fn free_here(free: Option<u64>) -> String {
+    match free {
+        Some(b) => format!("{} free on disk", gib(b)),
+        None => "free disk unknown".into(),
+    }
+}
+
+/// `7.1 GiB`: a tenth of a GiB is the grain that matters for a build.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
 /// `12m05s`: whole seconds are precise enough for phases of minutes.
@@ -80,6 +128,14 @@ mod tests {
         assert_eq!(utc_clock(t), "13:05:09");
         assert_eq!(minutes(Duration::from_secs(4031)), "67m11s");
         assert_eq!(minutes(Duration::from_millis(999)), "0m00s");
+        assert_eq!(gib(7_623_000_000), "7.1 GiB");
+        assert_eq!(free_here(None), "free disk unknown");
+    }
+
+    #[test]
+    fn free_disk_is_read_for_a_real_directory_and_not_for_a_missing_one() {
+        assert!(free_bytes(Path::new("/")).is_some());
+        assert!(free_bytes(Path::new("/no/such/dir/gdt")).is_none());
     }
 
     #[test]
