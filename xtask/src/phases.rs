@@ -59,11 +59,13 @@ impl Phases {
         let mut out = String::from("xtask: phases\n");
         for (name, took, ok, free) in &self.done {
             let mark = if *ok { "" } else { "  FAILED" };
-            out.push_str(&format!(
-                "  {name:<10} {:>9}  {:<24}{mark}\n",
+            let line = format!(
+                "  {name:<10} {:>9}  {:<24}{mark}",
                 minutes(*took),
                 free_here(*free)
-            ));
+            );
+            out.push_str(line.trim_end());
+            out.push('\n');
         }
         out.push_str(&format!(
             "  {:<10} {:>9}\n",
@@ -146,6 +148,7 @@ mod tests {
         assert!(err.is_err());
         let table = p.summary();
         assert!(table.contains("fmt"), "{table}");
+        assert!(table.lines().all(|l| l == l.trim_end()), "{table:?}");
         assert!(
             table
                 .lines()
