@@ -216,7 +216,14 @@ pub fn boot_with(
     qemu::ensure_disk(&disk, 64)?;
     let run_dir = cache.join("run");
     std::fs::create_dir_all(&run_dir)?;
-    let initrd = run_dir.join(format!("{}-{}.cpio", spec.label, k.release));
+    // The pid: two xtasks at once (two `vm` or `demo` runs) each build and
+    // remove their own; labels are unique within one run's pool.
+    let initrd = run_dir.join(format!(
+        "{}-{}-{}.cpio",
+        spec.label,
+        k.release,
+        std::process::id()
+    ));
     // About 50 MiB per run, rebuilt by every run: kept, a full matrix left
     // 5.5 GiB behind, and a CI machine ran out of disk in the VM phase.
     let _remove_when_done = RemoveOnDrop(initrd.clone());
