@@ -26,6 +26,10 @@ pub struct TestArgs {
     pub fuzz_seconds: u32,
 }
 
+/// The cargo-fuzz package: its targets, seed corpus and, once built, its
+/// sanitized build under `target/`.
+const FUZZ_DIR: &str = "gpudirect-trace/fuzz";
+
 /// A short libFuzzer run of each trace-file fuzz target (cargo-fuzz,
 /// nightly). New inputs go to a scratch directory; the repository's seed
 /// corpus is only read. A crash fails the run and leaves the input in
@@ -35,11 +39,11 @@ fn fuzz(seconds: u32) -> anyhow::Result<()> {
     // The sanitized build is ~1.9 GiB that no later phase reads. Where this
     // run made it (a fresh clone: CI), it goes when the phase ends, so the
     // VM phase has the disk; a build that was here before is kept.
-    let build_dir = std::path::Path::new("gpudirect-trace/fuzz/target");
+    let build_dir = std::path::Path::new(FUZZ_DIR).join("target");
     let ours = !build_dir.exists();
     let result = fuzz_targets(seconds);
     if ours && build_dir.is_dir() {
-        std::fs::remove_dir_all(build_dir)
+        std::fs::remove_dir_all(&build_dir)
             .with_context(|| format!("removing this run's {}", build_dir.display()))?;
     }
     result
@@ -53,13 +57,10 @@ fn fuzz_targets(seconds: u32) -> anyhow::Result<()> {
         std::fs::create_dir_all(&scratch)?;
         let seeds = format!("corpus/{target}");
         let mut cmd = Command::new("cargo");
-        cmd.current_dir("gpudirect-trace/fuzz")
+        cmd.current_dir(FUZZ_DIR)
             .args(["+nightly", "fuzz", "run", target])
             .arg(&scratch);
-        if std::path::Path::new("gpudirect-trace/fuzz")
-            .join(&seeds)
-            .is_dir()
-        {
+        if std::path::Path::new(FUZZ_DIR).join(&seeds).is_dir() {
             cmd.arg(&seeds);
         }
         cmd.args(["--", &format!("-max_total_time={seconds}")]);
@@ -91,7 +92,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
 /// removes it) and held 5.2 after the VM phase (the kernels and headers
 /// 1.8). The toolchains and packages bootstrap installs come on top,
 /// outside it.
-const FULL_RUN_GIB: f64 = 6.0;
+const FULL_RUN_BYTES: u64 = 6 << 30;
 
 /// A run that cannot fit says so before its first phase rather than as
 /// tar's "No space left" half an hour in; it still goes on, since the
@@ -100,13 +101,13 @@ fn warn_if_disk_is_short(args: &TestArgs) {
     let Some(free) = crate::phases::free_bytes(std::path::Path::new(".")) else {
         return;
     };
-    let gib = free as f64 / (1u64 << 30) as f64;
     let full = !args.no_vm && !args.no_fuzz && !args.no_dist;
-    if full && gib < FULL_RUN_GIB {
+    if full && free < FULL_RUN_BYTES {
         eprintln!(
             "xtask: warning: {} free on this disk; a full run from a fresh clone writes about \
-             {FULL_RUN_GIB} GiB here (--no-fuzz, --no-vm and --no-dist each need less)",
-            crate::phases::gib(free)
+             {} here (--no-fuzz, --no-vm and --no-dist each need less)",
+            crate::phases::gib(free),
+            crate::phases::gib(FULL_RUN_BYTES)
         );
     }
 }
