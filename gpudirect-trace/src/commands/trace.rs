@@ -83,8 +83,9 @@ pub struct TraceArgs {
     pub stacks: bool,
     /// With --stacks: frames kept per stack, 1 to 127. Fewer take less
     /// kernel memory (8 MiB at 127, 1 MiB at 16) and, where the driver's
-    /// stacks are deep, less time: 16 halved a GPU's scatterlist maps'
-    /// (about 4 to 2.4 us each; docs/benchmarks.md, "Kernel stacks"). The
+    /// stacks are deep, less time: 16 took ~40% off a GPU's scatterlist
+    /// maps' median (4.0 to 2.4 us each; docs/benchmarks.md, "Kernel
+    /// stacks"). The
     /// innermost few are the tracer's own and the DMA-API's, the
     /// driver's follow.
     #[arg(long, requires = "stacks", value_name = "FRAMES",
