@@ -131,6 +131,15 @@ pub enum Class {
     Pcie,
 }
 
+impl Class {
+    /// Whether its records and counters belong to a device's row (a task's
+    /// exit names a process; its `dev` is 0, which is not "unattributed
+    /// IOMMU activity").
+    pub const fn about_devices(self) -> bool {
+        !matches!(self, Class::Task)
+    }
+}
+
 /// The layout of a kind's record in the ring buffer and in trace files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {

@@ -32,6 +32,10 @@ impl Aggregator {
         crate::memory_budget::give(crate::memory_budget::Keeper::Rows, held);
         self.units.descriptors.clear();
         for (name, k, c) in counters {
+            // Process exits are counted too (under dev 0), but no device's.
+            if !kind::info(k.event_kind()).class.about_devices() {
+                continue;
+            }
             // Descriptors are counted per unit, not per device.
             if k.event_kind() == kind::QI_DESCRIPTOR {
                 let Some(d) = super::inval::count_row(&mut self.units.descriptors, k.dir) else {

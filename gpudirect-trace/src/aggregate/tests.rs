@@ -130,6 +130,23 @@ fn kernel_counters_override_stream_counts() {
 }
 
 #[test]
+fn process_exit_counters_make_no_device_row() {
+    // Every process that exits while a stream runs is counted by the kernel
+    // under dev 0 (the name of its record): that made an all-zero
+    // "(iommu, unattributed)" row in every live view and report of a host
+    // without IOMMU activity.
+    let mut agg = Aggregator::new();
+    let exits = CounterKey {
+        dev: 0,
+        kind: u32::from(kind::PROC_EXIT),
+        dir: 0,
+    };
+    let c = Counter { count: 3, bytes: 0 };
+    agg.apply_kernel_counters(&[(Arc::from(super::UNATTRIBUTED), exits, c)]);
+    assert!(agg.snapshot(0.0, &[]).is_empty());
+}
+
+#[test]
 fn faults_are_counted_by_the_ledger_not_on_ingest() {
     // One fault reported by two channels must count once: the ledger counts
     // (analysis::ledger), the tables only take what it tells them.
