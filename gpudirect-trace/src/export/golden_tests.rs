@@ -1,10 +1,10 @@
 //! `export`'s exact bytes (issue 31): one recording with every record shape
-//! (plain, interrupt, stack id, scatterlist, Xid, fault, loss, decoded
-//! fault with and without a time, stacks; a span closed, one left open, an
-//! IOMMU-level map), exported as JSON lines and Chrome JSON, plain and
-//! redacted, must give the files in tests/fixtures/export byte for byte.
-//! Their consumers parse them, but a diff of two exports (and anything
-//! that hashes them) sees every key moved or number reformatted.
+//! (plain, interrupt, stack id, scatterlist, Xid, process exit, fault,
+//! loss, decoded fault with and without a time, stacks; a span closed, one
+//! left open, an IOMMU-level map), exported as JSON lines and Chrome JSON,
+//! plain and redacted, must give the files in tests/fixtures/export byte
+//! for byte. Their consumers parse them, but a diff of two exports (and
+//! anything that hashes them) sees every key moved or number reformatted.
 //! `GDT_BLESS=1 cargo test -p gpudirect-trace export::golden` rewrites them.
 
 use std::path::{Path, PathBuf};
@@ -77,6 +77,12 @@ fn recording(path: &Path) {
         NIC,
     )
     .expect("unmap");
+    // A process exit (its name packed in addr and phys, its cgroup in
+    // size): a name and a cgroup id of its own in the export.
+    let mut exit = ev(kind::PROC_EXIT, 2_100_000_000, 0, 0, 77);
+    exit.addr = u64::from_le_bytes(*b"dd\0\0\0\0\0\0");
+    w.push(&Record::Event(exit), crate::aggregate::UNATTRIBUTED)
+        .expect("exit");
     // A scatterlist never unmapped: a span to the end.
     let mut sg = SgEvent {
         event: ev(

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use serde::{Serialize, Serializer};
 
 use crate::{
-    decode::{c_text, dir_name, kind_name, Record},
+    decode::{c_text, dir_name, kind_name, process_exit, Record},
     model::{misuse::StackFrames, Fault},
     tracefile::{Header, Loss},
 };
@@ -46,6 +46,12 @@ impl<T: Serialize> Serialize for Sorted<T> {
 pub struct EventRecord<'a> {
     pub addr: String,
     pub aux: u64,
+    /// A process exit's cgroup v2 id (its container; also in `size`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// A process exit's name (its packed bytes are `addr` and `phys`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
     /// `"interrupt"`: pid/tid then name the interrupted task, not the caller.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<&'static str>,
@@ -89,6 +95,8 @@ impl<'a> EventRecord<'a> {
         let mut rec = EventRecord {
             addr,
             aux: e.aux,
+            cgroup_id: None,
+            comm: None,
             context: in_interrupt.then_some("interrupt"),
             device,
             dir: dir_name(e.dir),
@@ -122,7 +130,12 @@ impl<'a> EventRecord<'a> {
                 rec.msg = Some(c_text(&x.msg));
                 rec.msg_truncated = Some(x.msg_truncated != 0);
             }
-            Record::Event(_) => {}
+            Record::Event(_) => {
+                if let Some((_, comm)) = process_exit(r) {
+                    rec.cgroup_id = Some(e.size);
+                    rec.comm = Some(comm);
+                }
+            }
         }
         rec
     }
