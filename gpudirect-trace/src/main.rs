@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use gpudirect_trace::{
-    commands::{run, Cli},
+    commands::{run, Cli, UsageError, USAGE_EXIT},
     output,
     session::{StrictFailure, STRICT_EXIT},
 };
@@ -18,6 +18,8 @@ fn main() -> ExitCode {
             output::note(&format!("error: {err:#}"));
             if err.is::<StrictFailure>() {
                 ExitCode::from(STRICT_EXIT)
+            } else if err.is::<UsageError>() {
+                ExitCode::from(USAGE_EXIT)
             } else {
                 ExitCode::FAILURE
             }

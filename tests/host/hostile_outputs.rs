@@ -106,6 +106,8 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert_stderr_has(&out, "to a terminal");
     }
+    let trace = small_trace();
+    let trace = trace.to_str().expect("a UTF-8 fixture path");
     for (args, says) in [
         (
             vec!["record", "-o", "-", "--json"],
@@ -115,9 +117,18 @@ fn dash_is_standard_output_and_binary_never_goes_to_a_terminal() {
             vec!["record", "-o", "-", "--ring", "5s"],
             "cannot hold them",
         ),
+        (
+            vec!["report", trace, "--html", "-", "--json"],
+            "both want standard output",
+        ),
+        (
+            vec!["report", trace, "--from", "5s", "--to", "1s"],
+            "--to must be later than --from",
+        ),
     ] {
         let out = run(bin().args(&args).current_dir(dir.path()));
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        // A usage error, as clap's own.
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
     assert!(!dir.path().join("-").exists(), "no file named -");

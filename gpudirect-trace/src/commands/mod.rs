@@ -156,6 +156,27 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
 }
 
+/// Options that parse one by one but not together (clap cannot say it):
+/// exit status 2, as clap's own usage errors, so that a script tells a
+/// wrong command line from a failure of the work.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The exit status of a usage error (clap's).
+pub const USAGE_EXIT: u8 = 2;
+
+fn usage(what: &str) -> anyhow::Error {
+    UsageError(what.to_owned()).into()
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     start_logging(cli.command.verbose());
     let result = match cli.command {

@@ -7,6 +7,7 @@ use clap::Args;
 use super::{
     flight::FlightArgs,
     trace::{parse_duration, OutputFlags, TraceArgs},
+    usage,
 };
 use crate::{
     flight::{FlightSink, Recorder},
@@ -60,10 +61,14 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     );
     let to_stdout = crate::outfile::is_stdout(&args.output);
     if to_stdout && flight.is_some() {
-        anyhow::bail!("with --ring, -o names the directory snapshots go to: - cannot hold them");
+        return Err(usage(
+            "with --ring, -o names the directory snapshots go to: - cannot hold them",
+        ));
     }
     if to_stdout && args.json {
-        anyhow::bail!("-o - and --json both want standard output: give -o a file name");
+        return Err(usage(
+            "-o - and --json both want standard output: give -o a file name",
+        ));
     }
     if let Some(opts) = flight {
         crate::flight::snapshot::prepare_dir(&opts.dir)?;

@@ -5,7 +5,10 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::Args;
 
-use super::trace::{parse_offset, OutputFlags};
+use super::{
+    trace::{parse_offset, OutputFlags},
+    usage,
+};
 use crate::{
     output,
     report::{self, html, Window},
@@ -43,7 +46,17 @@ pub struct ReportArgs {
 pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let page_to_stdout = args.html.as_deref().is_some_and(crate::outfile::is_stdout);
     if page_to_stdout && args.json {
-        anyhow::bail!("--html - and --json both want standard output: give --html a file name");
+        return Err(usage(
+            "--html - and --json both want standard output: give --html a file name",
+        ));
+    }
+    if args
+        .to
+        .is_some_and(|to| to <= args.from.unwrap_or_default())
+    {
+        return Err(usage(
+            "--to must be later than --from (both count from the recording's start)",
+        ));
     }
     let many = args.files.len() > 1 || args.files[0].is_dir();
     if many {
