@@ -61,8 +61,16 @@ impl Decoder {
     }
 
     /// Decode one line; returns the faults completed by it (possibly an
-    /// earlier multi-line report that this line ends).
+    /// earlier multi-line report that this line ends). A `journalctl -o
+    /// json` line is read as the log text it carries (`journal_json`).
     pub fn feed(&mut self, line: &str) -> Vec<Fault> {
+        match super::journal_json::text_lines(line) {
+            Some(lines) => lines.iter().flat_map(|l| self.feed_text(l)).collect(),
+            None => self.feed_text(line),
+        }
+    }
+
+    fn feed_text(&mut self, line: &str) -> Vec<Fault> {
         let mut out = Vec::new();
         let meta = split_prefix(line);
         let body = meta.body;

@@ -9,6 +9,8 @@
 //!   monotonic time in microseconds; Documentation/ABI/testing/dev-kmsg)
 //! - `CONFIG_PRINTK_CALLER` (`[    T123]`) and vendor `[pid:...,cpu0,...]`
 //!   tags after the timestamp are skipped.
+//! - `journalctl -o json` objects are made `dmesg` lines before they reach
+//!   here (`journal_json`).
 
 use std::{
     fs::{File, OpenOptions},

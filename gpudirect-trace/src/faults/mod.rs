@@ -20,6 +20,7 @@ pub mod aer;
 pub mod amd;
 mod decoder;
 pub mod explain;
+mod journal_json;
 pub mod kmsg;
 pub mod lines;
 pub mod smmu;
