@@ -196,9 +196,35 @@ struct Report<'a> {
     summary: &'a Summary,
 }
 
-/// Decodes `src` line by line (bounded: `lines::MAX_LINE`, `MAX_LISTED`).
+/// `src` as log text: a compressed log (logrotate's `kern.log.2.gz`, a
+/// `.zst`) through its decompressor, a systemd journal file refused with
+/// what to run instead; anything else as it is. Found by the first bytes,
+/// whatever the name (stdin too).
+fn log_text<'a>(mut src: impl BufRead + 'a) -> io::Result<Box<dyn BufRead + 'a>> {
+    const BUF: usize = 1 << 16;
+    let head = src.fill_buf()?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let gz = flate2::bufread::MultiGzDecoder::new(src);
+        return Ok(Box::new(io::BufReader::with_capacity(BUF, gz)));
+    }
+    if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        let zst = zstd::stream::read::Decoder::with_buffer(src)?;
+        return Ok(Box::new(io::BufReader::with_capacity(BUF, zst)));
+    }
+    if head.starts_with(b"LPKSHHRH") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "a systemd journal file, not log text: decode it with \
+             `journalctl --file FILE -k -o short-monotonic | gpudirect-trace explain -`",
+        ));
+    }
+    Ok(Box::new(src))
+}
+
+/// Decodes `src` line by line (bounded: `lines::MAX_LINE`, `MAX_LISTED`);
+/// compressed input is decompressed first (`log_text`).
 pub fn collect_from<R: BufRead>(src: R) -> io::Result<(Vec<Fault>, Summary)> {
-    let mut lines = BoundedLines::text(src, MAX_LINE);
+    let mut lines = BoundedLines::text(log_text(src)?, MAX_LINE);
     let mut c = Collector::default();
     while let Some(line) = lines.next_line()? {
         c.feed_line(&line);

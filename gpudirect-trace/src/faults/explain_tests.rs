@@ -200,3 +200,58 @@ fn missing_file_is_an_error() {
     let err = run_explain(&args).expect_err("must fail");
     assert!(format!("{err:#}").contains("cannot read /nonexistent/dmesg.txt"));
 }
+
+#[test]
+fn a_journalctl_json_export_decodes_as_its_dmesg() {
+    // `journalctl -k -o json`: a VT-d report over two records (the status
+    // line, then the fault) and an Xid 31 with quotes to unescape; each
+    // fault gets the printk time and the text without JSON's quoting.
+    let log = concat!(
+        r#"{"_TRANSPORT":"kernel","_SOURCE_MONOTONIC_TIMESTAMP":"5000000","MESSAGE":"DMAR: DRHD: handling fault status reg 3"}"#,
+        "\n",
+        r#"{"_TRANSPORT":"kernel","_SOURCE_MONOTONIC_TIMESTAMP":"5000001","MESSAGE":"DMAR: [DMA Write NO_PASID] Request device [41:00.0] fault addr 0x7f5a3000 [fault reason 0x05] PTE Write access is not set"}"#,
+        "\n",
+        r#"{"_SOURCE_MONOTONIC_TIMESTAMP":"6250000","MESSAGE":"NVRM: Xid (PCI:0000:41:00): 31, pid=1234, name=python3, Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE \"q\""}"#,
+        "\n",
+    );
+    let (faults, s) = collect_from(log.as_bytes()).expect("read");
+    assert_eq!((faults.len(), s.lines_read), (2, 3), "{faults:#?}");
+    let (vtd, xid) = (&faults[0], &faults[1]);
+    assert_eq!(vtd.device.as_deref(), Some("0000:41:00.0"));
+    assert_eq!(
+        (vtd.address, vtd.timestamp_ns),
+        (Some(0x7f5a3000), Some(5_000_001_000))
+    );
+    assert_eq!(xid.device.as_deref(), Some("0000:41:00.0"));
+    assert_eq!(xid.timestamp_ns, Some(6_250_000_000));
+    assert!(
+        xid.reason.ends_with("ACCESS_TYPE_VIRT_WRITE \"q\""),
+        "{}",
+        xid.reason
+    );
+    assert!(!xid.raw.contains("MESSAGE"), "{}", xid.raw);
+}
+
+#[test]
+fn rotated_logs_are_read_compressed_and_a_journal_file_is_named() {
+    use std::io::Write as _;
+    // Two gzip members (a file appended to after rotation: zcat reads
+    // both) and a zstd frame, each holding one Xid line.
+    let xid = |n: u32| format!("[ {n}.0] NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=x, x\n");
+    let mut gz = Vec::new();
+    for n in [1, 2] {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(xid(n).as_bytes()).expect("gzip");
+        gz.extend(e.finish().expect("gzip"));
+    }
+    let (faults, s) = collect_from(&gz[..]).expect("gzip input");
+    assert_eq!((faults.len(), s.lines_read), (2, 2), "{faults:#?}");
+    let zst = zstd::encode_all(xid(3).as_bytes(), 1).expect("zstd");
+    let (faults, _) = collect_from(&zst[..]).expect("zstd input");
+    assert_eq!(faults[0].timestamp_ns, Some(3_000_000_000));
+    // A journal file (its header's magic): refused with what to run.
+    let e = collect_from(&b"LPKSHHRH\0\0\0\0"[..]).expect_err("a journal file");
+    assert!(e.to_string().contains("journalctl --file"), "{e}");
+    // A truncated gzip stream is an error, not a silent end.
+    assert!(collect_from(&gz[..gz.len() / 2 - 5]).is_err());
+}
