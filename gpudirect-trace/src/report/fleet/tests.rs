@@ -21,6 +21,13 @@ fn a_missing_file_is_a_row_not_the_end() {
     assert!(f.hosts.is_empty());
     let t = text::text(&f);
     assert!(t.contains("UNREADABLE"), "{t}");
+    // Counts say "1 host", never "1 hosts".
+    assert!(
+        t.starts_with("Fleet: 2 files, 0 hosts (0 boots), 0 GPUs, 0 devices;"),
+        "{t}"
+    );
+    let one = summarize(&[dir.path().join("gone.gdt")], |_, _, _| {});
+    assert!(text::text(&one).starts_with("Fleet: 1 file, 0 hosts"));
 }
 
 #[test]

@@ -24,17 +24,26 @@ fn brief(b: &Brief) -> String {
     format!("{} {}{gpu}: {}", when(b), b.device, b.text)
 }
 
+/// `n` and the noun, plural but for one ("1 host", "2 hosts").
+fn counted(count: u64, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        _ => format!("{count} {noun}s"),
+    }
+}
+
 pub fn text(f: &Fleet) -> String {
     let mut s = String::new();
     let boots = f.hosts.len();
     let hosts: std::collections::BTreeSet<&str> = f.hosts.iter().map(|h| h.host.as_str()).collect();
     let _ = writeln!(
         s,
-        "Fleet: {} files, {} hosts ({boots} boots), {} GPUs, {} devices; {} damaged or unreadable",
-        f.files.len(),
-        hosts.len(),
-        f.gpus,
-        f.devices,
+        "Fleet: {}, {} ({}), {}, {}; {} damaged or unreadable",
+        counted(f.files.len() as u64, "file"),
+        counted(hosts.len() as u64, "host"),
+        counted(boots as u64, "boot"),
+        counted(f.gpus, "GPU"),
+        counted(f.devices, "device"),
         f.damaged_files
     );
     if f.files_not_read > 0 {
@@ -61,12 +70,12 @@ pub fn text(f: &Fleet) -> String {
         let boot: String = h.boot_id.chars().take(8).collect();
         let _ = writeln!(
             s,
-            "  {} (boot {boot}, kernel {}): {} files, {} GPUs, {} incidents",
+            "  {} (boot {boot}, kernel {}): {}, {}, {}",
             h.host,
             h.kernel,
-            h.files.len(),
-            h.gpus.len(),
-            h.incidents
+            counted(h.files.len() as u64, "file"),
+            counted(h.gpus.len() as u64, "GPU"),
+            counted(h.incidents, "incident")
         );
         match &h.first_cause {
             Some(b) => {
@@ -108,11 +117,11 @@ pub fn text(f: &Fleet) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            "  [{}] {}  {}{trigger} {} incidents, {} lost, {status}",
+            "  [{}] {}  {}{trigger} {}, {} lost, {status}",
             i + 1,
             r.path,
             r.host.as_deref().unwrap_or("?"),
-            r.incidents,
+            counted(r.incidents, "incident"),
             r.lost_events
         );
         if r.error.is_none() {
