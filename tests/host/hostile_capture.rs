@@ -216,6 +216,26 @@ fn doctor_never_reads_or_copies_what_a_capture_links_to_outside_it() {
         assert!(errors.contains(p), "{p}: {errors}");
     }
     assert!(errors.contains("more than 40 symbolic links"), "{errors}");
+    // The archive itself as --root: read as the tree it was taken from
+    // (its GPU), named as given, and its unpacked copy gone afterwards (a
+    // TMPDIR of the test's own shows it).
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let again = run(bin()
+        .args(["doctor", "-v", "--root"])
+        .arg(&tgz)
+        .env("TMPDIR", tmp.path()));
+    assert!(
+        matches!(again.status.code(), Some(0 | 2)),
+        "{}",
+        stderr(&again)
+    );
+    let text = String::from_utf8_lossy(&again.stdout);
+    let head = format!("gpudirect-trace doctor: {}\n", tgz.display());
+    assert!(text.starts_with(&head), "{text}");
+    assert!(text.contains("[10de:2335] (0000:01:00.0)"), "{text}");
+    assert!(!text.contains(&secret), "the sentinel's content");
+    let left: Vec<_> = fs::read_dir(tmp.path()).expect("TMPDIR").collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
 }
 
 /// A writer thread feeding `fifo` for ever (until the reader goes).

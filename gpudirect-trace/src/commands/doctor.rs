@@ -8,8 +8,10 @@ use crate::doctor::{self, DoctorOptions};
 
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
-    /// Read a captured tree (as written by --capture, unpacked) instead of `/`.
-    #[arg(long, value_name = "DIR")]
+    /// Read a capture instead of `/`: the .tar.gz that --capture wrote
+    /// (unpacked privately while it is read, then removed) or its unpacked
+    /// directory.
+    #[arg(long, value_name = "CAPTURE")]
     pub root: Option<PathBuf>,
     /// Print `{"findings":[...],"topology":...}` instead of the text report.
     #[arg(long)]

@@ -53,7 +53,7 @@ pub fn read(path: &Path) -> anyhow::Result<NvmlRecord> {
 
 /// `path` opened for reading if it is a regular file; anything else is
 /// refused before it is opened (a FIFO would block, a device may never end).
-fn open_regular(path: &Path, name: &str) -> anyhow::Result<fs::File> {
+pub(super) fn open_regular(path: &Path, name: &str) -> anyhow::Result<fs::File> {
     let what = super::tree::describe_type;
     let meta = fs::metadata(path).with_context(|| format!("cannot read {name}"))?;
     if !meta.is_file() {
@@ -89,10 +89,21 @@ fn read_at_most(r: impl Read, limit: u64) -> io::Result<String> {
 }
 
 /// A reader that fails once more than `left` bytes came through it.
-struct Expanded<R> {
+pub(super) struct Expanded<R> {
     inner: R,
     left: u64,
     limit: u64,
+}
+
+impl<R> Expanded<R> {
+    /// `inner`, failing past `limit` bytes.
+    pub(super) fn new(inner: R, limit: u64) -> Self {
+        Self {
+            inner,
+            left: limit,
+            limit,
+        }
+    }
 }
 
 impl<R: Read> Read for Expanded<R> {
@@ -152,11 +163,7 @@ pub fn refuse_member(path: &Path, kind: tar::EntryType) -> Option<String> {
 /// The `nvml.json` of a capture archive that expands to at most `limit`.
 fn from_archive(file: fs::File, name: &str, limit: u64) -> anyhow::Result<NvmlRecord> {
     let gz = flate2::read::GzDecoder::new(BufReader::new(file));
-    let mut ar = tar::Archive::new(Expanded {
-        inner: gz,
-        left: limit,
-        limit,
-    });
+    let mut ar = tar::Archive::new(Expanded::new(gz, limit));
     let mut found = None;
     for e in ar.entries().with_context(|| format!("reading {name}"))? {
         let e = e.with_context(|| format!("reading {name}"))?;

@@ -21,6 +21,7 @@ pub mod pci;
 pub mod platform;
 pub mod report;
 pub mod topology;
+mod unpack;
 /// The host's /sys and /proc, live or captured (shared with `gpu`).
 pub use crate::hosttree as tree;
 
@@ -149,9 +150,17 @@ fn refused(tree: &Tree, f: &mut Findings) {
 }
 
 pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
-    let tree = match &args.root {
-        Some(r) => Tree::captured(r)?,
-        None => Tree::live(),
+    // A capture's .tar.gz is unpacked for as long as it is read (`unpack`).
+    let unpacked = match &args.root {
+        Some(r) if std::fs::metadata(r).is_ok_and(|m| !m.is_dir()) => {
+            Some(unpack::capture_archive(r).with_context(|| format!("--root {}", r.display()))?)
+        }
+        _ => None,
+    };
+    let tree = match (&args.root, &unpacked) {
+        (Some(r), Some(dir)) => Tree::captured(dir.path())?.shown_as(r),
+        (Some(r), None) => Tree::captured(r)?,
+        (None, _) => Tree::live(),
     };
     if let Some(out) = &args.capture {
         if let Some(root) = &args.root {

@@ -250,4 +250,14 @@ fn capture_of_fixture_round_trips_with_mode_0600() {
     };
     assert_eq!(key(&again), key(&report()));
     assert_eq!(again.topology.matrix, report().topology.matrix);
+    // `--root snap.tar.gz`: the archive itself, unpacked privately for as
+    // long as it is read, reports the same and is named as given.
+    let dir = super::unpack::capture_archive(&out).expect("unpack");
+    let tree = Tree::captured(dir.path()).expect("tree").shown_as(&out);
+    let direct = diagnose(&tree).expect("diagnose");
+    assert_eq!(key(&direct), key(&report()));
+    assert_eq!(direct.root, out.display().to_string());
+    let made = dir.path().to_path_buf();
+    drop(dir);
+    assert!(!made.exists(), "the unpacked copy is removed");
 }

@@ -92,6 +92,13 @@ impl Tree {
         })
     }
 
+    /// The same tree, named `shown` in what it reports (an archive that
+    /// was unpacked into a directory of its own to be read).
+    pub fn shown_as(mut self, shown: &Path) -> Self {
+        self.root = shown.to_path_buf();
+        self
+    }
+
     pub fn is_live(&self) -> bool {
         self.confined.is_none()
     }
