@@ -12,7 +12,7 @@ use std::{
     fs,
     io::{self, BufReader, Read},
     os::unix::fs::OpenOptionsExt as _,
-    path::{Component, Path},
+    path::{Component, Path, PathBuf},
 };
 
 use anyhow::{bail, Context as _};
@@ -160,30 +160,52 @@ pub fn refuse_member(path: &Path, kind: tar::EntryType) -> Option<String> {
     Some(format!("member {p} is {what}"))
 }
 
-/// The `nvml.json` of a capture archive that expands to at most `limit`.
-fn from_archive(file: fs::File, name: &str, limit: u64) -> anyhow::Result<NvmlRecord> {
+/// One member of a capture archive being read (`each_member`).
+pub(super) type Member<'a> = tar::Entry<'a, Expanded<flate2::read::GzDecoder<BufReader<fs::File>>>>;
+
+/// Calls `f` with each member of the capture archive `file` (named `name`
+/// in errors), its path relative to the archive (`.` parts dropped) and
+/// its type, as long as it expands to at most `limit` in all. A member
+/// that `refuse_member` refuses ends the reading with an error.
+pub(super) fn each_member(
+    file: fs::File,
+    name: &str,
+    limit: u64,
+    mut f: impl FnMut(PathBuf, tar::EntryType, &mut Member<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let gz = flate2::read::GzDecoder::new(BufReader::new(file));
     let mut ar = tar::Archive::new(Expanded::new(gz, limit));
-    let mut found = None;
     for e in ar.entries().with_context(|| format!("reading {name}"))? {
-        let e = e.with_context(|| format!("reading {name}"))?;
+        let mut e = e.with_context(|| format!("reading {name}"))?;
         let path = e
             .path()
             .with_context(|| format!("reading {name}"))?
             .into_owned();
-        if let Some(why) = refuse_member(&path, e.header().entry_type()) {
+        let kind = e.header().entry_type();
+        if let Some(why) = refuse_member(&path, kind) {
             bail!("{name}: {why}: refused (a capture holds only regular files)");
         }
-        let plain: std::path::PathBuf = path
+        // Refused above: no `..`, root or prefix; only `.` is left to drop.
+        let rel: PathBuf = path
             .components()
-            .filter(|c| !matches!(c, Component::CurDir))
+            .filter(|c| matches!(c, Component::Normal(_)))
             .collect();
-        if plain == Path::new(NVML_FILE) && found.is_none() {
+        f(rel, kind, &mut e)?;
+    }
+    Ok(())
+}
+
+/// The `nvml.json` of a capture archive that expands to at most `limit`.
+fn from_archive(file: fs::File, name: &str, limit: u64) -> anyhow::Result<NvmlRecord> {
+    let mut found = None;
+    each_member(file, name, limit, |rel, _, e| {
+        if rel == Path::new(NVML_FILE) && found.is_none() {
             let text =
                 read_at_most(e, MAX_FILE_BYTES).with_context(|| format!("{name}: {NVML_FILE}"))?;
             found = Some(text);
         }
-    }
+        Ok(())
+    })?;
     let Some(text) = found else {
         bail!("{name} has no {NVML_FILE} (a capture taken without NVML, or by an older version)")
     };

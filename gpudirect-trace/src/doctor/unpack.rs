@@ -16,15 +16,15 @@
 
 use std::{
     fs,
-    io::{self, BufReader, Read as _},
+    io::{self, Read as _},
     os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _},
-    path::{Component, Path, PathBuf},
+    path::{Path, PathBuf},
 };
 
 use anyhow::{bail, Context as _};
 
 use super::{
-    baseline::{open_regular, refuse_member, Expanded, MAX_EXPANDED_BYTES},
+    baseline::{each_member, open_regular, MAX_EXPANDED_BYTES},
     tree::{describe_type, MAX_FILE_BYTES},
 };
 
@@ -89,30 +89,13 @@ pub fn capture_archive(path: &Path) -> anyhow::Result<Unpacked> {
 }
 
 fn unpack_into(file: fs::File, name: &str, dir: &Path, limit: u64) -> anyhow::Result<()> {
-    let gz = flate2::read::GzDecoder::new(BufReader::new(file));
-    let mut ar = tar::Archive::new(Expanded::new(gz, limit));
     let mut members = 0u64;
-    for e in ar.entries().with_context(|| format!("reading {name}"))? {
-        let e = e.with_context(|| format!("reading {name}"))?;
-        let path = e
-            .path()
-            .with_context(|| format!("reading {name}"))?
-            .into_owned();
-        let kind = e.header().entry_type();
-        if let Some(why) = refuse_member(&path, kind) {
-            bail!("{name}: {why}: refused (a capture holds only regular files)");
-        }
-        let rel: PathBuf = path
-            .components()
-            .filter(|c| matches!(c, Component::Normal(_)))
-            .collect();
+    each_member(file, name, limit, |rel, kind, e| {
         if rel.as_os_str().is_empty() {
-            continue;
+            return Ok(());
         }
-        let to = dir.join(&rel);
         if kind == tar::EntryType::Directory {
-            make_dirs(dir, &rel)?;
-            continue;
+            return make_dirs(dir, &rel);
         }
         if let Some(parent) = rel.parent() {
             make_dirs(dir, parent)?;
@@ -124,7 +107,7 @@ fn unpack_into(file: fs::File, name: &str, dir: &Path, limit: u64) -> anyhow::Re
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(&to)
+            .open(dir.join(&rel))
             .with_context(|| format!("{name}: member {}", rel.display()))?;
         let copied = io::copy(&mut e.take(MAX_FILE_BYTES + 1), &mut f)
             .with_context(|| format!("reading {name}"))?;
@@ -136,7 +119,8 @@ fn unpack_into(file: fs::File, name: &str, dir: &Path, limit: u64) -> anyhow::Re
             );
         }
         members += 1;
-    }
+        Ok(())
+    })?;
     if members == 0 {
         bail!("{name}: no files in it (give the .tar.gz that `doctor --capture` wrote)");
     }
