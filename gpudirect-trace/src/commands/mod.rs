@@ -136,8 +136,8 @@ pub enum Command {
     /// Convert a trace file: JSON lines, Chrome/Perfetto JSON, HdrHistogram logs
     ///
     /// JSON lines: one object per event (and per loss record and log fault);
-    /// a process exit (`"kind":"process_exit"`) names the process in `comm`
-    /// and its cgroup v2 id in `cgroup_id`. Chrome: the trace-event format, one track per device, mappings as
+    /// a process exit (`"kind":"process_exit"`, device `(processes)`) names
+    /// the process in `comm` and its cgroup v2 id in `cgroup_id`. Chrome: the trace-event format, one track per device, mappings as
     /// spans from map to unmap. hdr: HdrHistogram V2 interval logs of mapped
     /// sizes per device and operation, one interval per second.
     ///

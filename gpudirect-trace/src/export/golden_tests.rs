@@ -78,7 +78,8 @@ fn recording(path: &Path) {
     )
     .expect("unmap");
     // A process exit (its name packed in addr and phys, its cgroup in
-    // size): a name and a cgroup id of its own in the export.
+    // size), recorded under dev 0's name: a name, a cgroup id and a track
+    // of its own in the export.
     let mut exit = ev(kind::PROC_EXIT, 2_100_000_000, 0, 0, 77);
     exit.addr = u64::from_le_bytes(*b"dd\0\0\0\0\0\0");
     w.push(&Record::Event(exit), crate::aggregate::UNATTRIBUTED)

@@ -77,7 +77,8 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let header = reader.header().clone();
     let mut red = Redactor::for_header(args.redact, &header);
-    let mut items = std::iter::from_fn(|| reader.next_item().transpose());
+    let mut items =
+        std::iter::from_fn(|| reader.next_item().transpose()).map(|i| i.map(tasks_apart));
     let result = match args.format {
         Format::Jsonl => jsonl(&header, &mut items, &mut out, &mut red),
         Format::Chrome => chrome::chrome(&header, &mut items, &mut out, &mut red),
@@ -107,6 +108,23 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
         crate::output::warn(&n);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `device` (and Chrome track) of records about tasks rather than a
+/// device: a process exit is recorded under dev 0, whose name,
+/// "(iommu, unattributed)", means unattributed IOMMU activity.
+pub const TASKS: &str = "(processes)";
+
+fn tasks_apart(item: Item) -> Item {
+    match item {
+        Item::Event { record, .. } if !kind::info(record.event().kind).class.about_devices() => {
+            Item::Event {
+                record,
+                device: TASKS.into(),
+            }
+        }
+        other => other,
+    }
 }
 
 fn hex(v: u64) -> String {
