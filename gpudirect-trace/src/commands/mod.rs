@@ -137,9 +137,10 @@ pub enum Command {
     ///
     /// JSON lines: one object per event (and per loss record and log fault);
     /// a process exit (`"kind":"process_exit"`, device `(processes)`) names
-    /// the process in `comm` and its cgroup v2 id in `cgroup_id`. Chrome: the trace-event format, one track per device, mappings as
-    /// spans from map to unmap. hdr: HdrHistogram V2 interval logs of mapped
-    /// sizes per device and operation, one interval per second.
+    /// the process in `comm` and its cgroup v2 id in `cgroup_id`. Chrome:
+    /// the trace-event format, one track per device, mappings as spans from
+    /// map to unmap. hdr: HdrHistogram V2 interval logs of mapped sizes per
+    /// device and operation, one interval per second.
     ///
     /// --redact replaces physical addresses with per-file pseudonyms so a
     /// trace can be shared (IOVAs, DMA addresses and bus ids stay).
