@@ -157,25 +157,18 @@ pub enum Command {
     Selftest(selftest::SelftestArgs),
 }
 
-/// Options that parse one by one but not together (clap cannot say it):
-/// exit status 2, as clap's own usage errors, so that a script tells a
-/// wrong command line from a failure of the work.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
-/// The exit status of a usage error (clap's).
-pub const USAGE_EXIT: u8 = 2;
-
-fn usage(what: &str) -> anyhow::Error {
-    UsageError(what.to_owned()).into()
+/// Options that parse one by one but not together (clap cannot say it) in
+/// `subcommand`: clap's own usage error, printed as clap prints it (with the
+/// subcommand's usage) and exit status 2, so that a script tells a wrong
+/// command line from a failure of the work.
+fn usage(subcommand: &str, what: &str) -> anyhow::Error {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let cmd = cli.find_subcommand_mut(subcommand).cloned();
+    let mut cmd = cmd
+        .unwrap_or(cli)
+        .bin_name(format!("gpudirect-trace {subcommand}"));
+    cmd.error(clap::error::ErrorKind::ArgumentConflict, what)
+        .into()
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

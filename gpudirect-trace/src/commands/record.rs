@@ -62,11 +62,13 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     let to_stdout = crate::outfile::is_stdout(&args.output);
     if to_stdout && flight.is_some() {
         return Err(usage(
+            "record",
             "with --ring, -o names the directory snapshots go to: - cannot hold them",
         ));
     }
     if to_stdout && args.json {
         return Err(usage(
+            "record",
             "-o - and --json both want standard output: give -o a file name",
         ));
     }

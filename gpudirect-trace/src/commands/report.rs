@@ -47,6 +47,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     let page_to_stdout = args.html.as_deref().is_some_and(crate::outfile::is_stdout);
     if page_to_stdout && args.json {
         return Err(usage(
+            "report",
             "--html - and --json both want standard output: give --html a file name",
         ));
     }
@@ -55,6 +56,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         .is_some_and(|to| to <= args.from.unwrap_or_default())
     {
         return Err(usage(
+            "report",
             "--to must be later than --from (both count from the recording's start)",
         ));
     }
