@@ -43,7 +43,9 @@ pub fn read(path: &Path) -> anyhow::Result<NvmlRecord> {
         })?;
         return NvmlRecord::from_json(&text).with_context(|| format!("{name}/{NVML_FILE}"));
     }
-    let file = open_regular(path, &name)?;
+    let takes =
+        format!("the .tar.gz that --capture wrote, its unpacked directory, or its {NVML_FILE}");
+    let file = open_regular(path, &name, &takes)?;
     if name.ends_with(".tar.gz") || name.ends_with(".tgz") {
         return from_archive(file, &name, MAX_EXPANDED_BYTES);
     }
@@ -52,16 +54,13 @@ pub fn read(path: &Path) -> anyhow::Result<NvmlRecord> {
 }
 
 /// `path` opened for reading if it is a regular file; anything else is
-/// refused before it is opened (a FIFO would block, a device may never end).
-pub(super) fn open_regular(path: &Path, name: &str) -> anyhow::Result<fs::File> {
+/// refused before it is opened (a FIFO would block, a device may never end),
+/// with `takes`, what the option takes instead, as the advice.
+pub(super) fn open_regular(path: &Path, name: &str, takes: &str) -> anyhow::Result<fs::File> {
     let what = super::tree::describe_type;
     let meta = fs::metadata(path).with_context(|| format!("cannot read {name}"))?;
     if !meta.is_file() {
-        bail!(
-            "{name} is {}, not a capture (give the .tar.gz that --capture wrote, its unpacked \
-             directory, or its {NVML_FILE})",
-            what(&meta)
-        );
+        bail!("{name} is {}, not a capture (give {takes})", what(&meta));
     }
     let f = fs::OpenOptions::new()
         .read(true)

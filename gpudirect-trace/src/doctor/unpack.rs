@@ -25,7 +25,7 @@ use anyhow::{bail, Context as _};
 
 use super::{
     baseline::{each_member, open_regular, MAX_EXPANDED_BYTES},
-    tree::{describe_type, MAX_FILE_BYTES},
+    tree::MAX_FILE_BYTES,
 };
 
 /// A directory this process made, removed with all it holds when dropped.
@@ -74,15 +74,8 @@ fn private_dir() -> io::Result<Unpacked> {
 /// `path` (a capture's `.tar.gz`) unpacked into a private directory.
 pub fn capture_archive(path: &Path) -> anyhow::Result<Unpacked> {
     let name = path.display().to_string();
-    let meta = fs::metadata(path).with_context(|| format!("cannot read {name}"))?;
-    if !meta.is_file() {
-        bail!(
-            "{name} is {}, not a capture (give the .tar.gz that `doctor --capture` wrote, or \
-             its unpacked directory)",
-            describe_type(&meta)
-        );
-    }
-    let file = open_regular(path, &name)?;
+    let takes = "the .tar.gz that `doctor --capture` wrote, or its unpacked directory";
+    let file = open_regular(path, &name, takes)?;
     let out = private_dir().context("cannot make a directory to unpack the capture into")?;
     unpack_into(file, &name, out.path(), MAX_EXPANDED_BYTES)?;
     Ok(out)
@@ -127,25 +120,15 @@ fn unpack_into(file: fs::File, name: &str, dir: &Path, limit: u64) -> anyhow::Re
     Ok(())
 }
 
-/// `rel`'s directories under `dir`, each new one private; one that exists
-/// must be a directory this unpacking made (no link is followed).
+/// `rel` and its parents under `dir`, private. Nothing but this unpacking
+/// writes in `dir` (a new 0700 directory) and it makes no link, so no
+/// component can lead elsewhere; a member path that is also a file fails.
 fn make_dirs(dir: &Path, rel: &Path) -> anyhow::Result<()> {
-    let mut at = dir.to_path_buf();
-    for c in rel.components() {
-        at.push(c);
-        match fs::symlink_metadata(&at) {
-            Ok(m) if m.is_dir() => continue,
-            Ok(_) => bail!(
-                "member path {} is also a file in the archive",
-                rel.display()
-            ),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new().mode(0o700).create(&at)?;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir.join(rel))
+        .with_context(|| format!("making the directory {} of the archive", rel.display()))
 }
 
 #[cfg(test)]
@@ -238,6 +221,11 @@ mod tests {
                 vec![("sys/a", &b"x"[..]), ("sys/a", &b"y"[..])],
                 tar::EntryType::Regular,
                 "member sys/a",
+            ),
+            (
+                vec![("sys/a", &b"x"[..]), ("sys/a/b", &b"y"[..])],
+                tar::EntryType::Regular,
+                "making the directory sys/a",
             ),
             (
                 vec![("big", &[0u8; 128 << 10][..])],

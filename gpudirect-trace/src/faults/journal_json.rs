@@ -74,14 +74,14 @@ mod tests {
         // The fields journalctl -k -o json writes for a kernel record (a
         // subset, in its order).
         let line = r#"{"__CURSOR":"s=1;i=2","__REALTIME_TIMESTAMP":"1796497829803626","__MONOTONIC_TIMESTAMP":"63394856247","_TRANSPORT":"kernel","PRIORITY":"3","SYSLOG_FACILITY":"0","SYSLOG_IDENTIFIER":"kernel","_SOURCE_MONOTONIC_TIMESTAMP":"12345678901","MESSAGE":"NVRM: Xid (PCI:0000:41:00): 79, pid=<unknown>, name=<unknown>, GPU has fallen off the bus.","_HOSTNAME":"gpu03"}"#;
+        let lines = text_lines(line).expect("a journal record");
         assert_eq!(
-            text_lines(line).expect("a journal record"),
+            lines,
             vec![
                 "2026-12-05T19:10:29.803626Z gpu03 kernel: [12345.678901] NVRM: Xid \
                  (PCI:0000:41:00): 79, pid=<unknown>, name=<unknown>, GPU has fallen off the bus."
             ]
         );
-        let lines = text_lines(line).expect("a journal record");
         let meta = super::super::kmsg::split_prefix(&lines[0]);
         assert_eq!(
             (meta.timestamp_ns, meta.wall_time.as_deref()),
