@@ -23,6 +23,7 @@ pub mod export;
 pub mod families;
 pub mod faults;
 pub mod flight;
+pub mod ftrace;
 pub mod gpu;
 pub mod hosttree;
 pub mod kernel;

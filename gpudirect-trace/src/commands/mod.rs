@@ -7,6 +7,7 @@ mod doctor;
 mod explain;
 mod export;
 mod flight;
+mod import;
 mod live;
 mod probes;
 mod record;
@@ -37,6 +38,7 @@ Start with:
   gpudirect-trace serve           Prometheus metrics on http://127.0.0.1:9435/metrics
   gpudirect-trace doctor          check the host's IOMMU/PCIe/GPU setup
   gpudirect-trace explain FILE    decode fault lines of a kernel log
+  gpudirect-trace import T -o F   ftrace text of dma/iommu tracepoints into a trace file (no eBPF)
 
 Times are seconds since the start of the trace everywhere (JSON also has
 the kernel's monotonic nanoseconds and, where known, the wall-clock time).
@@ -152,6 +154,29 @@ pub enum Command {
     ///   gpudirect-trace export dma.gdt --format jsonl --redact -o shareable.jsonl
     #[command(verbatim_doc_comment)]
     Export(export::ExportArgs),
+    /// Turn ftrace text of the dma, iommu and swiotlb tracepoints into a trace file
+    ///
+    /// For hosts where no eBPF program may be loaded (lockdown, no BPF) but
+    /// tracefs is there: enable the kernel's own tracepoints, run the
+    /// workload, save the text, and import it. `report`, `export` and
+    /// `report --html` then read the file as they read a recording: per-device
+    /// maps, bytes, sizes, lifetimes, outstanding mappings, IOMMU faults,
+    /// bounce buffering, and the losses the kernel's ring reported.
+    ///
+    /// Reads the tracefs `trace` file of any kernel (with or without
+    /// record-tgid), `trace-cmd report` and `perf script` output, plain,
+    /// gzip or zstd. ftrace prints no wall clock, host or kernel: times are
+    /// the trace's own clock (since boot, as the kernel log's), and tracepoints
+    /// it does not read are counted by name in the summary. The kernel prints
+    /// a dma_unmap_sg's physical addresses only: its DMA address and size are
+    /// those of the dma_map_sg of the same pages, where the text has it.
+    ///
+    /// Examples:
+    ///   cd /sys/kernel/tracing && echo 1 > events/dma/enable && echo 1 > events/iommu/enable
+    ///   cat trace > /tmp/dma.txt      (or: trace-cmd record -e dma -e iommu; trace-cmd report)
+    ///   gpudirect-trace import /tmp/dma.txt -o dma.gdt && gpudirect-trace report dma.gdt
+    #[command(verbatim_doc_comment)]
+    Import(import::ImportArgs),
     /// Checks of the tool's own machinery on this kernel (for its tests)
     #[command(hide = true)]
     Selftest(selftest::SelftestArgs),
@@ -182,6 +207,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Record(a) => record::exec(&a),
         Command::Report(a) => report::exec(&a),
         Command::Export(a) => export::exec(&a),
+        Command::Import(a) => import::exec(&a),
         Command::Selftest(a) => selftest::exec(&a),
     };
     // Out of file descriptors, wherever it struck, is said first (it read

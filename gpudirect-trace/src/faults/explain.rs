@@ -200,7 +200,7 @@ struct Report<'a> {
 /// `.zst`) through its decompressor, a systemd journal file refused with
 /// what to run instead; anything else as it is. Found by the first bytes,
 /// whatever the name (stdin too).
-fn log_text<'a>(mut src: impl BufRead + 'a) -> io::Result<Box<dyn BufRead + 'a>> {
+pub(crate) fn log_text<'a>(mut src: impl BufRead + 'a) -> io::Result<Box<dyn BufRead + 'a>> {
     const BUF: usize = 1 << 16;
     let head = src.fill_buf()?;
     if head.starts_with(&[0x1f, 0x8b]) {

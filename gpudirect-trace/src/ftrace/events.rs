@@ -1,0 +1,451 @@
+//! The bodies of the dma:*, iommu:* and swiotlb:* events as the kernel's
+//! TP_printk formats print them, into the records the eBPF programs write
+//! for the same tracepoints (gpudirect-trace-ebpf/src/main.rs and
+//! dmarec.rs), so that everything after the source is one path.
+//!
+//! Read by key, not by position: the formats grew fields over the years
+//! (6.12's dma_map_sg has none of 6.18's `nents=` / `ents=`), and a
+//! scatterlist's lists may be cut short by the kernel's print buffer.
+
+use gpudirect_trace_common::{flags, kind, Event, SgEvent, DMA_MAPPING_ERROR, SG_LENS};
+
+use crate::{aggregate::UNATTRIBUTED, decode::Record};
+
+/// A body's words: `key=value` pairs (a value may be a `{a,b,...}` list,
+/// maybe without its closing brace when the line was cut) and the words
+/// without `=`, in order.
+struct Fields<'a> {
+    words: Vec<&'a str>,
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(body: &'a str) -> Self {
+        let mut f = Fields {
+            words: Vec::new(),
+            pairs: Vec::new(),
+        };
+        let mut rest = body.trim_start();
+        while !rest.is_empty() {
+            let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let eq = rest[..word_end].find('=');
+            let Some(eq) = eq else {
+                f.words.push(&rest[..word_end]);
+                rest = rest[word_end..].trim_start();
+                continue;
+            };
+            let key = &rest[..eq];
+            let after = &rest[eq + 1..];
+            let len = if after.starts_with('{') {
+                after.find('}').map_or(after.len(), |i| i + 1)
+            } else {
+                after.find(char::is_whitespace).unwrap_or(after.len())
+            };
+            f.pairs.push((key, &after[..len]));
+            rest = after[len..].trim_start();
+        }
+        f
+    }
+
+    fn get(&self, key: &str) -> Option<&'a str> {
+        self.pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// `%llx` (bare) and `0x%llx` alike.
+    fn hex(&self, key: &str) -> Option<u64> {
+        hex(self.get(key)?)
+    }
+
+    fn dec(&self, key: &str) -> Option<u64> {
+        self.get(key)?.parse().ok()
+    }
+
+    /// `{0x1000,0x2000}`: the values, and whether the list was whole.
+    fn list(&self, key: &str) -> (Vec<u64>, bool) {
+        let Some(v) = self.get(key) else {
+            return (Vec::new(), false);
+        };
+        let inner = v.strip_prefix('{').unwrap_or(v);
+        let (inner, whole) = match inner.strip_suffix('}') {
+            Some(i) => (i, true),
+            None => (inner, false),
+        };
+        let mut out = Vec::new();
+        let mut whole = whole;
+        for x in inner.split(',').filter(|x| !x.is_empty()) {
+            match hex(x) {
+                Some(n) => out.push(n),
+                // A number cut in the middle: the list is not whole.
+                None => whole = false,
+            }
+        }
+        (out, whole)
+    }
+
+    /// `nents=3/5`: (listed, full); `nents=5`: (5, 5).
+    fn count(&self, key: &str) -> Option<(u64, u64)> {
+        let v = self.get(key)?;
+        match v.split_once('/') {
+            Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+            None => v.parse().ok().map(|n| (n, n)),
+        }
+    }
+
+    fn dir(&self) -> u32 {
+        match self.get("dir") {
+            Some("TO_DEVICE") => 1,
+            Some("FROM_DEVICE") => 2,
+            Some("NONE") => 3,
+            _ => 0,
+        }
+    }
+
+    /// The device: the body's first word (`dev_name: NAME` for swiotlb).
+    fn device(&self) -> Option<&'a str> {
+        match self.words.first()? {
+            &"dev_name:" => self.words.get(1).copied(),
+            w => Some(w),
+        }
+    }
+}
+
+fn hex(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    u64::from_str_radix(s, 16).ok()
+}
+
+/// One event of the trace, for the importer to place.
+pub enum Parsed {
+    /// A record of `device`.
+    Record { record: Record, device: String },
+    /// A dma_unmap_sg, which prints only its physical addresses: the
+    /// importer finds its map (`first_phys`) for the DMA address and size.
+    UnmapSg {
+        event: SgEvent,
+        device: String,
+        first_phys: u64,
+        phys_whole: bool,
+    },
+}
+
+/// The event's record; `None` for an event this importer does not read
+/// (counted by name by the caller) or a body it cannot (counted as bad).
+pub fn parse(name: &str, body: &str, base: Event) -> Result<Option<Parsed>, ()> {
+    let f = Fields::of(body);
+    let mut ev = base;
+    let dev = |f: &Fields<'_>| f.device().map(str::to_owned).ok_or(());
+    let rec = |ev: Event, device: String| {
+        Ok(Some(Parsed::Record {
+            record: Record::Event(ev),
+            device,
+        }))
+    };
+    match name {
+        "dma_map_page" | "dma_map_phys" | "dma_map_resource" => {
+            ev.addr = f.hex("dma_addr").ok_or(())?;
+            ev.kind = if ev.addr == DMA_MAPPING_ERROR {
+                kind::DMA_MAP_ERR
+            } else {
+                kind::DMA_MAP
+            };
+            ev.phys = f.hex("phys_addr").unwrap_or(0);
+            ev.size = f.dec("size").ok_or(())?;
+            ev.dir = f.dir();
+            ev.flags |= resource(name, &f);
+            rec(ev, dev(&f)?)
+        }
+        "dma_unmap_page" | "dma_unmap_phys" | "dma_unmap_resource" => {
+            ev.kind = kind::DMA_UNMAP;
+            ev.addr = f.hex("dma_addr").ok_or(())?;
+            ev.size = f.dec("size").ok_or(())?;
+            ev.dir = f.dir();
+            ev.flags |= resource(name, &f);
+            rec(ev, dev(&f)?)
+        }
+        "dma_map_sg" => {
+            let (dma, dma_whole) = f.list("dma_addrs");
+            let (sizes, sizes_whole) = f.list("sizes");
+            let (phys, _) = f.list("phys_addrs");
+            let ents = f.count("ents").map_or(dma.len() as u64, |(_, full)| full);
+            let nents = f.count("nents").map_or(phys.len() as u64, |(_, full)| full);
+            let complete = dma_whole && sizes_whole && sizes.len() as u64 >= ents;
+            ev.kind = kind::DMA_MAP_SG;
+            ev.addr = *dma.first().ok_or(())?;
+            ev.phys = phys.first().copied().unwrap_or(0);
+            ev.size = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+            ev.dir = f.dir();
+            if !complete {
+                ev.flags |= flags::SG_TRUNCATED;
+            }
+            let mut sg = sg_event(ev, nents, ents);
+            for (slot, &s) in sg.lens.iter_mut().zip(&sizes) {
+                *slot = u32::try_from(s).unwrap_or(u32::MAX);
+            }
+            sg.n_lens = sizes.len().min(SG_LENS) as u32;
+            Ok(Some(Parsed::Record {
+                record: Record::Sg(sg),
+                device: dev(&f)?,
+            }))
+        }
+        "dma_unmap_sg" => {
+            let (phys, phys_whole) = f.list("phys_addrs");
+            let nents = f.count("nents").map_or(phys.len() as u64, |(_, full)| full);
+            ev.kind = kind::DMA_UNMAP_SG;
+            ev.dir = f.dir();
+            ev.phys = *phys.first().ok_or(())?;
+            Ok(Some(Parsed::UnmapSg {
+                event: sg_event(ev, nents, 0),
+                device: dev(&f)?,
+                first_phys: ev.phys,
+                phys_whole,
+            }))
+        }
+        "dma_map_sg_err" => {
+            ev.kind = kind::DMA_MAP_SG_ERR;
+            ev.size = f.count("nents").map_or(0, |(_, full)| full);
+            let err: i64 = f.get("err").and_then(|e| e.parse().ok()).unwrap_or(0);
+            // As the programs keep it: the errno as an i32 in the low half.
+            ev.aux = u64::from(err as i32 as u32);
+            ev.dir = f.dir();
+            rec(ev, dev(&f)?)
+        }
+        n if n.starts_with("dma_alloc") || n.starts_with("dma_free") => {
+            let alloc = n.starts_with("dma_alloc");
+            ev.addr = f.hex("dma_addr").ok_or(())?;
+            ev.size = f.dec("size").ok_or(())?;
+            ev.phys = f.hex("virt_addr").unwrap_or(0);
+            ev.flags |= flags::COHERENT;
+            ev.kind = if alloc {
+                kind::DMA_ALLOC
+            } else {
+                kind::DMA_FREE
+            };
+            rec(ev, dev(&f)?)
+        }
+        n if n.starts_with("dma_sync_") => {
+            ev.kind = if n.ends_with("for_device") {
+                kind::DMA_SYNC_DEVICE
+            } else {
+                kind::DMA_SYNC_CPU
+            };
+            ev.dir = f.dir();
+            if n.starts_with("dma_sync_sg") {
+                let (dma, whole) = f.list("dma_addrs");
+                let (sizes, _) = f.list("sizes");
+                ev.flags |= flags::SCATTERLIST;
+                if !whole {
+                    ev.flags |= flags::SG_TRUNCATED;
+                }
+                ev.addr = dma.first().copied().unwrap_or(0);
+                ev.size = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+                ev.aux = f.count("nents").map_or(dma.len() as u64, |(_, full)| full);
+            } else {
+                ev.addr = f.hex("dma_addr").ok_or(())?;
+                ev.size = f.dec("size").ok_or(())?;
+            }
+            rec(ev, dev(&f)?)
+        }
+        // `IOMMU: iova=0x... - 0x... paddr=0x... size=N`: no device (the
+        // live programs find it through the DMA-API call around the map).
+        "map" | "iommu_map" => {
+            ev.kind = kind::IOMMU_MAP;
+            ev.flags |= flags::NO_DEVICE;
+            ev.addr = f.hex("iova").ok_or(())?;
+            ev.phys = f.hex("paddr").unwrap_or(0);
+            ev.size = f.dec("size").ok_or(())?;
+            rec(ev, UNATTRIBUTED.to_owned())
+        }
+        "unmap" | "iommu_unmap" => {
+            ev.kind = kind::IOMMU_UNMAP;
+            ev.flags |= flags::NO_DEVICE;
+            ev.addr = f.hex("iova").ok_or(())?;
+            ev.size = f.dec("size").ok_or(())?;
+            ev.aux = f.dec("unmapped_size").unwrap_or(ev.size);
+            rec(ev, UNATTRIBUTED.to_owned())
+        }
+        // `IOMMU:DRIVER DEVICE iova=0x... flags=0x...`
+        "io_page_fault" => {
+            ev.kind = kind::IO_PAGE_FAULT;
+            ev.addr = f.hex("iova").ok_or(())?;
+            ev.aux = f.hex("flags").unwrap_or(0);
+            let device = f.words.get(1).ok_or(())?;
+            rec(ev, (*device).to_owned())
+        }
+        // `IOMMU: groupID=N device=NAME`
+        "add_device_to_group" | "remove_device_from_group" => {
+            ev.kind = if name.starts_with("add") {
+                kind::GROUP_ADD_DEVICE
+            } else {
+                kind::GROUP_REMOVE_DEVICE
+            };
+            ev.aux = f.dec("groupID").ok_or(())?;
+            rec(ev, f.get("device").ok_or(())?.to_owned())
+        }
+        "swiotlb_bounced" => {
+            ev.kind = kind::SWIOTLB_BOUNCED;
+            ev.addr = f.hex("dev_addr").ok_or(())?;
+            ev.size = f.dec("size").ok_or(())?;
+            rec(ev, dev(&f)?)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// dma_map_resource, or 6.18's dma_map_phys of MMIO (DMA_ATTR_MMIO).
+fn resource(name: &str, f: &Fields<'_>) -> u16 {
+    let mmio = f
+        .get("attrs")
+        .is_some_and(|a| a.split('|').any(|x| x == "MMIO"));
+    if name.ends_with("resource") || mmio {
+        flags::RESOURCE
+    } else {
+        0
+    }
+}
+
+fn sg_event(ev: Event, nents: u64, ents: u64) -> SgEvent {
+    SgEvent {
+        event: ev,
+        nents: u32::try_from(nents).unwrap_or(u32::MAX),
+        ents: u32::try_from(ents).unwrap_or(u32::MAX),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, body: &str) -> (Record, String) {
+        match parse(name, body, Event::default()) {
+            Ok(Some(Parsed::Record { record, device })) => (record, device),
+            _ => panic!("{name}: {body}"),
+        }
+    }
+
+    #[test]
+    fn page_maps_of_6_12_and_6_18() {
+        let (r, d) = record(
+            "dma_map_phys",
+            "0000:00:06.0 dir=BIDIRECTIONAL dma_addr=10b000000 size=4096 phys_addr=10b000000 attrs=",
+        );
+        let e = r.event();
+        assert_eq!(d, "0000:00:06.0");
+        assert_eq!(
+            (e.kind, e.addr, e.phys, e.size, e.dir),
+            (kind::DMA_MAP, 0x10b000000, 0x10b000000, 4096, 0)
+        );
+        let (r, _) = record(
+            "dma_unmap_page",
+            "0000:00:04.0 dir=FROM_DEVICE dma_addr=fffff000 size=512 attrs=SKIP_CPU_SYNC",
+        );
+        assert_eq!(
+            (r.event().kind, r.event().addr, r.event().dir),
+            (kind::DMA_UNMAP, 0xfffff000, 2)
+        );
+        let (r, _) = record(
+            "dma_map_phys",
+            "0000:00:04.0 dir=TO_DEVICE dma_addr=ffffffffffffffff size=8 phys_addr=1000 attrs=MMIO",
+        );
+        assert_eq!(r.event().kind, kind::DMA_MAP_ERR);
+        assert_eq!(r.event().flags, flags::RESOURCE);
+        assert!(parse(
+            "dma_map_phys",
+            "0000:00:04.0 dir=TO_DEVICE size=8",
+            Event::default()
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn scatterlists_whole_and_cut() {
+        let (r, _) = record(
+            "dma_map_sg",
+            "0000:00:06.0 dir=BIDIRECTIONAL nents=2/2 ents=2/2 dma_addrs={0x2a0a00000,0x2a4800000} sizes={0x200000,0x241000} phys_addrs={0x2a0a00000,0x2a4800000} attrs=",
+        );
+        let Record::Sg(sg) = r else { panic!() };
+        assert_eq!((sg.nents, sg.ents, sg.n_lens), (2, 2, 2));
+        assert_eq!(sg.event.size, 0x200000 + 0x241000);
+        assert_eq!(sg.event.addr, 0x2a0a00000);
+        assert_eq!(sg.event.flags & flags::SG_TRUNCATED, 0);
+        // 6.12: no counts; a line cut by the kernel's print buffer.
+        let (r, _) = record(
+            "dma_map_sg",
+            "0000:00:04.0 dir=FROM_DEVICE dma_addrs={0x1000,0x3000} sizes={0x1000,0x10",
+        );
+        let Record::Sg(sg) = r else { panic!() };
+        assert_eq!(sg.event.flags & flags::SG_TRUNCATED, flags::SG_TRUNCATED);
+        assert_eq!(sg.ents, 2);
+        match parse(
+            "dma_unmap_sg",
+            "0000:00:07.0 dir=BIDIRECTIONAL phys_addrs={0x2baf43000,0x2bb418000} attrs=",
+            Event::default(),
+        ) {
+            Ok(Some(Parsed::UnmapSg {
+                event,
+                first_phys,
+                phys_whole,
+                device,
+            })) => {
+                assert_eq!(
+                    (first_phys, phys_whole, event.nents),
+                    (0x2baf43000, true, 2)
+                );
+                assert_eq!(device, "0000:00:07.0");
+            }
+            _ => panic!("unmap_sg"),
+        }
+    }
+
+    #[test]
+    fn iommu_swiotlb_and_others() {
+        let (r, d) = record(
+            "map",
+            "IOMMU: iova=0x0000000000001000 - 0x0000000000003000 paddr=0x0000000123456000 size=8192",
+        );
+        assert_eq!(d, UNATTRIBUTED);
+        assert_eq!(
+            (r.event().kind, r.event().addr, r.event().size),
+            (kind::IOMMU_MAP, 0x1000, 8192)
+        );
+        let (r, _) = record(
+            "unmap",
+            "IOMMU: iova=0x0000000000001000 - 0x0000000000003000 size=8192 unmapped_size=4096",
+        );
+        assert_eq!((r.event().kind, r.event().aux), (kind::IOMMU_UNMAP, 4096));
+        let (r, d) = record(
+            "io_page_fault",
+            "IOMMU:nvidia 0000:00:06.0 iova=0x0000000000123000 flags=0x0002",
+        );
+        assert_eq!(d, "0000:00:06.0");
+        assert_eq!(
+            (r.event().kind, r.event().addr, r.event().aux),
+            (kind::IO_PAGE_FAULT, 0x123000, 2)
+        );
+        let (r, d) = record(
+            "swiotlb_bounced",
+            "dev_name: 0000:00:04.0 dma_mask=ffffffff dev_addr=7f000000 size=4096 NORMAL",
+        );
+        assert_eq!(d, "0000:00:04.0");
+        assert_eq!(
+            (r.event().kind, r.event().addr),
+            (kind::SWIOTLB_BOUNCED, 0x7f000000)
+        );
+        let (r, d) = record(
+            "add_device_to_group",
+            "IOMMU: groupID=7 device=0000:00:04.0",
+        );
+        assert_eq!(
+            (r.event().kind, r.event().aux, d.as_str()),
+            (kind::GROUP_ADD_DEVICE, 7, "0000:00:04.0")
+        );
+        assert!(matches!(
+            parse("sched_switch", "prev_comm=a", Event::default()),
+            Ok(None)
+        ));
+    }
+}

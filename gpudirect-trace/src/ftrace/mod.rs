@@ -1,0 +1,404 @@
+//! `gpudirect-trace import`: ftrace text (the tracefs `trace` file,
+//! `trace-cmd report`, `perf script`) of the dma:*, iommu:* and swiotlb:*
+//! tracepoints into a trace file, which `report`, `export` and the HTML
+//! page then read as they read a recording. For hosts where nothing may be
+//! loaded into the kernel (lockdown, no BPF) but tracefs is there: the
+//! same tables, lifetimes and outstanding mappings from what the kernel's
+//! own tracepoints printed.
+//!
+//! The file has no wall clock, host name or kernel release: ftrace's clock
+//! (`local`, the default, counts from boot like CLOCK_MONOTONIC) is kept as
+//! it is, so times line up with the same boot's kernel log.
+
+mod events;
+mod line;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{self, BufRead, Write},
+};
+
+use anyhow::{bail, Context as _};
+use gpudirect_trace_common::{flags, Event};
+use serde::Serialize;
+
+use self::{
+    events::Parsed,
+    line::{EventLine, Line},
+};
+use crate::{
+    aggregate::{ProcName, UNATTRIBUTED},
+    decode::Record,
+    faults::lines::BoundedLines,
+    memory_budget::{self, Keeper},
+    tracefile::{End, Header, Loss, TraceWriter},
+};
+
+/// A scatterlist of 4096 entries prints three lists of ~12-byte numbers;
+/// the kernel's print buffer cuts it long before this.
+const MAX_LINE: usize = 1 << 20;
+/// Event names listed apart in the summary; the rest are one count.
+const MAX_NAMES: usize = 64;
+/// What a remembered dma_map_sg costs the budget (key, value, table).
+const SG_BYTES: usize = 96;
+/// What a remembered process name costs the budget.
+const NAME_BYTES: usize = 64;
+
+/// What an import read and wrote.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ImportStats {
+    pub lines: u64,
+    /// Events written to the trace file.
+    pub events: u64,
+    pub devices: usize,
+    /// Events of tracepoints this importer does not read, by name.
+    pub other_events: BTreeMap<String, u64>,
+    /// Lines that are not ftrace text (neither event, comment nor loss).
+    pub not_ftrace: u64,
+    /// Events of a known tracepoint whose body could not be read.
+    pub unreadable: u64,
+    /// Lines longer than 1 MiB (their tail was not read).
+    pub long_lines: u64,
+    /// Events the kernel said it dropped (`[LOST N EVENTS]`) or overwrote
+    /// before the file was read (`entries-in-buffer/entries-written`).
+    pub lost: u64,
+    /// dma_unmap_sg events whose map was not in the file (or not kept):
+    /// their DMA address is taken to be the first physical address (true
+    /// without an IOMMU) and their size is not known.
+    pub unmap_sg_unpaired: u64,
+    /// Process names not kept for the reader's memory budget.
+    pub names_dropped: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+impl ImportStats {
+    fn other(&mut self, name: &str) {
+        let key = if self.other_events.contains_key(name) || self.other_events.len() < MAX_NAMES {
+            crate::sanitize::text(name).into_owned()
+        } else {
+            "(other names)".to_owned()
+        };
+        *self.other_events.entry(key).or_default() += 1;
+    }
+}
+
+/// The importer's state between lines.
+struct Importer<W: Write> {
+    writer: Option<TraceWriter<W>>,
+    out: Option<W>,
+    source: String,
+    stats: ImportStats,
+    /// Devices by name: the `dev` of their records (0 is no device).
+    devices: HashMap<String, u64>,
+    /// dma_map_sg by device and first physical address: what its unmap,
+    /// which prints only physical addresses, unmaps.
+    sg_maps: HashMap<(u64, u64), (u64, u64)>,
+    names: HashMap<u32, String>,
+    /// Losses seen before the first event (the header's clock is the first
+    /// event's).
+    early_losses: u64,
+}
+
+/// Reads ftrace text from `src` (gzip or zstd too) and writes the trace
+/// file to `out`. `source` names the input in the file's header.
+pub fn import<R: BufRead, W: Write>(
+    src: R,
+    out: W,
+    source: &str,
+) -> anyhow::Result<(W, ImportStats)> {
+    memory_budget::limit_reader();
+    let mut lines = BoundedLines::text(crate::faults::explain::log_text(src)?, MAX_LINE);
+    let mut im = Importer {
+        writer: None,
+        out: Some(out),
+        source: source.to_owned(),
+        stats: ImportStats::default(),
+        devices: HashMap::new(),
+        sg_maps: HashMap::new(),
+        names: HashMap::new(),
+        early_losses: 0,
+    };
+    while let Some(text) = lines.next_line()? {
+        im.stats.lines += 1;
+        im.line(&text)?;
+    }
+    im.stats.long_lines = lines.truncated;
+    let Some(mut writer) = im.writer.take() else {
+        bail!(
+            "no events of the dma, iommu or swiotlb tracepoints in {} ({} lines, {} of them not \
+             ftrace text): enable them with `echo 1 > /sys/kernel/tracing/events/dma/enable` \
+             (and events/iommu, events/swiotlb), run the workload, then read \
+             /sys/kernel/tracing/trace",
+            im.source,
+            im.stats.lines,
+            im.stats.not_ftrace
+        );
+    };
+    let s = &mut im.stats;
+    s.devices = im.devices.len();
+    writer.flush()?;
+    let out = writer.finish(&End {
+        ts_ns: s.last_ns,
+        events_written: s.events,
+        lost_total: s.lost,
+        exit_status: None,
+    })?;
+    Ok((out, im.stats))
+}
+
+impl<W: Write> Importer<W> {
+    fn line(&mut self, text: &str) -> anyhow::Result<()> {
+        match line::parse(text) {
+            None => self.stats.not_ftrace += 1,
+            Some(Line::Comment) => {}
+            Some(Line::Entries { in_buffer, written }) => {
+                self.lose(written.saturating_sub(in_buffer))?;
+            }
+            Some(Line::Lost { events }) => self.lose(events.unwrap_or(1))?,
+            Some(Line::Event(e)) => self.event(&e)?,
+        }
+        Ok(())
+    }
+
+    fn lose(&mut self, n: u64) -> anyhow::Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.stats.lost = self.stats.lost.saturating_add(n);
+        match self.writer.as_mut() {
+            Some(w) => w.loss(&Loss {
+                ts_ns: self.stats.last_ns,
+                lost: n,
+                total: self.stats.lost,
+            })?,
+            None => self.early_losses = self.early_losses.saturating_add(n),
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, e: &EventLine<'_>) -> anyhow::Result<()> {
+        let base = Event {
+            ts_ns: e.ts_ns,
+            pid: e.tgid.unwrap_or(e.tid),
+            tid: e.tid,
+            flags: if e.in_interrupt {
+                flags::IN_INTERRUPT
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        let (record, device) = match events::parse(e.name, e.body, base) {
+            Err(()) => {
+                self.stats.unreadable += 1;
+                return Ok(());
+            }
+            Ok(None) => {
+                self.stats.other(e.name);
+                return Ok(());
+            }
+            Ok(Some(Parsed::Record { record, device })) => (record, device),
+            Ok(Some(Parsed::UnmapSg {
+                mut event,
+                device,
+                first_phys,
+                phys_whole,
+            })) => {
+                let dev = self.device(&device);
+                match self.sg_maps.remove(&(dev, first_phys)) {
+                    Some((dma, size)) => {
+                        memory_budget::give(Keeper::Mappings, SG_BYTES);
+                        event.event.addr = dma;
+                        event.event.size = size;
+                    }
+                    None => {
+                        self.stats.unmap_sg_unpaired += 1;
+                        event.event.addr = first_phys;
+                    }
+                }
+                if !phys_whole {
+                    event.event.flags |= flags::SG_TRUNCATED;
+                }
+                (Record::Sg(event), device)
+            }
+        };
+        let mut record = record;
+        let device = crate::sanitize::text(&device).into_owned();
+        let dev = if device == UNATTRIBUTED {
+            0
+        } else {
+            self.device(&device)
+        };
+        match &mut record {
+            Record::Event(ev) => ev.dev = dev,
+            Record::Sg(sg) => {
+                sg.event.dev = dev;
+                if sg.event.kind == gpudirect_trace_common::kind::DMA_MAP_SG
+                    && sg.event.phys != 0
+                    && memory_budget::take_or_drop(Keeper::Mappings, SG_BYTES)
+                {
+                    let key = (dev, sg.event.phys);
+                    let value = (sg.event.addr, sg.event.size);
+                    if self.sg_maps.insert(key, value).is_some() {
+                        memory_budget::give(Keeper::Mappings, SG_BYTES);
+                    }
+                }
+            }
+            Record::Xid(x) => x.event.dev = dev,
+        }
+        self.name(e)?;
+        let w = self.writer(e.ts_ns)?;
+        w.push(&record, &device)?;
+        let s = &mut self.stats;
+        s.events += 1;
+        s.last_ns = s.last_ns.max(e.ts_ns);
+        Ok(())
+    }
+
+    /// The device's `dev`: 1, 2, ... by first appearance.
+    fn device(&mut self, name: &str) -> u64 {
+        let next = self.devices.len() as u64 + 1;
+        *self.devices.entry(name.to_owned()).or_insert(next)
+    }
+
+    /// The process's name into the file when it is new or has changed
+    /// (exec), as `record` writes the names it learns.
+    fn name(&mut self, e: &EventLine<'_>) -> anyhow::Result<()> {
+        let pid = e.tgid.unwrap_or(e.tid);
+        if self.names.get(&pid).is_some_and(|n| n == e.comm) {
+            return Ok(());
+        }
+        if !self.names.contains_key(&pid) && !memory_budget::take_or_drop(Keeper::Rows, NAME_BYTES)
+        {
+            self.stats.names_dropped += 1;
+            return Ok(());
+        }
+        let comm = crate::sanitize::text(e.comm).into_owned();
+        self.names.insert(pid, e.comm.to_owned());
+        let w = self.writer(e.ts_ns)?;
+        w.names(&[ProcName {
+            pid,
+            comm: Some(comm),
+            container: None,
+        }])?;
+        Ok(())
+    }
+
+    /// The writer, created at the first event: its time is the file's start.
+    fn writer(&mut self, first_ns: u64) -> anyhow::Result<&mut TraceWriter<W>> {
+        if self.writer.is_none() {
+            let header = Header {
+                hostname: format!("(ftrace text: {})", self.source),
+                clock: "CLOCK_MONOTONIC".to_owned(),
+                tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+                start_ts_ns: first_ns,
+                ..Default::default()
+            };
+            let out = self.out.take().expect("the output is taken once");
+            let mut w = TraceWriter::new(out, &header).context("writing the trace file")?;
+            self.stats.first_ns = first_ns;
+            self.stats.last_ns = first_ns;
+            if self.early_losses > 0 {
+                w.loss(&Loss {
+                    ts_ns: first_ns,
+                    lost: self.early_losses,
+                    total: self.early_losses,
+                })?;
+            }
+            self.writer = Some(w);
+        }
+        Ok(self.writer.as_mut().expect("created above"))
+    }
+}
+
+/// `err`, from opening `path` as a trace file, with what to run when the
+/// file is ftrace text (`report trace.txt` would say only "not a
+/// recording").
+pub fn with_import_hint(path: &std::path::Path, err: anyhow::Error) -> anyhow::Error {
+    // A FIFO's bytes are the reader's: only a regular file is read again.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return err;
+    }
+    let mut head = vec![0u8; 8192];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    head.truncate(n);
+    let text = String::from_utf8_lossy(&head);
+    let ftrace = text.starts_with("# tracer:")
+        || text
+            .lines()
+            .take(32)
+            .any(|l| matches!(line::parse(l), Some(Line::Event(_))));
+    if !ftrace {
+        return err;
+    }
+    let p = crate::outfile::display(path);
+    anyhow::anyhow!(
+        "{p} is ftrace text, not a recording: convert it with `gpudirect-trace import {p} -o \
+         trace.gdt`, then read trace.gdt"
+    )
+}
+
+/// The summary `import` prints on standard error.
+pub fn summary(stats: &ImportStats, output: &str) -> String {
+    let mut s = format!(
+        "imported {} events of {} devices ({} lines) into {output}",
+        stats.events, stats.devices, stats.lines
+    );
+    let span = stats.last_ns.saturating_sub(stats.first_ns) as f64 / 1e9;
+    s.push_str(&format!(", {span:.3} s of trace\n"));
+    if stats.lost > 0 {
+        s.push_str(&format!(
+            "  {} events lost by the kernel's ring before the text was read (shown as losses)\n",
+            stats.lost
+        ));
+    }
+    if !stats.other_events.is_empty() {
+        let list: Vec<String> = stats
+            .other_events
+            .iter()
+            .map(|(n, c)| format!("{n} {c}"))
+            .collect();
+        s.push_str(&format!(
+            "  not read (other tracepoints): {}\n",
+            list.join(", ")
+        ));
+    }
+    for (n, what) in [
+        (stats.unreadable, "events of a known tracepoint with a body that could not be read"),
+        (stats.not_ftrace, "lines that are not ftrace text"),
+        (stats.long_lines, "lines over 1 MiB (their tail not read)"),
+        (
+            stats.unmap_sg_unpaired,
+            "dma_unmap_sg without their map in the text (DMA address taken from the physical one, size unknown)",
+        ),
+        (stats.names_dropped, "process names not kept (memory budget)"),
+    ] {
+        if n > 0 {
+            s.push_str(&format!("  {n} {what}\n"));
+        }
+    }
+    s
+}
+
+/// Imports `input` (`-`: standard input) into `out`, flushed.
+pub fn import_path<W: Write>(input: &std::path::Path, out: W) -> anyhow::Result<ImportStats> {
+    let shown = crate::outfile::display(input);
+    let (mut out, stats) = if input.as_os_str() == "-" {
+        import(io::stdin().lock(), out, "-").context("reading standard input")?
+    } else {
+        let f = std::fs::File::open(input).with_context(|| format!("cannot open {shown}"))?;
+        if f.metadata().is_ok_and(|m| m.is_dir()) {
+            bail!("{shown} is a directory, not ftrace text");
+        }
+        import(io::BufReader::with_capacity(1 << 16, f), out, &shown)
+            .with_context(|| format!("reading {shown}"))?
+    };
+    out.flush().context("writing the trace file")?;
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests;

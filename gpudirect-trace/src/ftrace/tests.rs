@@ -1,0 +1,111 @@
+//! The importer end to end: ftrace text in, a trace file out, read back by
+//! `report`'s replay.
+
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::report::{replay, Window};
+
+fn import_to_file(text: &[u8], name: &str) -> (tempfile::TempDir, PathBuf, ImportStats) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join(name);
+    let f = std::fs::File::create(&out).expect("create");
+    let (_, stats) = import(text, io::BufWriter::new(f), "test").expect("import");
+    (dir, out, stats)
+}
+
+/// The text the 2x H200 host's tracefs printed during scripts/gpu-host/
+/// workload.py (../shared/fixtures, kernel 6.18, no IOMMU): the same
+/// story the eBPF recording of that host tells (report/tests.rs), every
+/// map of both GPUs unmapped, scatterlists' unmaps found by their pages.
+#[test]
+fn gpu_host_ftrace_text_reads_like_a_recording() {
+    let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/ftrace/h200x2-nvidia-dma.txt.gz");
+    let bytes = std::fs::read(&gz).expect("fixture");
+    let (_dir, out, stats) = import_to_file(&bytes, "h200.gdt");
+    assert_eq!((stats.events, stats.devices, stats.lost), (4358, 2, 0));
+    assert_eq!(
+        (stats.unreadable, stats.not_ftrace, stats.unmap_sg_unpaired),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    assert!(stats.other_events.is_empty(), "{stats:?}");
+    let mut r = replay(&out, &Window::default()).expect("replay");
+    assert_eq!(r.losses_total(), 0);
+    let devices = r.analysis.agg.snapshot(1.0, &[]);
+    for (bdf, maps, sg) in [("0000:00:06.0", 1089, 22), ("0000:00:07.0", 1090, 23)] {
+        let d = devices
+            .iter()
+            .find(|d| d.device == bdf)
+            .unwrap_or_else(|| panic!("no {bdf} in {devices:?}"));
+        assert_eq!((d.maps, d.unmaps, d.sg_maps), (maps, maps, sg), "{bdf}");
+        assert_eq!(d.dma.lifetime_ns.count, maps, "{bdf}: every unmap paired");
+        assert_eq!(d.outstanding_mappings, 0, "{bdf}");
+    }
+    let names = &r.analysis.agg.names;
+    assert_eq!(
+        names.get(&1220).and_then(|n| n.comm.as_deref()),
+        Some("python3")
+    );
+}
+
+/// What the text says it lost becomes loss records; what cannot be read is
+/// counted, never dropped without a word.
+#[test]
+fn losses_faults_and_unread_lines_are_counted() {
+    let text = b"# tracer: nop\n\
+# entries-in-buffer/entries-written: 6/106   #P:4\n\
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n\
+   nvme-1 [000] ..... 10.000000: dma_map_phys: 0000:00:04.0 dir=FROM_DEVICE dma_addr=ffe00000 size=4096 phys_addr=1234000 attrs=\n\
+CPU:1 [LOST 5 EVENTS]\n\
+   nvme-1 [000] ..s1. 10.000100: dma_unmap_phys: 0000:00:04.0 dir=FROM_DEVICE dma_addr=ffe00000 size=4096 attrs=\n\
+   edu-7 (    7) [001] d.h1. 10.5: io_page_fault: IOMMU:dmar0 0000:00:03.0 iova=0x0000000000123000 flags=0x0002\n\
+   dd-9 [001] ..... 10.6: dma_unmap_sg: 0000:00:04.0 dir=TO_DEVICE phys_addrs={0x5000} attrs=\n\
+   dd-9 [001] ..... 10.7: sched_switch: prev_comm=dd\n\
+   dd-9 [001] ..... 10.8: dma_map_phys: 0000:00:04.0 dir=TO_DEVICE size=4096\n\
+Dec  5 10:00:00 host kernel: not ftrace\n";
+    let (_dir, out, stats) = import_to_file(text, "t.gdt");
+    assert_eq!(stats.events, 4, "{stats:?}");
+    assert_eq!(stats.lost, 105, "100 overwritten, 5 dropped");
+    assert_eq!((stats.unreadable, stats.not_ftrace), (1, 1));
+    assert_eq!(stats.unmap_sg_unpaired, 1);
+    assert_eq!(stats.other_events.get("sched_switch"), Some(&1));
+    let s = summary(&stats, "t.gdt");
+    for want in [
+        "105 events lost",
+        "sched_switch 1",
+        "1 lines that are not ftrace",
+        "1 dma_unmap_sg",
+    ] {
+        assert!(s.contains(want), "{want}: {s}");
+    }
+    let mut r = replay(&out, &Window::default()).expect("replay");
+    assert_eq!(r.losses_total(), 105);
+    assert!(
+        r.incidents().any(|i| i.device == "0000:00:03.0"),
+        "the IOMMU fault is an incident"
+    );
+    let devices = r.analysis.agg.snapshot(1.0, &[]);
+    let nvme = devices
+        .iter()
+        .find(|d| d.device == "0000:00:04.0")
+        .expect("nvme");
+    assert_eq!((nvme.maps, nvme.dma.lifetime_ns.count), (1, 1));
+    assert_eq!(r.clock().rel_s(10_000_100_000), 0.0001);
+}
+
+#[test]
+fn text_without_events_is_an_error_and_compressed_text_reads() {
+    let err = import(&b"hello\nworld\n"[..], Vec::new(), "x.txt").expect_err("no events");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("no events") && msg.contains("2 of them not ftrace"),
+        "{msg}"
+    );
+    let plain = b"  a-1 [000] 1.0: dma_map_phys: 0000:00:04.0 dir=TO_DEVICE dma_addr=1000 size=8 phys_addr=1000\n";
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    io::Write::write_all(&mut gz, plain).expect("gzip");
+    let (_, stats) = import(&gz.finish().expect("gzip")[..], Vec::new(), "x.gz").expect("gz");
+    assert_eq!(stats.events, 1);
+}
