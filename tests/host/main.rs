@@ -31,6 +31,7 @@ mod hostile_cli;
 mod hostile_damage;
 mod hostile_outputs;
 mod hostile_snapdir;
+mod import;
 mod inject;
 mod inval;
 mod lifetimes;
@@ -45,11 +46,11 @@ mod sg_walk;
 mod stack_depth;
 mod test_support;
 
-use gpudirect_trace::model::incident::Category;
 use gpudirect_trace::{
     ebpf::{Status, Tracer, TracerOptions},
     families::{hooks, tracepoints},
     kernel,
+    model::incident::Category,
 };
 use gpudirect_trace_common::{kind, level, TaskState};
 use inject::{load_aggregate_only, load_unattached, Injector};

@@ -66,7 +66,8 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     }
     let file = &args.files[0];
     // Opened once: the file may be a FIFO.
-    let reader = crate::tracefile::open(file)?;
+    let reader =
+        crate::tracefile::open(file).map_err(|e| crate::ftrace::with_import_hint(file, e))?;
     let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus)?;
     let window = Window {
         from: args.from,

@@ -62,7 +62,8 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     // Everything an export keeps (open spans, tracks, pseudonyms,
     // histograms) is within one budget, whatever the file asks.
     memory_budget::limit_reader();
-    let mut reader = tracefile::open(&args.file)?;
+    let mut reader =
+        tracefile::open(&args.file).map_err(|e| crate::ftrace::with_import_hint(&args.file, e))?;
     // One field wherever it is shown (a file name may hold a line feed).
     let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
     // Like recordings: unredacted exports hold physical addresses (0600).
