@@ -34,7 +34,8 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
     let _ = writeln!(
         s,
         "{title}  kernel {}  {} probes  {:.1}s  mode {}",
-        t.kernel,
+        // Unknown for an imported ftrace text.
+        if t.kernel.is_empty() { "?" } else { t.kernel },
         t.attached,
         t.elapsed,
         if t.aggregate_only {

@@ -399,10 +399,15 @@ pub fn text(
         .map(|w| format!(" (started {w})"))
         .unwrap_or_default();
     let mut s = format!(
-        "report of {path}: host {}, recorded by gpudirect-trace {}, boot {}\nwindow {:.3}s..{:.3}s of the recording{started}{}\n",
+        "report of {path}: host {}, recorded by gpudirect-trace {}{}\nwindow {:.3}s..{:.3}s of the recording{started}{}\n",
         h.hostname,
         h.tool_version,
-        h.boot_id,
+        // An imported ftrace text knows no boot id.
+        if h.boot_id.is_empty() {
+            String::new()
+        } else {
+            format!(", boot {}", h.boot_id)
+        },
         r.seconds(r.from_ns),
         r.seconds(r.last_ns),
         if h.command.is_empty() {

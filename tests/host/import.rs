@@ -27,6 +27,16 @@ fn ftrace_text_imports_and_reports() {
     let mode = fs::metadata(&gdt).expect("output").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
 
+    // What ftrace does not say is not printed as empty fields.
+    let out = run(bin().arg("report").arg(&gdt));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("host (ftrace text: "), "{text}");
+    assert!(
+        !text.contains("boot \n") && text.contains("kernel ?"),
+        "{text}"
+    );
+
     let out = run(bin().args(["report", "--json"]).arg(&gdt));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");

@@ -101,9 +101,16 @@ pub fn section(ctx: &Ctx) -> String {
     row(
         &mut s,
         "host",
-        &format!("<b>{}</b> (boot {})", esc(&h.hostname), esc(&h.boot_id)),
+        &if h.boot_id.is_empty() {
+            // An imported ftrace text knows no boot id.
+            format!("<b>{}</b>", esc(&h.hostname))
+        } else {
+            format!("<b>{}</b> (boot {})", esc(&h.hostname), esc(&h.boot_id))
+        },
     );
-    row(&mut s, "kernel", &esc(&h.kernel_release));
+    if !h.kernel_release.is_empty() {
+        row(&mut s, "kernel", &esc(&h.kernel_release));
+    }
     // Drivers of the devices the trace saw, from the header's PCI inventory.
     let mut drivers: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for d in &h.devices {
