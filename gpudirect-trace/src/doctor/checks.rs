@@ -472,6 +472,7 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
     };
     let mut off = Vec::new();
     let mut seen = Vec::new();
+    let mut unreadable = Vec::new();
     for irq in irqs {
         let p = format!("/proc/irq/{irq}/smp_affinity_list");
         match tree.read(&p) {
@@ -482,8 +483,24 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
                 }
                 seen.push(ev(&p, &a));
             }
-            Err(e) => f.unreadable("irq.affinity", &d.bdf, &p, &e),
+            Err(e) => unreadable.push(format!("{p}: {e}")),
         }
+    }
+    // One finding for the device, not one per vector (a NIC has dozens).
+    if !unreadable.is_empty() {
+        f.add(
+            "irq.affinity.unreadable",
+            Severity::Unknown,
+            &d.bdf,
+            format!(
+                "{}: CPU affinity of {} of {} MSI/MSI-X vectors unreadable",
+                d.label(),
+                unreadable.len(),
+                irqs.len()
+            ),
+            unreadable,
+            "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`",
+        );
     }
     if seen.is_empty() {
         return;

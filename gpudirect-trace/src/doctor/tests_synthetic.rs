@@ -330,6 +330,32 @@ fn synthetic_irq_affinity_pinned_to_cpu0_for_gpu_on_node1() {
     assert!(one(&r, "numa.node").summary.contains("NUMA node 1"));
 }
 
+/// A capture without some vectors' /proc/irq entries (the H200 host's,
+/// for its NIC): one unknown finding for the device, naming it, not one
+/// per vector.
+#[test]
+fn synthetic_unreadable_irq_affinity_is_one_finding_per_device() {
+    let s = Synth::new("quiet");
+    s.device("pci0000:00/0000:00:03.0", GPU_CLASS, 0x10de, &gen5_x16());
+    let d = "/sys/bus/pci/devices/0000:00:03.0";
+    s.file(&format!("{d}/local_cpulist"), "0-7\n");
+    s.file(&format!("{d}/msi_irqs.list"), "34\n35\n36\n");
+    s.file("/proc/irq/36/smp_affinity_list", "0-7\n");
+    let r = diagnose(&s.tree()).expect("diagnose");
+    let f = one(&r, "irq.affinity.unreadable");
+    assert_eq!(f.severity, Severity::Unknown);
+    assert!(f.summary.contains("0000:00:03.0"), "{}", f.summary);
+    assert!(
+        f.summary.contains("2 of 3 MSI/MSI-X vectors"),
+        "{}",
+        f.summary
+    );
+    assert_eq!(f.evidence.len(), 2);
+    assert!(one(&r, "irq.affinity")
+        .summary
+        .contains("1 MSI/MSI-X vectors"));
+}
+
 #[test]
 fn synthetic_swiotlb_force_on_kernel_cmdline() {
     let s = Synth::new("root=/dev/sda1 swiotlb=force -- swiotlb=noforce");
