@@ -49,6 +49,13 @@ pub fn parse(line: &str) -> Option<Line<'_>> {
     if let Some(rest) = t.strip_prefix('#') {
         return Some(entries(rest).unwrap_or(Line::Comment));
     }
+    // trace-cmd report's preamble: `cpus=32`, `version = 6`, `CPU 3 is empty`.
+    if t.starts_with("cpus=")
+        || t.starts_with("version =")
+        || (t.starts_with("CPU ") && t.ends_with(" is empty"))
+    {
+        return Some(Line::Comment);
+    }
     if t.starts_with("CPU:") && t.contains("[LOST") {
         let events = t
             .split_once("[LOST")
@@ -242,6 +249,9 @@ mod tests {
             })
         );
         assert_eq!(parse("# tracer: nop"), Some(Line::Comment));
+        for preamble in ["cpus=32", "version = 6", "CPU 3 is empty"] {
+            assert_eq!(parse(preamble), Some(Line::Comment), "{preamble}");
+        }
         assert_eq!(parse("   "), Some(Line::Comment));
         for not in [
             "Dec  5 10:00:00 host kernel: [ 12.0] DMAR: fault",

@@ -19,7 +19,7 @@ use std::{
 };
 
 use anyhow::{bail, Context as _};
-use gpudirect_trace_common::{flags, Event};
+use gpudirect_trace_common::{flags, kind, Event, SgEvent};
 use serde::Serialize;
 
 use self::{
@@ -31,7 +31,7 @@ use crate::{
     decode::Record,
     faults::lines::BoundedLines,
     memory_budget::{self, Keeper},
-    tracefile::{End, Header, Loss, TraceWriter},
+    tracefile::{format::MAX_DEVICE_NAME, writer::FOLDED_DEVICES, End, Header, Loss, TraceWriter},
 };
 
 /// A scatterlist of 4096 entries prints three lists of ~12-byte numbers;
@@ -41,6 +41,8 @@ const MAX_LINE: usize = 1 << 20;
 const MAX_NAMES: usize = 64;
 /// What a remembered dma_map_sg costs the budget (key, value, table).
 const SG_BYTES: usize = 96;
+/// What a device's name and id cost the budget.
+const DEVICE_BYTES: usize = MAX_DEVICE_NAME + 64;
 /// What a remembered process name costs the budget.
 const NAME_BYTES: usize = 64;
 
@@ -189,7 +191,7 @@ impl<W: Write> Importer<W> {
             },
             ..Default::default()
         };
-        let (record, device) = match events::parse(e.name, e.body, base) {
+        let (mut record, device, unmap_sg) = match events::parse(e.name, e.body, base) {
             Err(()) => {
                 self.stats.unreadable += 1;
                 return Ok(());
@@ -198,43 +200,22 @@ impl<W: Write> Importer<W> {
                 self.stats.other(e.name);
                 return Ok(());
             }
-            Ok(Some(Parsed::Record { record, device })) => (record, device),
+            Ok(Some(Parsed::Record { record, device })) => (record, device, None),
             Ok(Some(Parsed::UnmapSg {
-                mut event,
+                event,
                 device,
                 first_phys,
                 phys_whole,
-            })) => {
-                let dev = self.device(&device);
-                match self.sg_maps.remove(&(dev, first_phys)) {
-                    Some((dma, size)) => {
-                        memory_budget::give(Keeper::Mappings, SG_BYTES);
-                        event.event.addr = dma;
-                        event.event.size = size;
-                    }
-                    None => {
-                        self.stats.unmap_sg_unpaired += 1;
-                        event.event.addr = first_phys;
-                    }
-                }
-                if !phys_whole {
-                    event.event.flags |= flags::SG_TRUNCATED;
-                }
-                (Record::Sg(event), device)
-            }
+            })) => (Record::Sg(event), device, Some((first_phys, phys_whole))),
         };
-        let mut record = record;
-        let device = crate::sanitize::text(&device).into_owned();
-        let dev = if device == UNATTRIBUTED {
-            0
-        } else {
-            self.device(&device)
-        };
+        let (dev, device) = self.place(&device);
         match &mut record {
             Record::Event(ev) => ev.dev = dev,
             Record::Sg(sg) => {
                 sg.event.dev = dev;
-                if sg.event.kind == gpudirect_trace_common::kind::DMA_MAP_SG
+                if let Some((first_phys, phys_whole)) = unmap_sg {
+                    self.unmap_sg(sg, first_phys, phys_whole);
+                } else if sg.event.kind == kind::DMA_MAP_SG
                     && sg.event.phys != 0
                     && memory_budget::take_or_drop(Keeper::Mappings, SG_BYTES)
                 {
@@ -256,10 +237,49 @@ impl<W: Write> Importer<W> {
         Ok(())
     }
 
-    /// The device's `dev`: 1, 2, ... by first appearance.
-    fn device(&mut self, name: &str) -> u64 {
-        let next = self.devices.len() as u64 + 1;
-        *self.devices.entry(name.to_owned()).or_insert(next)
+    /// A dma_unmap_sg's DMA address and size: its map's, found by the
+    /// device and the list's first physical address.
+    fn unmap_sg(&mut self, sg: &mut SgEvent, first_phys: u64, phys_whole: bool) {
+        match self.sg_maps.remove(&(sg.event.dev, first_phys)) {
+            Some((dma, size)) => {
+                memory_budget::give(Keeper::Mappings, SG_BYTES);
+                sg.event.addr = dma;
+                sg.event.size = size;
+            }
+            None => {
+                self.stats.unmap_sg_unpaired += 1;
+                sg.event.addr = first_phys;
+            }
+        }
+        if !phys_whole {
+            sg.event.flags |= flags::SG_TRUNCATED;
+        }
+    }
+
+    /// The device's `dev` (1, 2, ... by first appearance; 0 for none) and
+    /// the name the file gives it: as the recorder would (control bytes
+    /// escaped, at most the format's name length), and past the reader's
+    /// memory budget the file's folded row, as the writer folds past its
+    /// table.
+    fn place(&mut self, raw: &str) -> (u64, String) {
+        let mut name = crate::sanitize::text(raw).into_owned();
+        if name == UNATTRIBUTED {
+            return (0, name);
+        }
+        let mut end = name.len().min(MAX_DEVICE_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        if let Some(&dev) = self.devices.get(&name) {
+            return (dev, name);
+        }
+        if !memory_budget::take_or_drop(Keeper::Devices, DEVICE_BYTES) {
+            return (u64::MAX, FOLDED_DEVICES.to_owned());
+        }
+        let dev = self.devices.len() as u64 + 1;
+        self.devices.insert(name.clone(), dev);
+        (dev, name)
     }
 
     /// The process's name into the file when it is new or has changed

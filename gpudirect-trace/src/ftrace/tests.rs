@@ -109,3 +109,36 @@ fn text_without_events_is_an_error_and_compressed_text_reads() {
     let (_, stats) = import(&gz.finish().expect("gzip")[..], Vec::new(), "x.gz").expect("gz");
     assert_eq!(stats.events, 1);
 }
+
+/// A crafted text naming more devices than the reader's budget keeps:
+/// the rest are the folded row, and memory stays bounded.
+#[test]
+fn device_names_are_bounded() {
+    crate::memory_budget::set_test_reader_limit(Some(200_000));
+    let mut text = String::new();
+    for i in 0..2000 {
+        text.push_str(&format!(
+            "a-1 [000] 1.{i:06}: dma_map_phys: {i}{} dir=TO_DEVICE dma_addr={i:x} size=8\n",
+            "d".repeat(1000)
+        ));
+    }
+    let (_dir, out, stats) = import_to_file(text.as_bytes(), "many.gdt");
+    crate::memory_budget::set_test_reader_limit(None);
+    assert_eq!(stats.events, 2000);
+    assert!(stats.devices < 2000, "{}", stats.devices);
+    let mut reader = crate::tracefile::open(&out).expect("open");
+    let mut names = std::collections::BTreeSet::new();
+    while let Some(item) = reader.next_item().expect("read") {
+        if let crate::tracefile::Item::Event { device, .. } = item {
+            names.insert(device.to_string());
+        }
+    }
+    assert!(
+        names.contains(crate::tracefile::writer::FOLDED_DEVICES),
+        "{}",
+        names.len()
+    );
+    assert!(names
+        .iter()
+        .all(|n| n.len() <= crate::tracefile::format::MAX_DEVICE_NAME));
+}
