@@ -43,8 +43,11 @@ const MAX_NAMES: usize = 64;
 const SG_BYTES: usize = 96;
 /// What a device's name and id cost the budget.
 const DEVICE_BYTES: usize = MAX_DEVICE_NAME + 64;
+/// The longest process or event name kept (comm is 16 bytes, 64 for
+/// some kernels' threads; event names are shorter).
+const MAX_NAME: usize = 64;
 /// What a remembered process name costs the budget.
-const NAME_BYTES: usize = 64;
+const NAME_BYTES: usize = MAX_NAME + 64;
 
 /// What an import read and wrote.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -76,13 +79,23 @@ pub struct ImportStats {
 
 impl ImportStats {
     fn other(&mut self, name: &str) {
-        let key = if self.other_events.contains_key(name) || self.other_events.len() < MAX_NAMES {
-            crate::sanitize::text(name).into_owned()
-        } else {
-            "(other names)".to_owned()
-        };
+        let mut key = clipped(name, MAX_NAME);
+        if !self.other_events.contains_key(&key) && self.other_events.len() >= MAX_NAMES {
+            key = "(other names)".to_owned();
+        }
         *self.other_events.entry(key).or_default() += 1;
     }
+}
+
+/// A name from the text as the file and the terminal get it: at most
+/// `max` bytes (ftrace's are short; a crafted line's may be 1 MiB), control
+/// bytes escaped.
+fn clipped(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    crate::sanitize::text(&s[..end]).into_owned()
 }
 
 /// The importer's state between lines.
@@ -286,7 +299,8 @@ impl<W: Write> Importer<W> {
     /// (exec), as `record` writes the names it learns.
     fn name(&mut self, e: &EventLine<'_>) -> anyhow::Result<()> {
         let pid = e.tgid.unwrap_or(e.tid);
-        if self.names.get(&pid).is_some_and(|n| n == e.comm) {
+        let comm = clipped(e.comm, MAX_NAME);
+        if self.names.get(&pid).is_some_and(|n| *n == comm) {
             return Ok(());
         }
         if !self.names.contains_key(&pid) && !memory_budget::take_or_drop(Keeper::Rows, NAME_BYTES)
@@ -294,8 +308,7 @@ impl<W: Write> Importer<W> {
             self.stats.names_dropped += 1;
             return Ok(());
         }
-        let comm = crate::sanitize::text(e.comm).into_owned();
-        self.names.insert(pid, e.comm.to_owned());
+        self.names.insert(pid, comm.clone());
         let w = self.writer(e.ts_ns)?;
         w.names(&[ProcName {
             pid,

@@ -142,3 +142,28 @@ fn device_names_are_bounded() {
         .iter()
         .all(|n| n.len() <= crate::tracefile::format::MAX_DEVICE_NAME));
 }
+
+/// Names from the text are cut and escaped before they are kept or shown.
+#[test]
+fn names_are_cut_and_escaped() {
+    let long = "x".repeat(100_000);
+    let text = format!(
+        "a\u{1b}[2J{long}-5 [000] 1.0: dma_map_phys: 0000:00:04.0 dir=TO_DEVICE dma_addr=1000 size=8\n\
+         a-5 [000] 1.1: weird\u{7}{long}: x\n\
+         a-5 [000] 1.2: weird\u{7}{long}: y\n"
+    );
+    let (_dir, out, stats) = import_to_file(text.as_bytes(), "names.gdt");
+    assert_eq!(stats.events, 1);
+    let (name, count) = stats.other_events.iter().next().expect("one other name");
+    assert_eq!(*count, 2, "one row for the same name");
+    assert!(
+        name.len() <= MAX_NAME + 8 && !name.contains('\u{7}'),
+        "{name:?}"
+    );
+    let r = replay(&out, &Window::default()).expect("replay");
+    let comm = r.analysis.agg.names[&5].comm.clone().expect("a name");
+    assert!(
+        comm.len() <= MAX_NAME + 8 && !comm.contains('\u{1b}'),
+        "{comm:?}"
+    );
+}
