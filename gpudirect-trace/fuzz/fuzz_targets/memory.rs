@@ -1,8 +1,8 @@
 //! The readers' memory bound (issues 19 and 30): whatever the bytes, the
 //! trace reader, a report's replay of it (everything it keeps: tables,
 //! mappings, handles, incidents, names, stacks, series, within the readers'
-//! memory budget) and `explain`'s line reader never hold more than 256 MiB
-//! at once.
+//! memory budget), `explain`'s line reader and `import`'s reading of
+//! ftrace text never hold more than 256 MiB at once.
 //! A counting global allocator measures the peak of live heap bytes while
 //! one input is read; crossing the bound aborts the run with the input.
 //!
@@ -24,6 +24,7 @@ use std::{
 
 use gpudirect_trace::{
     faults::explain::collect_from,
+    ftrace,
     report::{replay_from, Window},
     tracefile::TraceReader,
 };
@@ -150,4 +151,12 @@ fuzz_target!(|data: &[u8]| {
         let _ = collect_from(std::io::BufReader::new(source(data)));
     });
     assert!(explain_peak < BOUND, "explain held {explain_peak} bytes");
+    let import_peak = peak_during(|| {
+        let _ = ftrace::import(
+            std::io::BufReader::new(source(data)),
+            std::io::sink(),
+            "fuzz-input",
+        );
+    });
+    assert!(import_peak < BOUND, "import held {import_peak} bytes");
 });

@@ -167,3 +167,20 @@ fn names_are_cut_and_escaped() {
         "{comm:?}"
     );
 }
+
+/// The memory fuzz target's seed (fuzz/corpus/memory/ftrace-repeated.txt)
+/// read as the target reads it: repeated to 1 MiB through a boxed reader
+/// into a sink. Every shape of line, cut anywhere at the end.
+#[test]
+fn fuzz_seed_repeated_imports() {
+    let seed = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/memory/ftrace-repeated.txt"),
+    )
+    .expect("seed");
+    let body = &seed[1..];
+    let repeated: Vec<u8> = body.iter().copied().cycle().take(1 << 20).collect();
+    let src: Box<dyn io::Read> = Box::new(&repeated[..]);
+    let (_, stats) = import(io::BufReader::new(src), io::sink(), "seed").expect("import");
+    assert!(stats.events > 5000, "{stats:?}");
+    assert!(stats.lost > 0 && stats.unmap_sg_unpaired == 0, "{stats:?}");
+}
