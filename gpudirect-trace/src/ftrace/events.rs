@@ -204,25 +204,38 @@ pub fn parse(name: &str, body: &str, base: Event) -> Result<Option<Parsed>, ()> 
                 phys_whole,
             }))
         }
+        // `dma_addrs=` holds the list's physical addresses here.
         "dma_map_sg_err" => {
             ev.kind = kind::DMA_MAP_SG_ERR;
-            ev.size = f.count("nents").map_or(0, |(_, full)| full);
+            ev.size = f
+                .count("nents")
+                .map_or(f.list("dma_addrs").0.len() as u64, |(_, full)| full);
             let err: i64 = f.get("err").and_then(|e| e.parse().ok()).unwrap_or(0);
             // As the programs keep it: the errno as an i32 in the low half.
             ev.aux = u64::from(err as i32 as u32);
             ev.dir = f.dir();
             rec(ev, dev(&f)?)
         }
+        // dma_alloc, dma_alloc_pages, dma_alloc_sgt (noncontiguous: no
+        // kernel address), dma_alloc_sgt_err, and their frees.
         n if n.starts_with("dma_alloc") || n.starts_with("dma_free") => {
             let alloc = n.starts_with("dma_alloc");
             ev.addr = f.hex("dma_addr").ok_or(())?;
             ev.size = f.dec("size").ok_or(())?;
             ev.phys = f.hex("virt_addr").unwrap_or(0);
+            ev.dir = f.dir();
             ev.flags |= flags::COHERENT;
-            ev.kind = if alloc {
-                kind::DMA_ALLOC
-            } else {
-                kind::DMA_FREE
+            let sgt = n.contains("_sgt");
+            if sgt {
+                ev.flags |= flags::NONCONTIG;
+            }
+            // As the programs: an allocation that returned nothing is a
+            // failed map, not a mapping (NULL prints as zeros).
+            let failed = n.ends_with("_err") || (alloc && !sgt && ev.phys == 0 && ev.addr == 0);
+            ev.kind = match (alloc, failed) {
+                (true, true) => kind::DMA_MAP_ERR,
+                (true, false) => kind::DMA_ALLOC,
+                (false, _) => kind::DMA_FREE,
             };
             rec(ev, dev(&f)?)
         }
@@ -372,6 +385,14 @@ mod tests {
         assert_eq!(sg.event.size, 0x200000 + 0x241000);
         assert_eq!(sg.event.addr, 0x2a0a00000);
         assert_eq!(sg.event.flags & flags::SG_TRUNCATED, 0);
+        // 7.x: the list capped at 128 entries and said so.
+        let (r, _) = record(
+            "dma_map_sg",
+            "0000:00:06.0 dir=TO_DEVICE nents=128/262 ents=128/200 [TRUNCATED] dma_addrs={0x1000} sizes={0x1000} phys_addrs={0x1000} attrs=",
+        );
+        let Record::Sg(sg) = r else { panic!() };
+        assert_eq!((sg.nents, sg.ents), (262, 200));
+        assert_eq!(sg.event.flags & flags::SG_TRUNCATED, flags::SG_TRUNCATED);
         // 6.12: no counts; a line cut by the kernel's print buffer.
         let (r, _) = record(
             "dma_map_sg",
@@ -435,6 +456,31 @@ mod tests {
             (r.event().kind, r.event().addr),
             (kind::SWIOTLB_BOUNCED, 0x7f000000)
         );
+        // 7.x's coherent family (include/trace/events/dma.h).
+        let (r, _) = record(
+            "dma_alloc_pages",
+            "0000:00:04.0 dir=BIDIRECTIONAL dma_addr=fee00000 size=8192 virt_addr=00000000a1b2c3d4 flags=GFP_KERNEL attrs=",
+        );
+        assert_eq!((r.event().kind, r.event().size), (kind::DMA_ALLOC, 8192));
+        let (r, _) = record(
+            "dma_alloc_sgt_err",
+            "0000:00:04.0 dir=FROM_DEVICE dma_addr=0 size=65536 virt_addr=0000000000000000 flags=GFP_KERNEL attrs=",
+        );
+        assert_eq!(
+            (r.event().kind, r.event().flags),
+            (kind::DMA_MAP_ERR, flags::COHERENT | flags::NONCONTIG)
+        );
+        let (r, _) = record(
+            "dma_free_sgt",
+            "0000:00:04.0 dir=FROM_DEVICE dma_addr=fee00000 size=65536 phys_addrs={0x1000,0x5000}",
+        );
+        assert_eq!(r.event().kind, kind::DMA_FREE);
+        let (r, _) = record(
+            "dma_map_sg_err",
+            "0000:00:04.0 dir=TO_DEVICE dma_addrs={0x1000,0x2000,0x3000} err=-12 attrs=",
+        );
+        assert_eq!((r.event().kind, r.event().size), (kind::DMA_MAP_SG_ERR, 3));
+        assert_eq!(r.event().aux as u32 as i32, -12);
         let (r, d) = record(
             "add_device_to_group",
             "IOMMU: groupID=7 device=0000:00:04.0",
