@@ -22,7 +22,7 @@ fn ftrace_text_imports_and_reports() {
     let gdt = dir.path().join("dma.gdt");
     let out = run(bin().arg("import").arg(&txt).arg("-o").arg(&gdt));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_stderr_has(&out, "imported 3 events of 1 devices");
+    assert_stderr_has(&out, "imported 3 events of 1 device (6 lines)");
     assert_stderr_has(&out, "3 events lost");
     let mode = fs::metadata(&gdt).expect("output").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);

@@ -31,6 +31,7 @@ use crate::{
     decode::Record,
     faults::lines::BoundedLines,
     memory_budget::{self, Keeper},
+    render::counted,
     tracefile::{format::MAX_DEVICE_NAME, writer::FOLDED_DEVICES, End, Header, Loss, TraceWriter},
 };
 
@@ -377,15 +378,17 @@ pub fn with_import_hint(path: &std::path::Path, err: anyhow::Error) -> anyhow::E
 /// The summary `import` prints on standard error.
 pub fn summary(stats: &ImportStats, output: &str) -> String {
     let mut s = format!(
-        "imported {} events of {} devices ({} lines) into {output}",
-        stats.events, stats.devices, stats.lines
+        "imported {} of {} ({}) into {output}",
+        counted(stats.events, "event"),
+        counted(stats.devices as u64, "device"),
+        counted(stats.lines, "line")
     );
     let span = stats.last_ns.saturating_sub(stats.first_ns) as f64 / 1e9;
     s.push_str(&format!(", {span:.3} s of trace\n"));
     if stats.lost > 0 {
         s.push_str(&format!(
-            "  {} events lost by the kernel's ring before the text was read (shown as losses)\n",
-            stats.lost
+            "  {} lost by the kernel's ring before the text was read (shown as losses)\n",
+            counted(stats.lost, "event")
         ));
     }
     if !stats.other_events.is_empty() {
@@ -399,18 +402,27 @@ pub fn summary(stats: &ImportStats, output: &str) -> String {
             list.join(", ")
         ));
     }
-    for (n, what) in [
-        (stats.unreadable, "events of a known tracepoint with a body that could not be read"),
-        (stats.not_ftrace, "lines that are not ftrace text"),
-        (stats.long_lines, "lines over 1 MiB (their tail not read)"),
+    for (n, noun, what) in [
+        (
+            stats.unreadable,
+            "event",
+            "of a known tracepoint with a body that could not be read",
+        ),
+        (stats.not_ftrace, "line", "that is not ftrace text"),
+        (stats.long_lines, "line", "over 1 MiB (its tail not read)"),
         (
             stats.unmap_sg_unpaired,
-            "dma_unmap_sg without their map in the text (DMA address taken from the physical one, size unknown)",
+            "dma_unmap_sg",
+            "without its map in the text (DMA address taken from the physical one, size unknown)",
         ),
-        (stats.names_dropped, "process names not kept (memory budget)"),
+        (
+            stats.names_dropped,
+            "process name",
+            "not kept (memory budget)",
+        ),
     ] {
         if n > 0 {
-            s.push_str(&format!("  {n} {what}\n"));
+            s.push_str(&format!("  {} {what}\n", counted(n, noun)));
         }
     }
     s

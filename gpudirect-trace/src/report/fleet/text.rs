@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Brief, Fleet};
+use crate::render::counted;
 
 /// Incidents and rows shown per list before "... and N more".
 const SHOWN: usize = 20;
@@ -22,14 +23,6 @@ fn brief(b: &Brief) -> String {
         .map(|g| format!(" ({g})"))
         .unwrap_or_default();
     format!("{} {}{gpu}: {}", when(b), b.device, b.text)
-}
-
-/// `n` and the noun, plural but for one ("1 host", "2 hosts").
-fn counted(count: u64, noun: &str) -> String {
-    match count {
-        1 => format!("1 {noun}"),
-        _ => format!("{count} {noun}s"),
-    }
 }
 
 pub fn text(f: &Fleet) -> String {
