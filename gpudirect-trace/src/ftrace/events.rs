@@ -109,13 +109,9 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// `%llx` (bare) and `0x%llx` alike: the kernel log decoders' reader.
 fn hex(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let s = s
-        .strip_prefix("0x")
-        .or_else(|| s.strip_prefix("0X"))
-        .unwrap_or(s);
-    u64::from_str_radix(s, 16).ok()
+    crate::faults::parse_hex(s)
 }
 
 /// One event of the trace, for the importer to place.
