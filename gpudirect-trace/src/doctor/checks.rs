@@ -3,7 +3,7 @@
 
 use super::{
     devices::{Device, Kind},
-    findings::{ev, Findings, Severity},
+    findings::{ev, Findings, Severity, UNREADABLE_ADVICE},
     pci::{
         human_size, parse_sysfs_speed, port_type_name, speed_gts, Config, EXT_ARI,
         IORESOURCE_MEM_64, IORESOURCE_PREFETCH,
@@ -499,7 +499,7 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
                 irqs.len()
             ),
             unreadable,
-            "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`",
+            UNREADABLE_ADVICE,
         );
     }
     if seen.is_empty() {

@@ -78,7 +78,7 @@ impl Findings {
             device,
             format!("unknown: {path} unreadable"),
             vec![format!("{path}: {err}")],
-            "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`",
+            UNREADABLE_ADVICE,
         );
     }
 
@@ -90,6 +90,10 @@ impl Findings {
         self.list.iter().map(|f| f.severity).max()
     }
 }
+
+/// What to do about a file a check could not read.
+pub const UNREADABLE_ADVICE: &str =
+    "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`";
 
 /// `path = value` evidence line.
 pub fn ev(path: &str, value: impl std::fmt::Display) -> String {
