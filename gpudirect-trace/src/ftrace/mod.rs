@@ -63,6 +63,14 @@ pub struct ImportStats {
     pub not_ftrace: u64,
     /// Events of a known tracepoint whose body could not be read.
     pub unreadable: u64,
+    /// The first of them, `name: body` cut to 160 bytes and escaped: what
+    /// the user needs to see why (a trace option that prints another form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_unreadable: Option<String>,
+    /// The text's header says the `latency-format` trace option printed it:
+    /// its lines have no CPU column and times in microseconds since the
+    /// trace began, which this importer does not read.
+    pub latency_format: bool,
     /// Lines longer than 1 MiB (their tail was not read).
     pub long_lines: u64,
     /// Events the kernel said it dropped (`[LOST N EVENTS]`) or overwrote
@@ -141,15 +149,7 @@ pub fn import<R: BufRead, W: Write>(
     }
     im.stats.long_lines = lines.truncated;
     let Some(mut writer) = im.writer.take() else {
-        bail!(
-            "no events of the dma, iommu or swiotlb tracepoints in {} ({} lines, {} of them not \
-             ftrace text): enable them with `echo 1 > /sys/kernel/tracing/events/dma/enable` \
-             (and events/iommu, events/swiotlb), run the workload, then read \
-             /sys/kernel/tracing/trace",
-            im.source,
-            im.stats.lines,
-            im.stats.not_ftrace
-        );
+        bail!("{}", nothing_read(&im.source, &im.stats));
     };
     let s = &mut im.stats;
     s.devices = im.devices.len();
@@ -167,7 +167,13 @@ impl<W: Write> Importer<W> {
     fn line(&mut self, text: &str) -> anyhow::Result<()> {
         match line::parse(text) {
             None => self.stats.not_ftrace += 1,
-            Some(Line::Comment) => {}
+            Some(Line::Comment) => {
+                // print_trace_header()'s first line and the latency help
+                // header's column line, in the kernel's latency-format.
+                if text.contains("latency trace v") || text.contains("|||||| time") {
+                    self.stats.latency_format = true;
+                }
+            }
             Some(Line::Entries { in_buffer, written }) => {
                 self.lose(written.saturating_sub(in_buffer))?;
             }
@@ -207,7 +213,11 @@ impl<W: Write> Importer<W> {
         };
         let (mut record, device, unmap_sg) = match events::parse(e.name, e.body, base) {
             Err(()) => {
-                self.stats.unreadable += 1;
+                let s = &mut self.stats;
+                s.unreadable += 1;
+                if s.first_unreadable.is_none() {
+                    s.first_unreadable = Some(clipped(&format!("{}: {}", e.name, e.body), 160));
+                }
                 return Ok(());
             }
             Ok(None) => {
@@ -375,6 +385,39 @@ pub fn with_import_hint(path: &std::path::Path, err: anyhow::Error) -> anyhow::E
     )
 }
 
+/// Why a text gave no event, and what to do: the trace option that printed
+/// another form where the text shows one, else how to capture the events.
+fn nothing_read(source: &str, s: &ImportStats) -> String {
+    let head = format!(
+        "no events of the dma, iommu or swiotlb tracepoints could be read from {source} ({}, {} \
+         not ftrace text",
+        counted(s.lines, "line"),
+        s.not_ftrace
+    );
+    const OPTIONS: &str = "/sys/kernel/tracing/trace_options";
+    if s.latency_format {
+        return format!(
+            "{head}): it was printed with the `latency-format` trace option (no CPU column, \
+             microseconds since the trace began), which import does not read: `echo \
+             nolatency-format > {OPTIONS}`, then read the trace file again (reading `trace` \
+             leaves the events in the ring)"
+        );
+    }
+    if let Some(first) = &s.first_unreadable {
+        return format!(
+            "{head}, {} with a body that could not be read, the first `{first}`): import reads \
+             the bodies as the events' print formats write them; the `fields`, `raw`, `hex` and \
+             `bin` trace options print other forms (`echo nofields > {OPTIONS}`, and so on), \
+             and a body cut by an editor or a pager cannot be read either",
+            counted(s.unreadable, "event")
+        );
+    }
+    format!(
+        "{head}): enable them with `echo 1 > /sys/kernel/tracing/events/dma/enable` (and \
+         events/iommu, events/swiotlb), run the workload, then read /sys/kernel/tracing/trace"
+    )
+}
+
 /// The summary `import` prints on standard error.
 pub fn summary(stats: &ImportStats, output: &str) -> String {
     let mut s = format!(
@@ -424,6 +467,9 @@ pub fn summary(stats: &ImportStats, output: &str) -> String {
         if n > 0 {
             s.push_str(&format!("  {} {what}\n", counted(n, noun)));
         }
+    }
+    if let Some(first) = &stats.first_unreadable {
+        s.push_str(&format!("  the first body not read: `{first}`\n"));
     }
     s
 }

@@ -101,14 +101,71 @@ fn text_without_events_is_an_error_and_compressed_text_reads() {
     let err = import(&b"hello\nworld\n"[..], Vec::new(), "x.txt").expect_err("no events");
     let msg = format!("{err:#}");
     assert!(
-        msg.contains("no events") && msg.contains("2 of them not ftrace"),
+        msg.contains("no events") && msg.contains("(2 lines, 2 not ftrace text)"),
         "{msg}"
     );
+    assert!(msg.contains("events/dma/enable"), "how to capture: {msg}");
     let plain = b"  a-1 [000] 1.0: dma_map_phys: 0000:00:04.0 dir=TO_DEVICE dma_addr=1000 size=8 phys_addr=1000\n";
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     io::Write::write_all(&mut gz, plain).expect("gzip");
     let (_, stats) = import(&gz.finish().expect("gzip")[..], Vec::new(), "x.gz").expect("gz");
     assert_eq!(stats.events, 1);
+}
+
+/// Text that has the events in a form import does not read says which
+/// trace option printed it and how to turn it off, not "no events".
+#[test]
+fn text_of_another_trace_option_says_which() {
+    // `echo 1 > options/latency-format`: print_trace_header() and the
+    // latency help header, no CPU column, microseconds since the start.
+    let latency = b"# tracer: nop\n\
+#\n\
+# nop latency trace v1.1.5 on 6.18.15\n\
+#  cmd     pid     |||||| time  |   caller\n\
+ python3-1220   31d..1.  123us : dma_map_phys: 0000:00:06.0 dir=BIDIRECTIONAL dma_addr=10b000000 size=4096 phys_addr=10b000000 attrs=\n";
+    let err = import(&latency[..], Vec::new(), "lat.txt").expect_err("latency-format");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("`latency-format`") && msg.contains("echo nolatency-format"),
+        "{msg}"
+    );
+    assert!(msg.contains("(5 lines, 1 not ftrace text)"), "{msg}");
+    // `echo 1 > options/fields`: every field by its name, numbers raw.
+    let fields = b"  python3-1220 [031] ..... 49.123419: dma_map_phys: device=0000:00:06.0 dir=0 dma_addr=0x10b000000 size=4096\n";
+    let err = import(&fields[..], Vec::new(), "fields.txt").expect_err("fields");
+    let msg = format!("{err:#}");
+    for want in [
+        "(1 line, 0 not ftrace text, 1 event with a body that could not be read",
+        "`dma_map_phys: device=0000:00:06.0 dir=0",
+        "echo nofields",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+    assert!(!msg.contains("events/dma/enable"), "{msg}");
+}
+
+/// A body that could not be read is shown (the first), escaped and cut.
+#[test]
+fn the_first_unreadable_body_is_shown_escaped_and_cut() {
+    let mut text = String::from(
+        "  a-1 [000] 1.0: dma_map_phys: 0000:00:04.0 dir=TO_DEVICE dma_addr=1000 size=8 phys_addr=1000\n",
+    );
+    text.push_str("  a-1 [000] 1.1: dma_unmap_phys: \x1b[31m");
+    text.push_str(&"x".repeat(1000));
+    text.push('\n');
+    text.push_str("  a-1 [000] 1.2: dma_unmap_phys: another\n");
+    let (_, stats) = import(text.as_bytes(), Vec::new(), "t").expect("import");
+    assert_eq!(stats.unreadable, 2);
+    let first = stats.first_unreadable.as_deref().expect("first");
+    assert!(first.starts_with("dma_unmap_phys: \\x1b[31mxxx"), "{first}");
+    // Cut to 160 bytes, then escaped (the ESC's three more).
+    assert!(first.len() == 163 && !first.contains('\x1b'), "{first}");
+    let s = summary(&stats, "t.gdt");
+    assert!(
+        s.contains("2 events of a known tracepoint with a body that could not be read")
+            && s.contains(&format!("the first body not read: `{first}`")),
+        "{s}"
+    );
 }
 
 /// A crafted text naming more devices than the reader's budget keeps:
