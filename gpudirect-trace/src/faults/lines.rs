@@ -7,7 +7,10 @@
 //! counted. Invalid UTF-8 is replaced, never an error (one bad byte used to
 //! reject all of `explain -`).
 
-use std::io::{self, BufRead};
+use std::{
+    borrow::Cow,
+    io::{self, BufRead},
+};
 
 /// Longest line kept. A printk record is at most ~1 KiB of text (8 KiB in
 /// /dev/kmsg with its `\xNN` escaping); journalctl adds ~100 bytes.
@@ -45,8 +48,11 @@ impl<R: BufRead> BoundedLines<R> {
     }
 
     /// The next line without its `\n` (and `\r`), UTF-8 replaced where
-    /// invalid; None at the end of the input.
-    pub fn next_line(&mut self) -> io::Result<Option<String>> {
+    /// invalid; None at the end of the input. Borrowed from the reader's
+    /// buffer where the line is valid UTF-8: `import` reads millions of
+    /// lines, and a copy and a character-wise check of each were a tenth
+    /// of its time (perf, 2 M events).
+    pub fn next_line(&mut self) -> io::Result<Option<Cow<'_, str>>> {
         self.buf.clear();
         let mut any = false;
         let mut over = false;
@@ -63,11 +69,11 @@ impl<R: BufRead> BoundedLines<R> {
                 break;
             }
             any = true;
-            let (take, found) = match chunk.iter().position(|&b| b == b'\n') {
+            let (take, found) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
-            if self.text_only && chunk[..take].contains(&0) {
+            if self.text_only && memchr::memchr(0, &chunk[..take]).is_some() {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     "binary input (a NUL byte): explain reads kernel log text",
@@ -89,7 +95,11 @@ impl<R: BufRead> BoundedLines<R> {
         if self.buf.last() == Some(&b'\r') {
             self.buf.pop();
         }
-        Ok(Some(String::from_utf8_lossy(&self.buf).into_owned()))
+        // from_utf8's check is word-wise; from_utf8_lossy's is not.
+        Ok(Some(match std::str::from_utf8(&self.buf) {
+            Ok(s) => Cow::Borrowed(s),
+            Err(_) => String::from_utf8_lossy(&self.buf),
+        }))
     }
 }
 
@@ -103,7 +113,7 @@ mod tests {
         let mut r = BoundedLines::new(BufReader::with_capacity(7, input), max);
         let mut out = Vec::new();
         while let Some(l) = r.next_line().expect("read") {
-            out.push(l);
+            out.push(l.into_owned());
         }
         (out, r.truncated)
     }
