@@ -14,6 +14,7 @@ mod events;
 mod line;
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, HashMap},
     io::{self, BufRead, Write},
 };
@@ -88,10 +89,16 @@ pub struct ImportStats {
 
 impl ImportStats {
     fn other(&mut self, name: &str) {
-        let mut key = clipped(name, MAX_NAME);
-        if !self.other_events.contains_key(&key) && self.other_events.len() >= MAX_NAMES {
-            key = "(other names)".to_owned();
+        let key = clipped(name, MAX_NAME);
+        if let Some(n) = self.other_events.get_mut(key.as_ref()) {
+            *n += 1;
+            return;
         }
+        let key = if self.other_events.len() >= MAX_NAMES {
+            "(other names)".to_owned()
+        } else {
+            key.into_owned()
+        };
         *self.other_events.entry(key).or_default() += 1;
     }
 }
@@ -99,12 +106,27 @@ impl ImportStats {
 /// A name from the text as the file and the terminal get it: at most
 /// `max` bytes (ftrace's are short; a crafted line's may be 1 MiB), control
 /// bytes escaped.
-fn clipped(s: &str, max: usize) -> String {
+fn clipped(s: &str, max: usize) -> Cow<'_, str> {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    crate::sanitize::text(&s[..end]).into_owned()
+    crate::sanitize::text(&s[..end])
+}
+
+/// At most `max` bytes of `s`, cut at a character's boundary.
+fn prefix(s: Cow<'_, str>, max: usize) -> Cow<'_, str> {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    match s {
+        Cow::Borrowed(b) => Cow::Borrowed(&b[..end]),
+        Cow::Owned(mut o) => {
+            o.truncate(end);
+            Cow::Owned(o)
+        }
+    }
 }
 
 /// The importer's state between lines.
@@ -216,7 +238,8 @@ impl<W: Write> Importer<W> {
                 let s = &mut self.stats;
                 s.unreadable += 1;
                 if s.first_unreadable.is_none() {
-                    s.first_unreadable = Some(clipped(&format!("{}: {}", e.name, e.body), 160));
+                    s.first_unreadable =
+                        Some(clipped(&format!("{}: {}", e.name, e.body), 160).into_owned());
                 }
                 return Ok(());
             }
@@ -232,7 +255,7 @@ impl<W: Write> Importer<W> {
                 phys_whole,
             })) => (Record::Sg(event), device, Some((first_phys, phys_whole))),
         };
-        let (dev, device) = self.place(&device);
+        let (dev, device) = self.place(device);
         match &mut record {
             Record::Event(ev) => ev.dev = dev,
             Record::Sg(sg) => {
@@ -285,24 +308,23 @@ impl<W: Write> Importer<W> {
     /// escaped, at most the format's name length), and past the reader's
     /// memory budget the file's folded row, as the writer folds past its
     /// table.
-    fn place(&mut self, raw: &str) -> (u64, String) {
-        let mut name = crate::sanitize::text(raw).into_owned();
-        if name == UNATTRIBUTED {
-            return (0, name);
+    ///
+    /// Allocates only for a new device or a name with control bytes: this
+    /// runs once per event.
+    fn place<'a>(&mut self, raw: &'a str) -> (u64, Cow<'a, str>) {
+        let escaped = crate::sanitize::text(raw);
+        if escaped == UNATTRIBUTED {
+            return (0, escaped);
         }
-        let mut end = name.len().min(MAX_DEVICE_NAME);
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        name.truncate(end);
-        if let Some(&dev) = self.devices.get(&name) {
+        let name = prefix(escaped, MAX_DEVICE_NAME);
+        if let Some(&dev) = self.devices.get(name.as_ref()) {
             return (dev, name);
         }
         if !memory_budget::take_or_drop(Keeper::Devices, DEVICE_BYTES) {
-            return (u64::MAX, FOLDED_DEVICES.to_owned());
+            return (u64::MAX, Cow::Borrowed(FOLDED_DEVICES));
         }
         let dev = self.devices.len() as u64 + 1;
-        self.devices.insert(name.clone(), dev);
+        self.devices.insert(name.clone().into_owned(), dev);
         (dev, name)
     }
 
@@ -314,6 +336,7 @@ impl<W: Write> Importer<W> {
         if self.names.get(&pid).is_some_and(|n| *n == comm) {
             return Ok(());
         }
+        let comm = comm.into_owned();
         if !self.names.contains_key(&pid) && !memory_budget::take_or_drop(Keeper::Rows, NAME_BYTES)
         {
             self.stats.names_dropped += 1;
