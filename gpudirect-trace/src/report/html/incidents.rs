@@ -5,7 +5,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use super::{
     esc,
-    summary::{category_short, one_line},
+    summary::{category_short, evicted_note, one_line},
     svg::{self, Mark},
     Ctx,
 };
@@ -228,11 +228,7 @@ pub fn section(ctx: &Ctx) -> String {
     );
     let evicted = ctx.r.analysis.ledger.evicted();
     if evicted > 0 {
-        let _ = write!(
-            s,
-            " <span class=\"bad\">{evicted} earlier incidents were not kept (the newest {} are).</span>",
-            crate::analysis::INCIDENTS_KEPT
-        );
+        let _ = write!(s, " <span class=\"bad\">{}.</span>", evicted_note(evicted));
     }
     s.push_str("</p>");
     if !explanations.is_empty() {

@@ -244,14 +244,19 @@ fn verdict(ctx: &Ctx) -> String {
     }
     let evicted = ctx.r.analysis.ledger.evicted();
     if evicted > 0 {
-        let _ = write!(
-            s,
-            "<li class=\"bad\">{evicted} earlier incidents are not kept (the ledger keeps the newest {})</li>",
-            crate::analysis::INCIDENTS_KEPT
-        );
+        let _ = write!(s, "<li class=\"bad\">{}</li>", evicted_note(evicted));
     }
     s.push_str("</ul>");
     s
+}
+
+/// What the summary and the incident section say of incidents the ledger
+/// let go: one sentence, so the page tells it one way.
+pub(super) fn evicted_note(evicted: u64) -> String {
+    format!(
+        "{evicted} earlier incidents were not kept (the report keeps the newest {})",
+        crate::analysis::INCIDENTS_KEPT
+    )
 }
 
 /// One row per device: the live view's table, each linked to its panel.
