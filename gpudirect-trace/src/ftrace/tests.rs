@@ -18,6 +18,12 @@ fn import_to_file(text: &[u8], name: &str) -> (tempfile::TempDir, PathBuf, Impor
 /// workload.py (../shared/fixtures, kernel 6.18, no IOMMU): the same
 /// story the eBPF recording of that host tells (report/tests.rs), every
 /// map of both GPUs unmapped, scatterlists' unmaps found by their pages.
+/// The error of an import that must fail, with its causes.
+fn refusal(text: &[u8]) -> String {
+    let err = import(text, Vec::new(), "t.txt").expect_err("refused");
+    format!("{err:#}")
+}
+
 #[test]
 fn gpu_host_ftrace_text_reads_like_a_recording() {
     let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -98,8 +104,7 @@ Dec  5 10:00:00 host kernel: not ftrace\n";
 
 #[test]
 fn text_without_events_is_an_error_and_compressed_text_reads() {
-    let err = import(&b"hello\nworld\n"[..], Vec::new(), "x.txt").expect_err("no events");
-    let msg = format!("{err:#}");
+    let msg = refusal(b"hello\nworld\n");
     assert!(
         msg.contains("no events") && msg.contains("(2 lines, 2 not ftrace text)"),
         "{msg}"
@@ -123,8 +128,7 @@ fn text_of_another_trace_option_says_which() {
 # nop latency trace v1.1.5 on 6.18.15\n\
 #  cmd     pid     |||||| time  |   caller\n\
  python3-1220   31d..1.  123us : dma_map_phys: 0000:00:06.0 dir=BIDIRECTIONAL dma_addr=10b000000 size=4096 phys_addr=10b000000 attrs=\n";
-    let err = import(&latency[..], Vec::new(), "lat.txt").expect_err("latency-format");
-    let msg = format!("{err:#}");
+    let msg = refusal(latency);
     assert!(
         msg.contains("`latency-format`") && msg.contains("echo nolatency-format"),
         "{msg}"
@@ -132,8 +136,7 @@ fn text_of_another_trace_option_says_which() {
     assert!(msg.contains("(5 lines, 1 not ftrace text)"), "{msg}");
     // `echo 1 > options/fields`: every field by its name, numbers raw.
     let fields = b"  python3-1220 [031] ..... 49.123419: dma_map_phys: device=0000:00:06.0 dir=0 dma_addr=0x10b000000 size=4096\n";
-    let err = import(&fields[..], Vec::new(), "fields.txt").expect_err("fields");
-    let msg = format!("{err:#}");
+    let msg = refusal(fields);
     for want in [
         "(1 line, 0 not ftrace text, 1 event with a body that could not be read",
         "`dma_map_phys: device=0000:00:06.0 dir=0",
