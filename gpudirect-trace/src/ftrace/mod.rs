@@ -10,6 +10,7 @@
 //! (`local`, the default, counts from boot like CLOCK_MONOTONIC) is kept as
 //! it is, so times line up with the same boot's kernel log.
 
+mod body;
 mod events;
 mod line;
 
@@ -429,8 +430,9 @@ fn nothing_read(source: &str, s: &ImportStats) -> String {
     if let Some(first) = &s.first_unreadable {
         return format!(
             "{head}, {} with a body that could not be read, the first `{first}`): import reads \
-             the bodies as the events' print formats write them; the `fields`, `raw`, `hex` and \
-             `bin` trace options print other forms (`echo nofields > {OPTIONS}`, and so on), \
+             the bodies as the events' print formats or the `fields` option write them; the \
+             `raw`, `hex` and `bin` trace options print other forms (`echo noraw > {OPTIONS}`, \
+             and so on), \
              and a body cut by an editor or a pager cannot be read either",
             counted(s.unreadable, "event")
         );

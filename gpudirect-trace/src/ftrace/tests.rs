@@ -134,17 +134,63 @@ fn text_of_another_trace_option_says_which() {
         "{msg}"
     );
     assert!(msg.contains("(5 lines, 1 not ftrace text)"), "{msg}");
-    // `echo 1 > options/fields`: every field by its name, numbers raw.
-    let fields = b"  python3-1220 [031] ..... 49.123419: dma_map_phys: device=0000:00:06.0 dir=0 dma_addr=0x10b000000 size=4096\n";
-    let msg = refusal(fields);
+    // A body cut short (an editor, a pager): said, with the first one.
+    let cut = b"  python3-1220 [031] ..... 49.123419: dma_map_phys: 0000:00:06.0 dir=BIDIRECTIONAL dma_a\n";
+    let msg = refusal(cut);
     for want in [
         "(1 line, 0 not ftrace text, 1 event with a body that could not be read",
-        "`dma_map_phys: device=0000:00:06.0 dir=0",
-        "echo nofields",
+        "`dma_map_phys: 0000:00:06.0 dir=BIDIRECTIONAL dma_a`",
+        "echo noraw",
     ] {
         assert!(msg.contains(want), "{want}: {msg}");
     }
     assert!(!msg.contains("events/dma/enable"), "{msg}");
+}
+
+/// The same events printed by their print formats and by their fields
+/// (`options/fields`, or a persistent ring buffer read after a reboot)
+/// import to the same records: 6.18's field names and encodings.
+#[test]
+fn the_fields_form_imports_as_the_print_format_does() {
+    let printed = "\
+  fio-7 [001] ..... 5.000001: dma_map_phys: 0000:00:04.0 dir=FROM_DEVICE dma_addr=ffffe000 size=4096 phys_addr=1234000 attrs=\n\
+  fio-7 [001] ..... 5.000002: dma_map_sg: 0000:00:04.0 dir=TO_DEVICE nents=2/2 ents=1/1 dma_addrs={0xfff00000} sizes={0x3000} phys_addrs={0x5000,0x6000} attrs=\n\
+  fio-7 [001] ..s1. 5.000003: dma_unmap_phys: 0000:00:04.0 dir=FROM_DEVICE dma_addr=ffffe000 size=4096 attrs=\n\
+  fio-7 [001] ..... 5.000004: dma_unmap_sg: 0000:00:04.0 dir=TO_DEVICE phys_addrs={0x5000,0x6000} attrs=\n\
+  fio-7 [001] ..... 5.000005: map: IOMMU: iova=0x00000000fff00000 - 0x00000000fff03000 paddr=0x0000000000005000 size=12288\n\
+  fio-7 [001] ..... 5.000006: unmap: IOMMU: iova=0x00000000fff00000 - 0x00000000fff03000 size=12288 unmapped_size=12288\n\
+  fio-7 [001] d.h1. 5.000007: io_page_fault: IOMMU:intel-iommu 0000:00:03.0 iova=0x0000000000123000 flags=0x0002\n\
+  fio-7 [001] ..... 5.000008: dma_map_sg_err: 0000:00:04.0 dir=TO_DEVICE dma_addrs={0x5000} err=-12 attrs=\n\
+  fio-7 [001] ..... 5.000009: swiotlb_bounced: dev_name: 0000:00:05.0 dma_mask=ffffffff dev_addr=7000 size=512 NORMAL\n";
+    let fields = "\
+  fio-7 [001] ..... 5.000001: dma_map_phys: device=0000:00:04.0 phys_addr=0x1234000 (19087360) dma_addr=0xffffe000 (4294959104) size=0x1000 (4096) dir=0x2 (2) attrs=0x0 (0)\n\
+  fio-7 [001] ..... 5.000002: dma_map_sg: device=0000:00:04.0 full_nents=0x2 (2) full_ents=0x1 (1) truncated=(0) phys_addrs=00,50,00,00,00,00,00,00,00,60,00,00,00,00,00,00 dma_addrs=00,00,f0,ff,00,00,00,00 lengths=00,30,00,00 dir=0x1 (1) attrs=0x0 (0)\n\
+  fio-7 [001] ..s1. 5.000003: dma_unmap_phys: device=0000:00:04.0 addr=0xffffe000 (4294959104) size=0x1000 (4096) dir=0x2 (2) attrs=0x0 (0)\n\
+  fio-7 [001] ..... 5.000004: dma_unmap_sg: device=0000:00:04.0 addrs=00,50,00,00,00,00,00,00,00,60,00,00,00,00,00,00 dir=0x1 (1) attrs=0x0 (0)\n\
+  fio-7 [001] ..... 5.000005: map: iova=0xfff00000 (4293918720) paddr=0x5000 (20480) size=0x3000 (12288)\n\
+  fio-7 [001] ..... 5.000006: unmap: iova=0xfff00000 (4293918720) size=0x3000 (12288) unmapped_size=0x3000 (12288)\n\
+  fio-7 [001] d.h1. 5.000007: io_page_fault: device=0000:00:03.0 driver=intel-iommu iova=0x123000 (1191936) flags=0x2 (2)\n\
+  fio-7 [001] ..... 5.000008: dma_map_sg_err: device=0000:00:04.0 phys_addrs=00,50,00,00,00,00,00,00 err=0xfffffff4 (-12) dir=0x1 (1) attrs=0x0 (0)\n\
+  fio-7 [001] ..... 5.000009: swiotlb_bounced: dev_name=0000:00:05.0 dma_mask=0xffffffff (4294967295) dev_addr=0x7000 (28672) size=0x200 (512) force=(0)\n";
+    let (_a, a, sa) = import_to_file(printed.as_bytes(), "printed.gdt");
+    let (_b, b, sb) = import_to_file(fields.as_bytes(), "fields.gdt");
+    assert_eq!((sa.events, sa.unreadable), (9, 0), "{sa:?}");
+    assert_eq!(
+        (sb.events, sb.unreadable, sb.unmap_sg_unpaired),
+        (9, 0, 0),
+        "{sb:?}"
+    );
+    let records = |p: &Path| {
+        let mut r = crate::tracefile::open(p).expect("open");
+        let mut out = Vec::new();
+        while let Some(item) = r.next_item().expect("item") {
+            out.push(format!("{item:?}"));
+        }
+        out
+    };
+    let (ra, rb) = (records(&a), records(&b));
+    assert!(ra.len() >= 9, "{ra:#?}");
+    assert_eq!(ra, rb);
 }
 
 /// A body that could not be read is shown (the first), escaped and cut.

@@ -5,7 +5,9 @@
 # newer: the block layer's IOVA API, iommu:map/unmap again) that import must
 # read whole: no unreadable body, no line it takes for foreign text, one
 # record per event line of a tracepoint it reads, and the same count of each
-# kind out of `export` as the text holds. 5.10 is left out: nothing of these
+# kind out of `export` as the text holds; where the kernel has the `fields`
+# option, the same ring printed by fields imports to the same records.
+# 5.10 is left out: nothing of these
 # fires there (nvme-iommu-tracefs says why).
 # gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme iommu=intel timeout=300
 set -e
@@ -34,4 +36,21 @@ for pair in "map:iommu_map" "unmap:iommu_unmap" "dma_map_sg:dma_map_sg" "dma_unm
     echo "${pair%%:*}: $text in the text, $out exported"
     [ "$text" = "$out" ]
 done
+# The same ring read again by fields (options/fields, 6.3+; the form a
+# persistent ring buffer prints after a reboot): the same records.
+if [ -e $T/options/fields ]; then
+    echo 1 > $T/options/fields
+    cat $T/trace > /tmp/fields.txt
+    echo 0 > $T/options/fields
+    grep -m 2 -E ': (map|dma_map_sg|dma_map_phys|dma_map_page): ' /tmp/fields.txt | cut -c1-300 || true
+    gpudirect-trace import /tmp/fields.txt -o /tmp/f.gdt --json > /tmp/fields.json
+    cat /tmp/fields.json
+    grep -q '"unreadable":0,' /tmp/fields.json
+    grep -q "\"events\":$known," /tmp/fields.json
+    gpudirect-trace export /tmp/f.gdt --format jsonl | grep '"kind"' > /tmp/f.jsonl
+    grep '"kind"' /tmp/t.jsonl | cmp - /tmp/f.jsonl
+    echo "fields form: $(wc -l < /tmp/f.jsonl) records, the same as the print formats'"
+else
+    echo "fields form: this kernel has no options/fields (6.3+), not read"
+fi
 echo "ftrace import: ok"
