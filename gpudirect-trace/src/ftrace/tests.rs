@@ -290,4 +290,6 @@ fn fuzz_seed_repeated_imports() {
     let (_, stats) = import(io::BufReader::new(src), io::sink(), "seed").expect("import");
     assert!(stats.events > 5000, "{stats:?}");
     assert!(stats.lost > 0 && stats.unmap_sg_unpaired == 0, "{stats:?}");
+    // Both forms of body, the print format's and the fields option's.
+    assert_eq!(stats.unreadable, 0, "{stats:?}");
 }
