@@ -108,23 +108,16 @@ impl ImportStats {
 /// `max` bytes (ftrace's are short; a crafted line's may be 1 MiB), control
 /// bytes escaped.
 fn clipped(s: &str, max: usize) -> Cow<'_, str> {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    crate::sanitize::text(&s[..end])
+    crate::sanitize::text(crate::sanitize::cut(s, max))
 }
 
-/// At most `max` bytes of `s`, cut at a character's boundary.
+/// At most `max` bytes of `s`, cut at a character's boundary, borrowed
+/// where it was.
 fn prefix(s: Cow<'_, str>, max: usize) -> Cow<'_, str> {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
     match s {
-        Cow::Borrowed(b) => Cow::Borrowed(&b[..end]),
+        Cow::Borrowed(b) => Cow::Borrowed(crate::sanitize::cut(b, max)),
         Cow::Owned(mut o) => {
-            o.truncate(end);
+            o.truncate(crate::sanitize::cut(&o, max).len());
             Cow::Owned(o)
         }
     }

@@ -68,6 +68,16 @@ pub fn bytes(b: &[u8]) -> Cow<'_, str> {
     }
 }
 
+/// At most `max` bytes of `s`, cut at a character's boundary: a name kept
+/// within a file's or a label's bound without splitting a character.
+pub fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
@@ -100,6 +110,16 @@ mod tests {
         // Nothing printable survives as a control character.
         let all: String = (0u32..0x110).filter_map(char::from_u32).collect();
         assert!(!text(&all).chars().any(is_control));
+    }
+
+    #[test]
+    fn cut_keeps_whole_characters() {
+        assert_eq!(cut("0000:00:04.0", 64), "0000:00:04.0");
+        assert_eq!(cut("abcdef", 3), "abc");
+        // 'é' is two bytes: a cut inside it leaves it out.
+        assert_eq!(cut("caé", 3), "ca");
+        assert_eq!(cut("caé", 4), "caé");
+        assert_eq!(cut("", 0), "");
     }
 
     #[test]

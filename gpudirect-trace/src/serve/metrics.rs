@@ -396,15 +396,10 @@ impl Model {
     pub fn add_faults(&mut self, faults: &[FaultCount], labels: &mut DeviceLabels) {
         for f in faults {
             let device = ("device", labels.label(&f.device).to_string());
-            let mut reason = f.cause.clone();
-            if reason.len() > MAX_REASON_LEN {
-                let mut cut = MAX_REASON_LEN;
-                while !reason.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                reason.truncate(cut);
-            }
-            let reason = ("reason", reason);
+            let reason = (
+                "reason",
+                crate::sanitize::cut(&f.cause, MAX_REASON_LEN).to_owned(),
+            );
             match f.source.as_str() {
                 "nvidia-xid" => {}
                 "aer" => {

@@ -43,14 +43,7 @@ impl ContainerLabels {
         let Some(c) = container else {
             return Arc::from(HOST_CONTAINER);
         };
-        let mut name = c.short_id();
-        if name.len() > MAX_CONTAINER_LEN {
-            let mut cut = MAX_CONTAINER_LEN;
-            while !name.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            name = &name[..cut];
-        }
+        let name = crate::sanitize::cut(c.short_id(), MAX_CONTAINER_LEN);
         let reserved = name == OTHER_CONTAINER || name == HOST_CONTAINER;
         self.0
             .admit(name, reserved)

@@ -141,11 +141,7 @@ impl<W: BlockOut> TraceWriter<W> {
     /// in a DEVICES block before the next block that uses them).
     pub fn device_index(&mut self, name: &str) -> u32 {
         // The format bounds names and the table (the reader refuses more).
-        let mut end = name.len().min(format::MAX_DEVICE_NAME);
-        while !name.is_char_boundary(end) {
-            end -= 1;
-        }
-        let name = &name[..end];
+        let name = crate::sanitize::cut(name, format::MAX_DEVICE_NAME);
         // Records come in runs of one device: comparing with the last name
         // spares hashing the string per event (SipHash of the name was ~10%
         // of the record path's CPU, `cargo xtask bench` reader_cpu).
