@@ -232,8 +232,10 @@ impl<W: Write> Importer<W> {
                 let s = &mut self.stats;
                 s.unreadable += 1;
                 if s.first_unreadable.is_none() {
+                    // The body cut before it is joined: the line may be 1 MiB.
+                    let body = crate::sanitize::cut(e.body, 160);
                     s.first_unreadable =
-                        Some(clipped(&format!("{}: {}", e.name, e.body), 160).into_owned());
+                        Some(clipped(&format!("{}: {body}", e.name), 160).into_owned());
                 }
                 return Ok(());
             }
