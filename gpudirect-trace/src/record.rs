@@ -176,7 +176,8 @@ impl Sink for RecordSink {
             output::note("");
         }
         output::note(&format!(
-            "wrote {events} events ({}{}) to {}; {} lost",
+            "wrote {} ({}{}) to {}; {} lost",
+            crate::render::counted(events, "event"),
             bytes(size),
             if events > 0 {
                 format!(", {:.1} bytes/event", size as f64 / events as f64)

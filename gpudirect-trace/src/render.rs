@@ -82,7 +82,14 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
         "EV/S"
     );
     if devices.is_empty() {
-        let _ = writeln!(s, "(no DMA activity seen yet)");
+        // "yet" only while more may come: a final summary or a report is
+        // the whole trace.
+        let none = if t.final_summary {
+            "(no DMA activity in this trace)"
+        } else {
+            "(no DMA activity seen yet)"
+        };
+        let _ = writeln!(s, "{none}");
     }
     for d in devices {
         // A scatterlist not walked to its end: the bytes are a lower bound.
@@ -539,5 +546,26 @@ mod tests {
             "{notes}"
         );
         assert!(notes.contains("said false 30"), "{notes}");
+    }
+
+    #[test]
+    fn an_empty_trace_is_not_waiting_for_activity_once_it_is_over() {
+        let totals = |final_summary| super::Totals {
+            kernel: "6.18",
+            attached: 24,
+            elapsed: 0.1,
+            events: 0,
+            kernel_hits: Some(0),
+            lost: 0,
+            missed: 0,
+            decode_errors: 0,
+            aggregate_only: false,
+            final_summary,
+        };
+        let live = super::live_text(&[], &totals(false));
+        assert!(live.contains("(no DMA activity seen yet)"), "{live}");
+        let last = super::live_text(&[], &totals(true));
+        assert!(last.contains("(no DMA activity in this trace)"), "{last}");
+        assert!(!last.contains("yet"), "{last}");
     }
 }
