@@ -90,6 +90,18 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
             "(no DMA activity seen yet)"
         };
         let _ = writeln!(s, "{none}");
+        // Nothing fired at all: the devices used bypass the DMA API (the
+        // usual surprise: a VM's virtio disk or NIC), which no tracer of
+        // these paths can see.
+        if t.final_summary && t.kernel_hits == Some(0) && t.events == 0 {
+            let _ = writeln!(
+                s,
+                "no probe fired while tracing: the devices in use did not map memory through \
+                 the DMA API or an IOMMU (virtio devices without VIRTIO_F_ACCESS_PLATFORM, \
+                 common in VMs, hand the device guest-physical addresses directly); \
+                 `gpudirect-trace probes` lists what is attached"
+            );
+        }
     }
     for d in devices {
         // A scatterlist not walked to its end: the bytes are a lower bound.
@@ -567,5 +579,7 @@ mod tests {
         let last = super::live_text(&[], &totals(true));
         assert!(last.contains("(no DMA activity in this trace)"), "{last}");
         assert!(!last.contains("yet"), "{last}");
+        assert!(last.contains("no probe fired while tracing"), "{last}");
+        assert!(!live.contains("no probe fired"), "{live}");
     }
 }
