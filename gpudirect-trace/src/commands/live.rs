@@ -12,7 +12,7 @@ use crate::{
 
 #[derive(Args, Debug)]
 pub struct LiveArgs {
-    /// Refresh interval (e.g. 500ms, 1s, 2m; at least 100ms).
+    /// Refresh interval (e.g. 500ms, 1s, 2m, or plain seconds; at least 100ms).
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Stop after this long (default: until Ctrl-C, SIGTERM or SIGHUP).

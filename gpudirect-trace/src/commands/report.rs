@@ -29,10 +29,10 @@ pub struct ReportArgs {
     /// One JSON object on stdout instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Start of the window, as time since the recording started (e.g. 2s).
+    /// Start of the window, as time since the recording started (e.g. 2s, 1.5, 2m).
     #[arg(long, value_parser = parse_offset, value_name = "T")]
     pub from: Option<Duration>,
-    /// End of the window, as time since the recording started (e.g. 5s).
+    /// End of the window, as time since the recording started (e.g. 5s, 4.25).
     #[arg(long, value_parser = parse_offset, value_name = "T")]
     pub to: Option<Duration>,
     /// Also write a self-contained HTML page with plots (no network needed);

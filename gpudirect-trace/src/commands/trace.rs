@@ -157,9 +157,42 @@ impl TraceArgs {
 /// "overflow when adding duration to instant" after attaching).
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 31_557_600); // humantime: 1y = 365.25d
 
-/// A positive duration such as 500ms, 1s or 2m.
+/// A time with a unit (500ms, 1s, 2m, 1h 30m) or plain seconds (`10`,
+/// `1.5`): the tool prints its times in seconds everywhere, so a number
+/// typed back from a table means seconds, as for timeout(1) and sleep(1).
+fn parse_time(s: &str, examples: &str) -> Result<Duration, String> {
+    match plain_seconds(s.trim()) {
+        Some(d) => d,
+        None => humantime::parse_duration(s).map_err(|e| format!("{e} (examples: {examples})")),
+    }
+}
+
+/// `10` or `1.5` as seconds, exactly (digits past nanoseconds dropped);
+/// None when `s` is not a plain decimal number.
+fn plain_seconds(s: &str) -> Option<Result<Duration, String>> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && frac.is_empty() || !digits(whole) || !digits(frac) {
+        return None;
+    }
+    let Ok(secs) = (if whole.is_empty() {
+        Ok(0)
+    } else {
+        whole.parse::<u64>()
+    }) else {
+        return Some(Err(format!("{s}: too large a number of seconds")));
+    };
+    let nanos = frac
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(9)
+        .fold(0u32, |n, b| n * 10 + u32::from(b - b'0'));
+    Some(Ok(Duration::new(secs, nanos)))
+}
+
+/// A positive duration such as 500ms, 1s, 2m or 10 (seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 1s, 2m)"))?;
+    let d = parse_time(s, "500ms, 1s, 2m, or plain seconds: 10")?;
     if d.is_zero() {
         return Err("must be greater than zero".into());
     }
@@ -219,7 +252,7 @@ pub fn parse_lifetime_sample(s: &str) -> Result<u32, String> {
 
 /// A time offset: like a duration, but zero is allowed.
 pub fn parse_offset(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 0s, 1.5s, 2m)"))?;
+    let d = parse_time(s, "0s, 1.5s, 2m, or plain seconds: 1.5")?;
     // Trace time is u64 nanoseconds: 18446744075s wrapped to a window
     // near the start before (issue 30).
     if d.as_nanos() > u128::from(u64::MAX) {
@@ -272,6 +305,36 @@ mod tests {
             );
         }
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn plain_numbers_are_seconds_as_the_tables_print_them() {
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration(" 2 "), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_offset("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_offset(".25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_offset("0"), Ok(Duration::ZERO));
+        assert_eq!(
+            parse_offset("0.1234567891"),
+            Ok(Duration::from_nanos(123_456_789))
+        );
+        assert_eq!(parse_interval("0.5"), Ok(Duration::from_millis(500)));
+        assert!(parse_interval("0.05")
+            .expect_err("short")
+            .contains("at least"));
+        assert!(parse_duration("0")
+            .expect_err("zero")
+            .contains("greater than zero"));
+        for s in ["99999999999999999999", "18446744073709551615", "3155760001"] {
+            let e = parse_duration(s).expect_err(s);
+            assert!(e.contains("too"), "{s}: {e}");
+        }
+        assert!(parse_offset("18446744075").is_err());
+        // Not plain numbers: the unit parser's message, with examples.
+        for s in [".", "1.2.3", "-1", "1e3", "", "10 s s"] {
+            let e = parse_duration(s).expect_err(s);
+            assert!(e.contains("examples"), "{s}: {e}");
+        }
     }
 
     #[test]
