@@ -54,10 +54,11 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
     );
     let _ = writeln!(
         s,
-        "events: {} in kernel, {} streamed, {} LOST, {} MISSED by the kernel{}",
+        "events: {} {} streamed, {} LOST, {} MISSED by the kernel{}",
+        // The reason after the "?" and its noun, not between them.
         t.kernel_hits.map_or_else(
-            || "? (no kernel counter checkpoints around this window)".to_owned(),
-            |n| n.to_string()
+            || "? in kernel (no kernel counter checkpoints around this window),".to_owned(),
+            |n| format!("{n} in kernel,")
         ),
         t.events,
         t.lost,
@@ -581,5 +582,26 @@ mod tests {
         assert!(!last.contains("yet"), "{last}");
         assert!(last.contains("no probe fired while tracing"), "{last}");
         assert!(!live.contains("no probe fired"), "{live}");
+        assert!(
+            live.contains("events: 0 in kernel, 0 streamed, 0 LOST"),
+            "{live}"
+        );
+        let unknown = super::live_text(
+            &[],
+            &super::Totals {
+                kernel_hits: None,
+                events: 1140,
+                ..totals(true)
+            },
+        );
+        assert!(
+            unknown.contains(
+                "events: ? in kernel (no kernel counter checkpoints around this window), \
+                 1140 streamed, 0 LOST"
+            ),
+            "{unknown}"
+        );
+        // Without the kernel's count, nothing says no probe fired.
+        assert!(!unknown.contains("no probe fired"), "{unknown}");
     }
 }
