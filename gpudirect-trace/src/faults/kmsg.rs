@@ -2,6 +2,7 @@
 //!
 //! Accepted line shapes (all reduce to a message body plus optional time):
 //! - `dmesg`:            `[  123.456789] DMAR: ...`
+//! - `dmesg -r`, /proc/kmsg: the same after a syslog priority `<4>`
 //! - `dmesg -T`:         `[Fri Aug 29 20:09:52 2025] pcieport ...`
 //! - `journalctl -k`:    `Nov 30 02:44:52 host kernel: DMAR: ...`
 //!   (also syslog files, with or without a printk timestamp after `kernel:`)
@@ -31,7 +32,7 @@ pub struct LineMeta<'a> {
 
 /// Split the known prefixes off one log line.
 pub fn split_prefix(line: &str) -> LineMeta<'_> {
-    let mut s = line.trim_end_matches(['\n', '\r']);
+    let mut s = strip_priority(line.trim_end_matches(['\n', '\r']));
     let mut meta = LineMeta {
         timestamp_ns: None,
         wall_time: None,
@@ -94,6 +95,21 @@ pub fn split_prefix(line: &str) -> LineMeta<'_> {
     }
     meta.body = s.trim_start();
     meta
+}
+
+/// `dmesg -r`, /proc/kmsg and serial console captures: the syslog
+/// priority `<N>` (facility * 8 + level, at most 3 digits) before the rest
+/// ("<4>[ 3.1] msg" -> "[ 3.1] msg"). Left there, it hid the printk time.
+fn strip_priority(s: &str) -> &str {
+    let Some(rest) = s.strip_prefix('<') else {
+        return s;
+    };
+    match rest.split_once('>') {
+        Some((n, body)) if (1..=3).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_digit()) => {
+            body
+        }
+        _ => s,
+    }
 }
 
 /// `dmesg -x`: "kern  :err   : [  1.0] msg" -> "[  1.0] msg".
@@ -334,6 +350,9 @@ mod tests {
             ("kernel: after the time", "[    0.938401] kernel: DMAR: [DMA Read NO_PASID] x", Some(938_401_000), None, "DMAR: [DMA Read NO_PASID] x"),
             ("short monotonic with a host", "[   34.193759] myhost kernel: NVRM: Xid (PCI:0000:01:00): 79", Some(34_193_759_000), None, "NVRM: Xid (PCI:0000:01:00): 79"),
             ("dmesg -x", "kern  :err   : [  144.480641] DMAR: x", Some(144_480_641_000), None, "DMAR: x"),
+            ("dmesg -r", "<4>[  144.480641] DMAR: x", Some(144_480_641_000), None, "DMAR: x"),
+            ("/proc/kmsg, no time", "<3>NVRM: Xid (PCI:0000:01:00): 79", None, None, "NVRM: Xid (PCI:0000:01:00): 79"),
+            ("a body's own angle brackets are kept", "<unknown> DMAR: x", None, None, "<unknown> DMAR: x"),
             ("a message's own brackets are kept", "[fault reason 06] PTE Read access is not set", None, None, "[fault reason 06] PTE Read access is not set"),
         ];
         let wrong: Vec<String> = cases
