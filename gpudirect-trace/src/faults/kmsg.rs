@@ -4,6 +4,7 @@
 //! - `dmesg`:            `[  123.456789] DMAR: ...`
 //! - `dmesg -r`, /proc/kmsg: the same after a syslog priority `<4>`
 //! - `dmesg -T`:         `[Fri Aug 29 20:09:52 2025] pcieport ...`
+//! - `dmesg --time-format iso`: `2025-08-29T20:09:52,123456+00:00 DMAR: ...`
 //! - `journalctl -k`:    `Nov 30 02:44:52 host kernel: DMAR: ...`
 //!   (also syslog files, with or without a printk timestamp after `kernel:`)
 //! - /dev/kmsg records:  `6,1234,5678901,-;DMAR: ...` (third field is the
@@ -54,6 +55,9 @@ pub fn split_prefix(line: &str) -> LineMeta<'_> {
                 }
                 s = &s[idx + "kernel: ".len()..];
             }
+        } else if let Some((iso, rest)) = iso_time_prefix(s) {
+            meta.wall_time = Some(iso.to_string());
+            s = rest;
         }
     }
     loop {
@@ -110,6 +114,21 @@ fn strip_priority(s: &str) -> &str {
         }
         _ => s,
     }
+}
+
+/// `dmesg --time-format iso`: "2025-08-29T20:09:52,123456+00:00 msg" ->
+/// ("2025-08-29T20:09:52,123456+00:00", "msg"): a first word shaped as an
+/// ISO 8601 date and time (no host or "kernel:" tag follows it).
+fn iso_time_prefix(s: &str) -> Option<(&str, &str)> {
+    let (word, rest) = s.split_once(' ')?;
+    let b = word.as_bytes();
+    let shape = b"dddd-dd-ddTdd:dd:dd";
+    let fits = b.len() >= shape.len()
+        && shape.iter().zip(b).all(|(&want, &got)| match want {
+            b'd' => got.is_ascii_digit(),
+            c => got == c,
+        });
+    fits.then_some((word, rest))
 }
 
 /// `dmesg -x`: "kern  :err   : [  1.0] msg" -> "[  1.0] msg".
@@ -351,6 +370,8 @@ mod tests {
             ("short monotonic with a host", "[   34.193759] myhost kernel: NVRM: Xid (PCI:0000:01:00): 79", Some(34_193_759_000), None, "NVRM: Xid (PCI:0000:01:00): 79"),
             ("dmesg -x", "kern  :err   : [  144.480641] DMAR: x", Some(144_480_641_000), None, "DMAR: x"),
             ("dmesg -r", "<4>[  144.480641] DMAR: x", Some(144_480_641_000), None, "DMAR: x"),
+            ("dmesg --time-format iso", "2025-08-29T20:09:52,123456+00:00 DMAR: x", None, Some("2025-08-29T20:09:52,123456+00:00"), "DMAR: x"),
+            ("journalctl -o short-iso", "2025-08-29T20:09:52+0000 zeus kernel: DMAR: x", None, Some("2025-08-29T20:09:52+0000"), "DMAR: x"),
             ("/proc/kmsg, no time", "<3>NVRM: Xid (PCI:0000:01:00): 79", None, None, "NVRM: Xid (PCI:0000:01:00): 79"),
             ("a body's own angle brackets are kept", "<unknown> DMAR: x", None, None, "<unknown> DMAR: x"),
             ("a message's own brackets are kept", "[fault reason 06] PTE Read access is not set", None, None, "[fault reason 06] PTE Read access is not set"),
