@@ -95,6 +95,11 @@ impl Findings {
 pub const UNREADABLE_ADVICE: &str =
     "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`";
 
+/// The same, where the file was missing from a capture (`--root`).
+pub const UNCAPTURED_ADVICE: &str =
+    "the capture does not hold it (taken without root, by another tool, or by an older \
+     gpudirect-trace): capture again as root on the host with `gpudirect-trace doctor --capture`";
+
 /// `path = value` evidence line.
 pub fn ev(path: &str, value: impl std::fmt::Display) -> String {
     format!("{path} = {value}")

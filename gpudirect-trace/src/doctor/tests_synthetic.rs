@@ -351,6 +351,13 @@ fn synthetic_unreadable_irq_affinity_is_one_finding_per_device() {
         f.summary
     );
     assert_eq!(f.evidence.len(), 2);
+    // A capture's reader cannot "run as root on the host": it is told
+    // what the capture lacks.
+    assert!(
+        f.advice.starts_with("the capture does not hold it"),
+        "{}",
+        f.advice
+    );
     assert!(one(&r, "irq.affinity")
         .summary
         .contains("1 MSI/MSI-X vectors"));
