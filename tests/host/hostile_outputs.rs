@@ -331,3 +331,18 @@ fn a_stop_signal_at_any_moment_of_the_start_leaves_no_empty_or_temporary_file() 
         let _ = fs::remove_file(&path);
     }
 }
+
+/// `-o` reads FILE|DIR in record's help; a directory without --ring is
+/// refused with why (a trace is one file; a directory takes --ring's
+/// snapshots), before anything is loaded, and the directory stays empty.
+#[test]
+fn record_into_a_directory_without_ring_says_what_a_directory_is_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = run(bin()
+        .args(["record", "--duration", "1", "-o"])
+        .arg(dir.path()));
+    assert_eq!(o.status.code(), Some(1));
+    assert_stderr_has(&o, "is a directory: record writes one trace file (-o FILE)");
+    assert_stderr_has(&o, "(--ring)");
+    assert_eq!(fs::read_dir(dir.path()).expect("read_dir").count(), 0);
+}

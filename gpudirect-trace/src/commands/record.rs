@@ -81,6 +81,14 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
         let recorder = Recorder::new(&session, opts, &args.command)?;
         return session.run(FlightSink::new(recorder, args.json), run);
     }
+    // The generic "give the path of a file" would leave the user wondering
+    // why -o says FILE|DIR.
+    anyhow::ensure!(
+        !args.output.is_dir(),
+        "{} is a directory: record writes one trace file (-o FILE); a directory takes the \
+         flight recorder's snapshots (--ring)",
+        crate::outfile::display(&args.output)
+    );
     let output = create_output(
         &args.output,
         crate::outfile::Options::from(args.out).binary(),
