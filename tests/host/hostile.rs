@@ -28,7 +28,7 @@ pub(crate) fn bin() -> Command {
 }
 
 /// The tool run as user `nobody` (no capabilities), through setpriv.
-fn as_nobody() -> Command {
+pub(crate) fn as_nobody() -> Command {
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN]);
     c

@@ -5,7 +5,7 @@
 use std::{fs, os::unix::process::CommandExt as _};
 
 use crate::{
-    hostile::{assert_stderr_has, bin, has_raw_controls, run, shared_dir, stderr},
+    hostile::{as_nobody, assert_stderr_has, bin, has_raw_controls, run, shared_dir, stderr},
     require_root,
 };
 
@@ -189,4 +189,39 @@ fn no_string_of_a_trace_forges_a_line_or_reaches_an_output_raw() {
         log.contains("Tag=0000:01:00.0ok\\x0aFORGED_line\\x0d\\x1b[2J"),
         "{log}"
     );
+}
+
+/// doctor run by a user where kernel.dmesg_restrict is 1 (Debian's
+/// default): the kernel log finding says it could not be read, with
+/// dmesg's own reason, and advises root (it said "no dmesg.txt in the
+/// capture / dmesg failed", with no capture in sight).
+#[test]
+fn doctor_as_a_user_says_why_the_kernel_log_was_not_read() {
+    require_root();
+    let restrict = fs::read_to_string("/proc/sys/kernel/dmesg_restrict").unwrap_or_default();
+    if restrict.trim() != "1" {
+        // libtest captures eprintln!, not a direct write: the skip shows.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED doctor_as_a_user_says_why_the_kernel_log_was_not_read: \
+             kernel.dmesg_restrict is not 1, so a user may read the log here"
+        );
+        return;
+    }
+    let out = run(as_nobody().args(["doctor", "--json"]));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}; stderr: {}", stderr(&out)));
+    let klog = doc["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["id"] == "klog.unreadable")
+        .unwrap_or_else(|| panic!("no klog.unreadable finding: {doc}"));
+    assert_eq!(klog["summary"], "unknown: the kernel log could not be read");
+    let why = klog["evidence"][0].as_str().expect("evidence");
+    assert!(why.starts_with("dmesg failed"), "{why}");
+    assert!(!why.contains("capture"), "{why}");
+    let advice = klog["advice"].as_str().expect("advice");
+    assert!(advice.contains("run as root"), "{advice}");
 }

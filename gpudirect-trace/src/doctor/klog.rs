@@ -2,10 +2,9 @@
 //! and the boot-time IOMMU default domain. Reads `dmesg.txt` of a capture, or
 //! runs `dmesg` on the live host.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, process::Command};
 
 use super::{
-    capture::run_tool,
     findings::{Findings, Severity},
     tree::Tree,
 };
@@ -72,22 +71,57 @@ impl LogScan {
     }
 }
 
+/// The live kernel log through dmesg(1), or why it could not be read (its
+/// own first line of complaint: as a user where kernel.dmesg_restrict is
+/// 1, "read kernel buffer failed: Operation not permitted").
+fn dmesg() -> Result<String, String> {
+    let out = Command::new("dmesg")
+        .output()
+        .map_err(|e| format!("could not run dmesg: {e}"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("").trim();
+    Err(format!(
+        "dmesg failed ({}): {}",
+        out.status,
+        crate::sanitize::cut(first, 200)
+    ))
+}
+
 pub fn check(tree: &Tree, iommu: Option<bool>, f: &mut Findings) {
     let (text, src) = match tree.read_capture_file("dmesg.txt") {
-        Ok(t) => (Some(t), "dmesg.txt"),
-        Err(_) if tree.is_live() => (run_tool("dmesg", &[]), "dmesg"),
-        Err(_) => (None, "dmesg.txt"),
+        Ok(t) => (Ok(t), "dmesg.txt"),
+        Err(_) if tree.is_live() => (dmesg(), "dmesg"),
+        Err(_) => (Err("dmesg.txt: not in the capture".to_owned()), "dmesg.txt"),
     };
-    let Some(text) = text else {
-        f.add(
-            "klog.unreadable",
-            Severity::Unknown,
-            "host",
-            "unknown: kernel log not available (no dmesg.txt in the capture / dmesg failed)",
-            vec![format!("{src}: not readable")],
-            "IOMMU faults, AER errors and Xids are only visible in the kernel log",
-        );
-        return;
+    let text = match text {
+        Ok(t) => t,
+        Err(why) => {
+            let (summary, advice) = if tree.is_live() {
+                (
+                    "unknown: the kernel log could not be read",
+                    "IOMMU faults, AER errors and Xids are only visible in the kernel log: run \
+                     as root (kernel.dmesg_restrict keeps it from other users)",
+                )
+            } else {
+                (
+                    "unknown: the capture holds no kernel log",
+                    "IOMMU faults, AER errors and Xids are only visible in the kernel log: \
+                     capture again as root on the host with `gpudirect-trace doctor --capture`",
+                )
+            };
+            f.add(
+                "klog.unreadable",
+                Severity::Unknown,
+                "host",
+                summary,
+                vec![why],
+                advice,
+            );
+            return;
+        }
     };
     let s = scan(&text);
     if let Some(d) = &s.default_domain {

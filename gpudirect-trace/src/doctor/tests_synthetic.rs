@@ -358,6 +358,11 @@ fn synthetic_unreadable_irq_affinity_is_one_finding_per_device() {
         "{}",
         f.advice
     );
+    // No dmesg.txt in this capture: said as such, not "dmesg failed".
+    let k = one(&r, "klog.unreadable");
+    assert_eq!(k.summary, "unknown: the capture holds no kernel log");
+    assert_eq!(k.evidence, ["dmesg.txt: not in the capture"]);
+    assert!(k.advice.contains("doctor --capture"), "{}", k.advice);
     assert!(one(&r, "irq.affinity")
         .summary
         .contains("1 MSI/MSI-X vectors"));
