@@ -8,8 +8,9 @@ use crate::faults::{run_explain, ExplainOptions};
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// Kernel log to decode: output of `dmesg`, `dmesg -T`, `journalctl -k`
-    /// (text, or `-o json`), syslog files, or raw /dev/kmsg records;
+    /// Kernel log to decode: output of `dmesg` (plain, `-T`, `-r`, `-x` or
+    /// `--time-format iso`), `journalctl -k` (text, or `-o json`), syslog
+    /// files, or raw /dev/kmsg records;
     /// gzip- or zstd-compressed (a rotated `kern.log.2.gz`) or not; `-`
     /// reads stdin. Without it, the records currently in /dev/kmsg are read
     /// (needs CAP_SYSLOG or kernel.dmesg_restrict=0) and the command returns
