@@ -3,7 +3,7 @@
 
 use super::{
     devices::{Device, Kind},
-    findings::{ev, Findings, Severity, UNREADABLE_ADVICE},
+    findings::{ev, Findings, Severity},
     pci::{
         human_size, parse_sysfs_speed, port_type_name, speed_gts, Config, EXT_ARI,
         IORESOURCE_MEM_64, IORESOURCE_PREFETCH,
@@ -488,6 +488,7 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
     }
     // One finding for the device, not one per vector (a NIC has dozens).
     if !unreadable.is_empty() {
+        let advice = f.unreadable_advice();
         f.add(
             "irq.affinity.unreadable",
             Severity::Unknown,
@@ -499,7 +500,7 @@ fn check_numa_irqs(tree: &Tree, d: &Device, f: &mut Findings) {
                 irqs.len()
             ),
             unreadable,
-            UNREADABLE_ADVICE,
+            advice,
         );
     }
     if seen.is_empty() {

@@ -48,9 +48,21 @@ pub struct Finding {
 #[derive(Debug, Default)]
 pub struct Findings {
     pub list: Vec<Finding>,
+    /// The tree read is a capture (`--root`): what is missing there was
+    /// not captured, and "run as root on the host" cannot help its reader.
+    pub capture: bool,
 }
 
 impl Findings {
+    /// What to do about a file a check could not read, on this tree.
+    pub fn unreadable_advice(&self) -> &'static str {
+        if self.capture {
+            UNCAPTURED_ADVICE
+        } else {
+            UNREADABLE_ADVICE
+        }
+    }
+
     pub fn add(
         &mut self,
         id: &str,
@@ -78,7 +90,7 @@ impl Findings {
             device,
             format!("unknown: {path} unreadable"),
             vec![format!("{path}: {err}")],
-            UNREADABLE_ADVICE,
+            self.unreadable_advice(),
         );
     }
 
@@ -91,12 +103,12 @@ impl Findings {
     }
 }
 
-/// What to do about a file a check could not read.
-pub const UNREADABLE_ADVICE: &str =
+/// What to do about a file a check could not read (`unreadable_advice`).
+const UNREADABLE_ADVICE: &str =
     "run as root on the host itself, or capture with `gpudirect-trace doctor --capture`";
 
 /// The same, where the file was missing from a capture (`--root`).
-pub const UNCAPTURED_ADVICE: &str =
+const UNCAPTURED_ADVICE: &str =
     "the capture does not hold it (taken without root, by another tool, or by an older \
      gpudirect-trace): capture again as root on the host with `gpudirect-trace doctor --capture`";
 

@@ -39,7 +39,7 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 
 use self::{
-    findings::{Findings, Severity, UNCAPTURED_ADVICE, UNREADABLE_ADVICE},
+    findings::{Findings, Severity},
     report::Report,
     tree::Tree,
 };
@@ -78,7 +78,10 @@ pub fn diagnose_with(
     nvml: &NvmlRecord,
     baseline: Option<&NvmlRecord>,
 ) -> anyhow::Result<Report> {
-    let mut f = Findings::default();
+    let mut f = Findings {
+        capture: !tree.is_live(),
+        ..Findings::default()
+    };
     let devs = match devices::read_all(tree) {
         Ok(d) => d,
         Err(e) => {
@@ -108,13 +111,6 @@ pub fn diagnose_with(
         );
     }
     refused(tree, &mut f);
-    // "Run as root on the host" cannot help a reader of a capture: what is
-    // missing there was not captured.
-    if !tree.is_live() {
-        for finding in f.list.iter_mut().filter(|f| f.advice == UNREADABLE_ADVICE) {
-            finding.advice = UNCAPTURED_ADVICE.into();
-        }
-    }
     f.list.sort_by_key(|f| std::cmp::Reverse(f.severity));
     Ok(Report {
         root: tree.root().display().to_string(),
