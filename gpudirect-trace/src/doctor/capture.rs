@@ -42,12 +42,25 @@ const PROC_FILES: &[&str] = &[
     "/proc/driver/nvidia/params",
 ];
 
-/// Run a helper tool; its stdout when it ran and succeeded.
-pub fn run_tool(cmd: &str, args: &[&str]) -> Option<String> {
-    let out = Command::new(cmd).args(args).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+/// Run a helper tool: its stdout when it ran and succeeded, else why not
+/// (its own first line of complaint: dmesg as a user where
+/// kernel.dmesg_restrict is 1 says "read kernel buffer failed: Operation
+/// not permitted").
+pub fn run_tool(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("could not run {cmd}: {e}"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("").trim();
+    Err(format!(
+        "{cmd} failed ({}): {}",
+        out.status,
+        crate::sanitize::cut(first, 200)
+    ))
 }
 
 /// Archive entries (relative path, contents) for the given tree.
@@ -146,7 +159,7 @@ pub fn collect(tree: &Tree) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
     ];
     for (name, cmd, args) in extras {
         let data = if tree.is_live() {
-            run_tool(cmd, args).map(String::into_bytes)
+            run_tool(cmd, args).ok().map(String::into_bytes)
         } else {
             tree.read_capture_bytes(name).ok()
         };

@@ -2,9 +2,10 @@
 //! and the boot-time IOMMU default domain. Reads `dmesg.txt` of a capture, or
 //! runs `dmesg` on the live host.
 
-use std::{collections::BTreeMap, process::Command};
+use std::collections::BTreeMap;
 
 use super::{
+    capture::run_tool,
     findings::{Findings, Severity},
     tree::Tree,
 };
@@ -71,29 +72,10 @@ impl LogScan {
     }
 }
 
-/// The live kernel log through dmesg(1), or why it could not be read (its
-/// own first line of complaint: as a user where kernel.dmesg_restrict is
-/// 1, "read kernel buffer failed: Operation not permitted").
-fn dmesg() -> Result<String, String> {
-    let out = Command::new("dmesg")
-        .output()
-        .map_err(|e| format!("could not run dmesg: {e}"))?;
-    if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    let first = err.lines().next().unwrap_or("").trim();
-    Err(format!(
-        "dmesg failed ({}): {}",
-        out.status,
-        crate::sanitize::cut(first, 200)
-    ))
-}
-
 pub fn check(tree: &Tree, iommu: Option<bool>, f: &mut Findings) {
     let (text, src) = match tree.read_capture_file("dmesg.txt") {
         Ok(t) => (Ok(t), "dmesg.txt"),
-        Err(_) if tree.is_live() => (dmesg(), "dmesg"),
+        Err(_) if tree.is_live() => (run_tool("dmesg", &[]), "dmesg"),
         Err(_) => (Err("dmesg.txt: not in the capture".to_owned()), "dmesg.txt"),
     };
     let text = match text {

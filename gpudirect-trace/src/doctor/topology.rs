@@ -185,7 +185,7 @@ pub fn build(tree: &Tree, devs: &[Device], f: &mut Findings) -> Topology {
     let (text, source) = match tree.read_capture_file("nvidia-smi-topo-m.txt") {
         Ok(t) => (Some(t), "nvidia-smi-topo-m.txt"),
         Err(_) if tree.is_live() => (
-            super::capture::run_tool("nvidia-smi", &["topo", "-m"]),
+            super::capture::run_tool("nvidia-smi", &["topo", "-m"]).ok(),
             "nvidia-smi topo -m",
         ),
         Err(_) => (None, ""),
