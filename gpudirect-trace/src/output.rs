@@ -133,6 +133,14 @@ pub fn sum(values: impl IntoIterator<Item = u64>) -> u64 {
     values.into_iter().fold(0u64, u64::saturating_add)
 }
 
+/// `n` and the noun, plural but for one ("1 host", "2 hosts").
+pub fn counted(count: u64, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        _ => format!("{count} {noun}s"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -177,7 +177,7 @@ impl Sink for RecordSink {
         }
         output::note(&format!(
             "wrote {} ({}{}) to {}; {} lost",
-            crate::render::counted(events, "event"),
+            crate::output::counted(events, "event"),
             bytes(size),
             if events > 0 {
                 format!(", {:.1} bytes/event", size as f64 / events as f64)

@@ -24,14 +24,6 @@ pub struct Totals<'a> {
     pub final_summary: bool,
 }
 
-/// `n` and the noun, plural but for one ("1 host", "2 hosts").
-pub fn counted(count: u64, noun: &str) -> String {
-    match count {
-        1 => format!("1 {noun}"),
-        _ => format!("{count} {noun}s"),
-    }
-}
-
 pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
     let mut s = String::new();
     let title = if t.final_summary {

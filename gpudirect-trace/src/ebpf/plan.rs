@@ -272,8 +272,7 @@ pub fn tracepoint_attached(
         Ok(()) => (
             Status::Attached,
             match btf_args {
-                Some(1) => "1 arg per BTF".to_owned(),
-                Some(n) => format!("{n} args per BTF"),
+                Some(n) => format!("{} per BTF", crate::output::counted(n as u64, "arg")),
                 None => "no BTF prototype; attached by name".to_owned(),
             },
         ),

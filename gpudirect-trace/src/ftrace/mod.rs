@@ -33,7 +33,7 @@ use crate::{
     decode::Record,
     faults::lines::BoundedLines,
     memory_budget::{self, Keeper},
-    render::counted,
+    output::counted,
     tracefile::{format::MAX_DEVICE_NAME, writer::FOLDED_DEVICES, End, Header, Loss, TraceWriter},
 };
 

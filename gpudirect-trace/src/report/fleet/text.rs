@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Brief, Fleet};
-use crate::render::counted;
+use crate::output::counted;
 
 /// Incidents and rows shown per list before "... and N more".
 const SHOWN: usize = 20;
