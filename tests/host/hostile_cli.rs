@@ -225,3 +225,30 @@ fn doctor_as_a_user_says_why_the_kernel_log_was_not_read() {
     let advice = klog["advice"].as_str().expect("advice");
     assert!(advice.contains("run as root"), "{advice}");
 }
+
+/// doctor's "a finding is a problem" and clap's usage error both exited 2,
+/// so a script (the doctor-vtd VM scenario among them) read a mistyped
+/// option as a checked host with problems. A problem is 4 now; 2 stays the
+/// usage error of every command.
+#[test]
+fn doctor_tells_a_problem_found_from_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir_all(dir.path().join("proc")).expect("mkdir");
+    fs::create_dir_all(dir.path().join("sys")).expect("mkdir");
+    fs::write(dir.path().join("proc/cmdline"), "ro swiotlb=force\n").expect("write");
+    let found = bin()
+        .args(["doctor", "--root"])
+        .arg(dir.path())
+        .output()
+        .expect("run doctor");
+    let text = String::from_utf8_lossy(&found.stdout);
+    assert!(text.contains("[swiotlb.forced]"), "{text}");
+    assert_eq!(found.status.code(), Some(4), "{text}");
+    let usage = bin()
+        .args(["doctor", "--jsno", "--root"])
+        .arg(dir.path())
+        .output()
+        .expect("run doctor");
+    assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
+    assert!(stderr(&usage).contains("--jsno"), "{}", stderr(&usage));
+}

@@ -44,7 +44,8 @@ Times are seconds since the start of the trace everywhere (JSON also has
 the kernel's monotonic nanoseconds and, where known, the wall-clock time).
 
 Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BPF ring buffers (5.8+).
-Exit status: 0 success, 1 error, 2 usage error, 3 --strict and a probe failed.";
+Exit status: 0 success, 1 error, 2 usage error, 3 --strict and a probe failed,
+4 doctor found a problem.";
 
 #[derive(Parser, Debug)]
 #[command(name = "gpudirect-trace", version, long_version = crate::version::long_version(), about = ABOUT, long_about = LONG_ABOUT)]
@@ -76,7 +77,7 @@ pub enum Command {
     /// bridges between GPUs and NICs, BAR sizes, NUMA and IRQ affinity, NVIDIA
     /// driver parameters. Each finding shows the file and value it came from.
     /// `--capture OUT.tar.gz` saves that data for a bug report. Exit status: 0 no
-    /// problem found, 2 some finding is a `problem`, 1 error.
+    /// problem found, 4 some finding is a `problem`, 1 error, 2 usage error.
     Doctor(doctor::DoctorArgs),
     /// Explain DMA/IOMMU/GPU/PCIe faults found in a kernel log.
     ///

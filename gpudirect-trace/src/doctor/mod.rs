@@ -48,7 +48,8 @@ use crate::gpu::NvmlRecord;
 /// Check this host (or a captured one) for DMA/IOMMU/PCIe settings that break
 /// or slow GPUDirect RDMA and GPU peer-to-peer.
 ///
-/// Exit status: 0 when nothing is a `problem`, 2 when some finding is, 1 on error.
+/// Exit status: 0 when nothing is a `problem`, [`PROBLEM_EXIT`] when some
+/// finding is, 1 on error.
 /// What `doctor` reads and writes.
 #[derive(Clone, Debug, Default)]
 pub struct DoctorOptions {
@@ -152,6 +153,11 @@ fn refused(tree: &Tree, f: &mut Findings) {
     );
 }
 
+/// The exit status when some finding is a `problem`. Not 2: clap's usage
+/// errors exit 2, and a script that took 2 for "problems found" would read a
+/// mistyped option as a checked host (the doctor-vtd VM scenario did).
+pub const PROBLEM_EXIT: u8 = 4;
+
 pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
     // A capture's .tar.gz is unpacked for as long as it is read (`unpack`).
     let unpacked = match &args.root {
@@ -206,7 +212,7 @@ pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
         .iter()
         .any(|f| f.severity == Severity::Problem);
     Ok(if problem {
-        ExitCode::from(2)
+        ExitCode::from(PROBLEM_EXIT)
     } else {
         ExitCode::SUCCESS
     })

@@ -5,9 +5,9 @@
 # check=doctor-vtd).
 # gdt-vm: kernels=6.1,6.12,6.18,newest devices=nvme,e1000e iommu=intel timeout=300 check=doctor-vtd
 set -e
-gpudirect-trace doctor --json > /tmp/live.json || [ $? -eq 2 ]
+gpudirect-trace doctor --json > /tmp/live.json || [ $? -eq 4 ]
 gpudirect-trace doctor --capture /tmp/snap.tar.gz
 mkdir -p /tmp/snap && tar -xzf /tmp/snap.tar.gz -C /tmp/snap
 root=$(find /tmp/snap -maxdepth 2 -name proc -type d | head -n 1)
-gpudirect-trace doctor --root "$(dirname "$root")" --json > /tmp/snap.json || [ $? -eq 2 ]
+gpudirect-trace doctor --root "$(dirname "$root")" --json > /tmp/snap.json || [ $? -eq 4 ]
 cat /tmp/live.json /tmp/snap.json
