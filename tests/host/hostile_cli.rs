@@ -252,3 +252,46 @@ fn doctor_tells_a_problem_found_from_a_usage_error() {
     assert_eq!(usage.status.code(), Some(2), "{}", stderr(&usage));
     assert!(stderr(&usage).contains("--jsno"), "{}", stderr(&usage));
 }
+
+/// `record -- CMD` with a mistyped CMD loaded every probe (seconds on a
+/// large kernel) and only then said it could not run it. Now it is said
+/// first, with nothing loaded and no file written: a missing path, a name
+/// that no PATH directory holds, a directory, a file without execute bits.
+#[test]
+fn record_says_a_command_it_cannot_run_before_loading_anything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("notes.txt");
+    fs::write(&plain, "not a program\n").expect("write");
+    // Set, not left to the umask: the message quotes the mode.
+    fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let out_file = dir.path().join("t.gdt");
+    let cases = [
+        ("/nonexistent/cmd".to_string(), "No such file or directory"),
+        (
+            "gdt-no-such-command".to_string(),
+            "no executable of that name in PATH",
+        ),
+        (dir.path().display().to_string(), "is a directory"),
+        (plain.display().to_string(), "not executable (mode 644)"),
+    ];
+    for (cmd, why) in cases {
+        let out = bin()
+            .args(["record", "-o"])
+            .arg(&out_file)
+            .args(["--", &cmd])
+            .output()
+            .expect("run record");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        assert!(
+            err.contains(&format!("cannot run {cmd}: {why}")),
+            "{cmd}: {err}"
+        );
+        assert!(
+            !err.contains("probes attached"),
+            "{cmd}: loaded first: {err}"
+        );
+        assert!(!out_file.exists(), "{cmd}: a trace file was left");
+    }
+}

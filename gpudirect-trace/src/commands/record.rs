@@ -72,6 +72,9 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
             "-o - and --json both want standard output: give -o a file name",
         ));
     }
+    if let Some(cmd) = args.command.first() {
+        runnable(cmd)?;
+    }
     if let Some(opts) = flight {
         crate::flight::snapshot::prepare_dir(&opts.dir)?;
         let session = Session::start(&args.trace.session_options())?;
@@ -110,6 +113,51 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
     };
     let sink = RecordSink::create_pending(&session, opts, output)?;
     session.run(sink, run)
+}
+
+/// A mistyped CMD is said before the probes load (seconds on a large
+/// kernel), not after. As execvp(3) looks: a name with a `/` is a path,
+/// another is looked for in PATH. Only a sure failure is refused here (no
+/// such file, a directory, no execute bit anywhere); anything else is left
+/// to the spawn, which says why it failed.
+fn runnable(cmd: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if cmd.contains('/') {
+        let path = std::path::Path::new(cmd);
+        let why = match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => e.to_string(),
+            Ok(m) if m.is_dir() => "is a directory".to_string(),
+            Ok(m) if m.is_file() && !executable(path) => {
+                format!(
+                    "not executable (mode {:o})",
+                    m.permissions().mode() & 0o7777
+                )
+            }
+            _ => return Ok(()),
+        };
+        anyhow::bail!("cannot run {}: {why}", cmd);
+    }
+    let Some(search) = std::env::var_os("PATH") else {
+        return Ok(());
+    };
+    // An empty PATH entry is the current directory, as execvp takes it.
+    let found = std::env::split_paths(&search).any(|dir| {
+        let dir = if dir.as_os_str().is_empty() {
+            std::path::PathBuf::from(".")
+        } else {
+            dir
+        };
+        executable(&dir.join(cmd))
+    });
+    anyhow::ensure!(
+        found,
+        "cannot run {}: no executable of that name in PATH",
+        cmd
+    );
+    Ok(())
 }
 
 /// A stop signal that came while the session was starting: nothing was
