@@ -59,3 +59,75 @@ fn a_removed_devices_address_is_named_and_counted_afresh_simulated_removal() {
         .collect();
     assert_eq!(maps, [1, 1], "the new device's row, then the removed one's");
 }
+
+/// `live --device nvme0`: the tables name the PCI function a class device
+/// sits on, so the name is turned into that bus id on the running host
+/// (before, the table stayed empty for the whole session). Any block or
+/// network device of this host with a PCI function above it serves; a
+/// name the host lacks and a bus id it lacks are said before the session.
+#[test]
+fn live_device_names_of_this_host_become_their_pci_function() {
+    crate::require_root();
+    let under_pci = ["block", "net"].iter().find_map(|class| {
+        std::fs::read_dir(format!("/sys/class/{class}"))
+            .ok()?
+            .flatten()
+            .find_map(|e| {
+                let real = std::fs::canonicalize(e.path()).ok()?;
+                let bdf = real
+                    .iter()
+                    .filter_map(|c| c.to_str())
+                    .rfind(|c| is_bdf(c))?
+                    .to_owned();
+                Some((e.file_name().to_string_lossy().into_owned(), bdf))
+            })
+    });
+    let run = |device: &str| {
+        let out = crate::hostile::bin()
+            .args(["live", "--duration", "0.2", "--device", device])
+            .output()
+            .expect("run live");
+        let err = crate::hostile::stderr(&out);
+        assert!(out.status.success(), "--device {device}: {err}");
+        err
+    };
+    match under_pci {
+        Some((name, bdf)) => {
+            let err = run(&name);
+            assert!(
+                err.contains(&format!("--device {name}: PCI device {bdf}")),
+                "{err}"
+            );
+        }
+        None => {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED live_device_names_of_this_host_become_their_pci_function \
+                 (the name part): no block or network device under a PCI function here"
+            );
+        }
+    }
+    let err = run("gdt-no-such-device");
+    assert!(
+        err.contains("--device gdt-no-such-device: no device of that name on this host"),
+        "{err}"
+    );
+    let err = run("ffff:ff:1f.7");
+    assert!(
+        err.contains("no PCI device ffff:ff:1f.7 on this host"),
+        "{err}"
+    );
+}
+
+/// `0000:00:04.0`, as sysfs spells a PCI function.
+fn is_bdf(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && s.chars()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}

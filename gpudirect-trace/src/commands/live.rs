@@ -19,8 +19,9 @@ pub struct LiveArgs {
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Show only this device: a PCI bus id (0000:00:06.0), a GPU index (0,
-    /// GPU0) or UUID (GPU-4f39..., a unique prefix), or a device name
-    /// (nvme0); repeat for several.
+    /// GPU0) or UUID (GPU-4f39..., a unique prefix), or a name this host
+    /// gives it (nvme0, nvme0n1, eth0, mlx5_0: the PCI function it sits
+    /// on); repeat for several.
     #[arg(long = "device", value_name = "BDF")]
     pub devices: Vec<String>,
     /// One JSON object per interval on stdout (the last one, with
@@ -37,8 +38,9 @@ pub struct LiveArgs {
 }
 
 pub fn exec(args: &LiveArgs) -> anyhow::Result<ExitCode> {
-    let gpus = crate::gpu::identity::from_tree(&crate::hosttree::Tree::live());
-    let devices = super::trace::resolve_devices(&args.devices, &gpus)?;
+    let host = crate::hosttree::Tree::live();
+    let gpus = crate::gpu::identity::from_tree(&host);
+    let devices = super::trace::resolve_devices(&args.devices, &gpus, Some(&host))?;
     let session = Session::start(&args.trace.session_options())?;
     let sink = LiveSink::new(LiveOptions {
         interval: args.interval,

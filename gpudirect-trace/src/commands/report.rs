@@ -23,7 +23,8 @@ pub struct ReportArgs {
     #[arg(value_name = "FILE|DIR", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
     /// Show only this device: a PCI bus id, a GPU index (0, GPU0) or UUID
-    /// (GPU-4f39...), or a device name; repeat for several.
+    /// (GPU-4f39...), or a device name as the tables show it (the recording's
+    /// host is not here to turn nvme0 into its bus id); repeat for several.
     #[arg(long = "device", value_name = "BDF")]
     pub devices: Vec<String>,
     /// One JSON object on stdout instead of tables.
@@ -68,7 +69,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     // Opened once: the file may be a FIFO.
     let reader =
         crate::tracefile::open(file).map_err(|e| crate::ftrace::with_import_hint(file, e))?;
-    let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus)?;
+    let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus, None)?;
     let window = Window {
         from: args.from,
         to: args.to,

@@ -263,11 +263,17 @@ pub fn parse_offset(s: &str) -> Result<Duration, String> {
 
 /// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
 /// UUID (`GPU-4f39...`, a unique prefix) becomes that GPU's bus id, any
-/// printed bus id is normalised, anything else (`nvme0`) stays a device name.
+/// printed bus id is normalised, anything else stays a device name. On the
+/// live host (`host`) a name the kernel gives a class device (`nvme0`,
+/// `eth0`) becomes the PCI function it sits on, as the tables name it
+/// (`--device nvme0` showed an empty table before), and a name the host
+/// does not have is said at once rather than after an empty session.
 pub fn resolve_devices(
     specs: &[String],
     gpus: &[crate::gpu::GpuIdentity],
+    host: Option<&crate::hosttree::Tree>,
 ) -> anyhow::Result<Vec<String>> {
+    use crate::gpu::identity::{host_device_name, HostName};
     specs
         .iter()
         .map(|spec| {
@@ -277,7 +283,28 @@ pub fn resolve_devices(
             if gpu_like {
                 return crate::gpu::resolve_device(s, gpus);
             }
-            Ok(crate::faults::normalize_bdf(s).unwrap_or_else(|| s.to_owned()))
+            if let Some(bdf) = crate::faults::normalize_bdf(s) {
+                if host.is_some_and(|t| !t.exists(&format!("/sys/bus/pci/devices/{bdf}"))) {
+                    crate::output::warn(&format!(
+                        "--device {s}: no PCI device {bdf} on this host (shown if one appears)"
+                    ));
+                }
+                return Ok(bdf);
+            }
+            match host.map(|t| host_device_name(t, s)) {
+                Some(HostName::PciFunction(bdf)) => {
+                    crate::output::note(&format!("--device {s}: PCI device {bdf}"));
+                    Ok(bdf)
+                }
+                Some(HostName::Unknown) => {
+                    crate::output::warn(&format!(
+                        "--device {s}: no device of that name on this host (not in \
+                         /sys/class or /sys/bus; shown if one appears)"
+                    ));
+                    Ok(s.to_owned())
+                }
+                Some(HostName::Device) | None => Ok(s.to_owned()),
+            }
         })
         .collect()
 }

@@ -261,6 +261,52 @@ pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String
     ))
 }
 
+/// What a host calls a `--device` name (`nvme0`, `eth0`, `mlx5_0`, `vda`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostName {
+    /// A class device under a PCI function: the tables name that function
+    /// (the DMA API maps for the PCI device, never for `nvme0`).
+    PciFunction(String),
+    /// A device of that name with no PCI function above it (a platform
+    /// device's name is what the tables show): kept as it is.
+    Device,
+    /// Nothing of that name on this host.
+    Unknown,
+}
+
+/// `name` looked up in a host's sysfs: `/sys/class/*/NAME` links into
+/// `/sys/devices/...`, and the last bus id on that path is the PCI function
+/// whose DMA the device does (`nvme0n1` -> `.../0000:00:04.0/nvme/nvme0/nvme0n1`).
+pub fn host_device_name(tree: &Tree, name: &str) -> HostName {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return HostName::Unknown;
+    }
+    let mut seen = false;
+    for class in tree.list("/sys/class").unwrap_or_default() {
+        let Some(target) = tree.resolve_link(&format!("/sys/class/{class}/{name}")) else {
+            continue;
+        };
+        seen = true;
+        let function = target
+            .rsplit('/')
+            .find(|c| normalize_bdf(c).as_deref() == Some(*c));
+        if let Some(bdf) = function {
+            return HostName::PciFunction(bdf.to_owned());
+        }
+    }
+    let on_a_bus = || {
+        tree.list("/sys/bus")
+            .unwrap_or_default()
+            .iter()
+            .any(|bus| tree.exists(&format!("/sys/bus/{bus}/devices/{name}")))
+    };
+    if seen || on_a_bus() {
+        HostName::Device
+    } else {
+        HostName::Unknown
+    }
+}
+
 fn no_match(spec: &str, why: &str, gpus: &[GpuIdentity]) -> anyhow::Error {
     let list = if gpus.is_empty() {
         "no NVIDIA GPUs found on this host".to_owned()

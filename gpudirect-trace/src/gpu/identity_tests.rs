@@ -179,3 +179,44 @@ fn merge_prefers_nvml_index_and_keeps_proc_uuid() {
     assert_eq!(m[0].minor, Some(0));
     assert_eq!(m[1].index_source, IndexSource::PciOrder);
 }
+
+/// `--device nvme0` on a live host: the tables name the PCI function whose
+/// DMA a class device does, so the name becomes that function's bus id (the
+/// last one on its sysfs path, behind a switch too); a name with no PCI
+/// function above it stays a name; a name the host lacks is unknown.
+#[test]
+fn host_device_names_become_the_pci_function_they_sit_on() {
+    let s = Synth::new("");
+    let dev = "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0";
+    s.file("/sys/class/nvme/nvme0.link", format!("{dev}/nvme/nvme0"));
+    s.file(
+        "/sys/class/block/nvme0n1.link",
+        format!("{dev}/nvme/nvme0/nvme0n1"),
+    );
+    s.file(
+        "/sys/class/net/eth0.link",
+        "../../devices/pci0000:00/0000:00:03.0/virtio1/net/eth0",
+    );
+    s.file(
+        "/sys/class/block/loop0.link",
+        "../../devices/virtual/block/loop0",
+    );
+    s.file(
+        "/sys/bus/platform/devices/ff000000.dma.link",
+        "../../../devices/platform/ff000000.dma",
+    );
+    let t = Tree::captured(s.dir.path()).expect("tree");
+    let pci = |b: &str| HostName::PciFunction(b.to_owned());
+    assert_eq!(host_device_name(&t, "nvme0"), pci("0000:02:00.0"));
+    assert_eq!(host_device_name(&t, "nvme0n1"), pci("0000:02:00.0"));
+    assert_eq!(host_device_name(&t, "eth0"), pci("0000:00:03.0"));
+    assert_eq!(host_device_name(&t, "loop0"), HostName::Device);
+    assert_eq!(host_device_name(&t, "ff000000.dma"), HostName::Device);
+    for unknown in ["nvme9", "", "..", "nvme/nvme0"] {
+        assert_eq!(
+            host_device_name(&t, unknown),
+            HostName::Unknown,
+            "{unknown}"
+        );
+    }
+}
