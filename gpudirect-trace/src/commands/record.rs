@@ -138,7 +138,7 @@ fn runnable(cmd: &str) -> anyhow::Result<()> {
             }
             _ => return Ok(()),
         };
-        anyhow::bail!("cannot run {}: {why}", cmd);
+        anyhow::bail!("cannot run {cmd}: {why}");
     }
     let Some(search) = std::env::var_os("PATH") else {
         return Ok(());
@@ -154,8 +154,7 @@ fn runnable(cmd: &str) -> anyhow::Result<()> {
     });
     anyhow::ensure!(
         found,
-        "cannot run {}: no executable of that name in PATH",
-        cmd
+        "cannot run {cmd}: no executable of that name in PATH"
     );
     Ok(())
 }

@@ -45,11 +45,6 @@ use self::{
 };
 use crate::gpu::NvmlRecord;
 
-/// Check this host (or a captured one) for DMA/IOMMU/PCIe settings that break
-/// or slow GPUDirect RDMA and GPU peer-to-peer.
-///
-/// Exit status: 0 when nothing is a `problem`, [`PROBLEM_EXIT`] when some
-/// finding is, 1 on error.
 /// What `doctor` reads and writes.
 #[derive(Clone, Debug, Default)]
 pub struct DoctorOptions {
@@ -158,6 +153,11 @@ fn refused(tree: &Tree, f: &mut Findings) {
 /// mistyped option as a checked host (the doctor-vtd VM scenario did).
 pub const PROBLEM_EXIT: u8 = 4;
 
+/// Check this host (or a captured one) for DMA/IOMMU/PCIe settings that break
+/// or slow GPUDirect RDMA and GPU peer-to-peer.
+///
+/// Exit status: 0 when nothing is a `problem`, [`PROBLEM_EXIT`] when some
+/// finding is, 1 on error.
 pub fn run(args: &DoctorOptions) -> anyhow::Result<ExitCode> {
     // A capture's .tar.gz is unpacked for as long as it is read (`unpack`).
     let unpacked = match &args.root {
