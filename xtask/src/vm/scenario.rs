@@ -215,6 +215,12 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
         "nvme-live-json" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
             let want = Device::Nvme.bdf();
+            // Asked for as `--device nvme0n1`: named as the tables name it.
+            let resolved = format!("--device nvme0n1: PCI device {want}");
+            ensure!(
+                lines.iter().any(|l| l.contains(&resolved)),
+                "no line {resolved:?}: the disk's name was not turned into its PCI function"
+            );
             let devices = v["devices"].as_array().cloned().unwrap_or_default();
             let d = devices
                 .iter()
@@ -581,13 +587,22 @@ mod tests {
         let unnamed = nvme.replace(r#""comm":"dd""#, r#""comm":null"#);
         let unattributed = r#"{"devices":[{"device":"(iommu, unattributed)","maps":224,"unmaps":64,"bytes_mapped":33554432}],"final":true}"#;
         let empty = r#"{"devices":[],"events":0,"lost_events":0}"#;
-        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let note = "gpudirect-trace: --device nvme0n1: PCI device 0000:00:04.0";
+        let lines = |v: &[&str]| {
+            std::iter::once(note)
+                .chain(v.iter().copied())
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
         host_check(
             "nvme-live-json",
             "6.12",
             &lines(&["[ 3.1] noise", empty, nvme]),
         )
         .expect("6.12");
+        // The name not resolved (the note missing) fails, however full.
+        let without_note = [nvme.to_string()];
+        assert!(host_check("nvme-live-json", "6.12", &without_note).is_err());
         assert!(host_check("nvme-live-json", "6.12", &lines(&[&unnamed])).is_err());
         // A later empty object is the final word: activity must be in it.
         assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
