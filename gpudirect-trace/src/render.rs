@@ -106,7 +106,7 @@ pub fn live_text(devices: &[DeviceSnapshot], t: &Totals<'_>) -> String {
         let _ = writeln!(
             s,
             "{:<22} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>17} {:>9} {:>9} {:>8} {:>6} {:>9.0}",
-            truncate(&d.device, 22),
+            truncate(&device_label(d), 22),
             d.level,
             d.maps,
             d.unmaps,
@@ -308,6 +308,16 @@ pub fn long_lived_text(list: &[(String, &'static str, LongLived)]) -> String {
 }
 
 pub use crate::output::ns;
+
+/// A device as the table's first column shows it: its bus id and, where
+/// known, its driver (`0000:00:04.0 nvme`), so that a row says what the
+/// device is without lspci.
+fn device_label(d: &DeviceSnapshot) -> std::borrow::Cow<'_, str> {
+    match &d.driver {
+        Some(drv) => format!("{} {drv}", d.device).into(),
+        None => d.device.as_str().into(),
+    }
+}
 
 fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {

@@ -68,3 +68,51 @@ fn an_empty_trace_is_not_waiting_for_activity_once_it_is_over() {
     // Without the kernel's count, nothing says no probe fired.
     assert!(!unknown.contains("no probe fired"), "{unknown}");
 }
+
+/// A row says what its device is: the bus id and its driver, from the
+/// inventory the trace started with (sysfs, or a file's header); a device
+/// the inventory does not name keeps its bare name.
+#[test]
+fn a_device_row_names_its_driver() {
+    let mut agg = Aggregator::new();
+    agg.drivers
+        .insert("0000:00:04.0".to_owned(), "nvme".to_owned());
+    let key = CounterKey::new(0x1000, kind::DMA_MAP, 0, 0);
+    let maps = Counter {
+        count: 3,
+        bytes: 12288,
+    };
+    for name in ["0000:00:04.0", "0000:00:05.0"] {
+        agg.apply_kernel_counters(&[(Arc::from(name), key, maps)]);
+    }
+    let devices = agg.snapshot(1.0, &[]);
+    assert_eq!(devices[0].driver.as_deref(), Some("nvme"));
+    assert_eq!(devices[1].driver, None);
+    let totals = super::Totals {
+        kernel: "6.18",
+        attached: 24,
+        elapsed: 1.0,
+        events: 0,
+        kernel_hits: Some(6),
+        lost: 0,
+        missed: 0,
+        decode_errors: 0,
+        aggregate_only: true,
+        final_summary: true,
+    };
+    let text = super::live_text(&devices, &totals);
+    let row = |bdf: &str| {
+        text.lines()
+            .find(|l| l.starts_with(bdf))
+            .unwrap_or_else(|| panic!("no row {bdf}: {text}"))
+            .to_owned()
+    };
+    assert!(
+        row("0000:00:04.0").starts_with("0000:00:04.0 nvme "),
+        "{text}"
+    );
+    assert!(row("0000:00:05.0").starts_with("0000:00:05.0 "), "{text}");
+    let json = serde_json::to_value(&devices).expect("json");
+    assert_eq!(json[0]["driver"], "nvme");
+    assert!(json[1].get("driver").is_none(), "{json}");
+}

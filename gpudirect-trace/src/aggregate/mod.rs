@@ -117,6 +117,9 @@ pub struct Aggregator {
     pub gpus: Vec<GpuIdentity>,
     /// IOMMU group types by device (sysfs, at the start).
     pub policies: std::collections::HashMap<String, String>,
+    /// The driver bound to each device (sysfs at the start, then the
+    /// trace's bind and unbind records): what a bus id is, in the tables.
+    pub drivers: std::collections::HashMap<String, String>,
     /// Devices kept apart at most (None: every one); later ones are counted
     /// together under [`FOLDED_DEVICES`]. Each device's histograms take up
     /// to ~400 KiB each when fed values across the u64 range: a 138 KB
@@ -485,6 +488,7 @@ impl Aggregator {
                 iommu,
                 gpu,
                 iommu_policy: self.policies.get(&**name).cloned(),
+                driver: self.drivers.get(&**name).cloned(),
                 translation,
                 invalidations_via: (!invalidations.is_empty()).then_some(d.inval.via),
                 invalidations,

@@ -75,6 +75,10 @@ pub struct DeviceSnapshot {
     /// DMA-FQ (lazy, flush queue), unmanaged (VFIO, iommufd), blocked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iommu_policy: Option<String>,
+    /// The driver bound to it (nvme, mlx5_core, nvidia, vfio-pci), where
+    /// known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
     /// What translation costs this device (where the calls are timed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub translation: Option<budget::Budget>,

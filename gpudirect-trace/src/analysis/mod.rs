@@ -45,6 +45,11 @@ pub struct Analysis {
 
 /// Seconds of a process's DMA activity an Xid's context shows.
 pub const CONTEXT_WINDOW_S: u64 = 5;
+/// Devices whose bound driver is kept from bind records (a host has a few
+/// hundred PCI functions).
+const MAX_DRIVERS_KEPT: usize = 4096;
+/// Bytes of a driver's name (and of its device's) kept from a record.
+const MAX_DRIVER_NAME: usize = 64;
 
 impl Analysis {
     pub fn new(clock: TraceClock) -> Self {
@@ -63,6 +68,7 @@ impl Analysis {
     /// header): their IOMMU policies and the ports they hang off.
     pub fn set_devices(&mut self, devices: &[crate::tracefile::PciDevice]) {
         self.agg.policies = crate::tracefile::policies(devices);
+        self.agg.drivers = crate::tracefile::drivers(devices);
         for d in devices {
             if let Some(port) = &d.upstream {
                 self.topology.insert(&d.bus_id, port);
@@ -201,6 +207,21 @@ impl Analysis {
 
     /// A device's driver bound (`driver`) or let go (None) of it.
     pub fn driver_change(&mut self, device: &Arc<str>, driver: Option<&str>, ts_ns: u64) {
+        // Bounded (a file's records could name devices and drivers without
+        // end): at most MAX_DRIVERS_KEPT devices, names cut to
+        // MAX_DRIVER_NAME bytes (a kernel's driver names are ~20).
+        let known = self.agg.drivers.contains_key(&**device);
+        match driver {
+            Some(d) if known || self.agg.drivers.len() < MAX_DRIVERS_KEPT => {
+                let d = crate::sanitize::cut(d, MAX_DRIVER_NAME).to_owned();
+                let key = crate::sanitize::cut(device, MAX_DRIVER_NAME).to_owned();
+                self.agg.drivers.insert(key, d);
+            }
+            Some(_) => {}
+            None => {
+                self.agg.drivers.remove(&**device);
+            }
+        }
         if let Some(c) = self.checker.as_mut() {
             if driver.is_none() {
                 c.unbind(device, ts_ns);

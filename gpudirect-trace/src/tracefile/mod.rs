@@ -85,6 +85,15 @@ pub fn policies(devices: &[PciDevice]) -> std::collections::HashMap<String, Stri
         .collect()
 }
 
+/// The driver bound to every PCI device of an inventory that has one, by
+/// bus id.
+pub fn drivers(devices: &[PciDevice]) -> std::collections::HashMap<String, String> {
+    devices
+        .iter()
+        .filter_map(|d| d.driver.clone().map(|drv| (d.bus_id.clone(), drv)))
+        .collect()
+}
+
 /// The header of a recording starting now on this host.
 pub fn host_header(
     kernel_release: &str,

@@ -226,6 +226,12 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
                 .iter()
                 .find(|d| d["device"].as_str() == Some(want))
                 .with_context(|| format!("no device entry {want:?} in the final interval"))?;
+            // What the bus id is: the driver bound to it as the trace began.
+            ensure!(
+                d["driver"] == "nvme",
+                "{want}: driver {} (want \"nvme\")",
+                d["driver"]
+            );
             let n = |k: &str| d[k].as_u64().unwrap_or(0);
             let (maps, unmaps, bytes) = (n("maps"), n("unmaps"), n("bytes_mapped"));
             // A mapping the tracer did not see must have been counted as
@@ -582,7 +588,7 @@ mod tests {
 
     #[test]
     fn live_json_check_uses_the_final_interval() {
-        let nvme = r#"{"devices":[{"device":"0000:00:04.0","maps":256,"unmaps":256,"bytes_mapped":33554432,"processes":[{"pid":0,"context":"interrupt","comm":"(interrupt context)","bytes_mapped":0},{"pid":178,"comm":"dd","bytes_mapped":33554432}]}],"events":512,"final":true}"#;
+        let nvme = r#"{"devices":[{"device":"0000:00:04.0","driver":"nvme","maps":256,"unmaps":256,"bytes_mapped":33554432,"processes":[{"pid":0,"context":"interrupt","comm":"(interrupt context)","bytes_mapped":0},{"pid":178,"comm":"dd","bytes_mapped":33554432}]}],"events":512,"final":true}"#;
         // dd gone unnamed (issue 26: "comm": null before the exit record).
         let unnamed = nvme.replace(r#""comm":"dd""#, r#""comm":null"#);
         let unattributed = r#"{"devices":[{"device":"(iommu, unattributed)","maps":224,"unmaps":64,"bytes_mapped":33554432}],"final":true}"#;
@@ -604,6 +610,9 @@ mod tests {
         let without_note = [nvme.to_string()];
         assert!(host_check("nvme-live-json", "6.12", &without_note).is_err());
         assert!(host_check("nvme-live-json", "6.12", &lines(&[&unnamed])).is_err());
+        // A row that does not say what the device is fails too.
+        let driverless = nvme.replace(r#""driver":"nvme","#, "");
+        assert!(host_check("nvme-live-json", "6.12", &lines(&[&driverless])).is_err());
         // A later empty object is the final word: activity must be in it.
         assert!(host_check("nvme-live-json", "6.12", &lines(&[nvme, empty])).is_err());
         // Traffic left unattributed is a failure on every kernel.
