@@ -22,7 +22,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 
 use super::{
@@ -208,67 +208,9 @@ fn last_live_object(lines: &[String]) -> Option<serde_json::Value> {
 /// Host-side checks of a scenario's console output on kernel `series`.
 pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
     match name {
-        // `gpudirect-trace live --json` (counters are cumulative; the last object
-        // is the final summary) must show the NVMe's maps, unmaps and bytes on
-        // its bus id: from dma:* on 6.8+, and on older kernels from iommu:map/
-        // unmap attributed in-kernel through the enclosing DMA-API call.
         "nvme-live-json" => {
             let v = last_live_object(lines).context("no live --json object in the output")?;
-            let want = Device::Nvme.bdf();
-            // Asked for as `--device nvme0n1`: named as the tables name it.
-            let resolved = format!("--device nvme0n1: PCI device {want}");
-            ensure!(
-                lines.iter().any(|l| l.contains(&resolved)),
-                "no line {resolved:?}: the disk's name was not turned into its PCI function"
-            );
-            let devices = v["devices"].as_array().cloned().unwrap_or_default();
-            let d = devices
-                .iter()
-                .find(|d| d["device"].as_str() == Some(want))
-                .with_context(|| format!("no device entry {want:?} in the final interval"))?;
-            // What the bus id is: the driver bound to it as the trace began.
-            ensure!(
-                d["driver"] == "nvme",
-                "{want}: driver {} (want \"nvme\")",
-                d["driver"]
-            );
-            let n = |k: &str| d[k].as_u64().unwrap_or(0);
-            let (maps, unmaps, bytes) = (n("maps"), n("unmaps"), n("bytes_mapped"));
-            // A mapping the tracer did not see must have been counted as
-            // missed (the kernel skips a program already running on that CPU,
-            // e.g. hit again from an interrupt); silent shortfalls fail.
-            let missed =
-                v["missed_events"].as_u64().unwrap_or(0) + v["lost_events"].as_u64().unwrap_or(0);
-            if maps == 0 || unmaps == 0 || (bytes < 32 << 20 && missed == 0) {
-                bail!(
-                    "{want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} missed+lost={missed} \
-                     (want > 0, > 0, >= 32 MiB or a counted loss)"
-                );
-            }
-            // Every process row has its name, though dd is gone before the
-            // final summary looks its pid up: named from its exit record
-            // (issue 26; `"comm": null` on 6.12 and 6.18 before). Which task
-            // maps is the kernel's choice: dd itself on 6.12+, the kblockd
-            // worker that dispatches its requests on 5.10 (measured).
-            let rows = d["processes"].as_array().cloned().unwrap_or_default();
-            ensure!(
-                !rows.is_empty() && rows.iter().all(|r| r["comm"].is_string()),
-                "{want}: a process row without a name (or none): {rows:?}"
-            );
-            let top = rows
-                .iter()
-                .filter(|r| r["context"].is_null())
-                .max_by_key(|r| r["bytes_mapped"].as_u64().unwrap_or(0));
-            eprintln!(
-                "xtask: {series}: {want}: maps={maps} unmaps={unmaps} bytes_mapped={bytes} ({}), \
-                 mapped most by {}",
-                d["level"].as_str().unwrap_or("?"),
-                top.map_or("nobody".to_owned(), |r| format!(
-                    "{} (pid {})",
-                    r["comm"], r["pid"]
-                ))
-            );
-            Ok(())
+            super::checks::nvme_live_json(series, lines, &v)
         }
         "doctor-vtd" => super::checks::doctor_vtd(series, lines),
         "modes-agree" => super::checks::modes_agree(
