@@ -210,16 +210,17 @@ impl Analysis {
         // Bounded (a file's records could name devices and drivers without
         // end): at most MAX_DRIVERS_KEPT devices, names cut to
         // MAX_DRIVER_NAME bytes (a kernel's driver names are ~20).
-        let known = self.agg.drivers.contains_key(&**device);
+        // One key for the look-up, the insert and the removal.
+        let key = crate::sanitize::cut(device, MAX_DRIVER_NAME);
+        let known = self.agg.drivers.contains_key(key);
         match driver {
             Some(d) if known || self.agg.drivers.len() < MAX_DRIVERS_KEPT => {
                 let d = crate::sanitize::cut(d, MAX_DRIVER_NAME).to_owned();
-                let key = crate::sanitize::cut(device, MAX_DRIVER_NAME).to_owned();
-                self.agg.drivers.insert(key, d);
+                self.agg.drivers.insert(key.to_owned(), d);
             }
             Some(_) => {}
             None => {
-                self.agg.drivers.remove(&**device);
+                self.agg.drivers.remove(key);
             }
         }
         if let Some(c) = self.checker.as_mut() {

@@ -122,15 +122,13 @@ pub fn exec(args: &RecordArgs) -> anyhow::Result<ExitCode> {
 /// to the spawn, which says why it failed.
 fn runnable(cmd: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let executable = |p: &std::path::Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
+    let runs = |m: &std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
+    let executable = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| runs(&m));
     if cmd.contains('/') {
-        let path = std::path::Path::new(cmd);
-        let why = match std::fs::metadata(path) {
+        let why = match std::fs::metadata(cmd) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => e.to_string(),
             Ok(m) if m.is_dir() => "is a directory".to_string(),
-            Ok(m) if m.is_file() && !executable(path) => {
+            Ok(m) if m.is_file() && !runs(&m) => {
                 format!(
                     "not executable (mode {:o})",
                     m.permissions().mode() & 0o7777
