@@ -6,6 +6,7 @@
 //! itself is simulated (a call, not a uevent: no device can be hot-removed
 //! on the CI host); the programs, the maps and the names are the real ones.
 
+use gpudirect_trace::faults::normalize_bdf;
 use gpudirect_trace_common::kind;
 
 use crate::inject::Injector;
@@ -77,7 +78,7 @@ fn live_device_names_of_this_host_become_their_pci_function() {
                 let bdf = real
                     .iter()
                     .filter_map(|c| c.to_str())
-                    .rfind(|c| is_bdf(c))?
+                    .rfind(|c| normalize_bdf(c).as_deref() == Some(*c))?
                     .to_owned();
                 Some((e.file_name().to_string_lossy().into_owned(), bdf))
             })
@@ -118,16 +119,4 @@ fn live_device_names_of_this_host_become_their_pci_function() {
         err.contains("no PCI device ffff:ff:1f.7 on this host"),
         "{err}"
     );
-}
-
-/// `0000:00:04.0`, as sysfs spells a PCI function.
-fn is_bdf(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && s.chars()
-            .enumerate()
-            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
