@@ -24,7 +24,7 @@ pub async fn pci_uevents(uevents: &mut Option<Uevents>) -> Vec<PciUevent> {
             Ok(v) => v,
             Err(e) => {
                 output::warn(&format!(
-                    "uevent socket: {e}: driver unbinds and device removals no longer followed"
+                    "uevent socket: {e}: driver binds and device removals no longer followed"
                 ));
                 *uevents = None;
                 Vec::new()
@@ -99,8 +99,11 @@ impl Session {
     }
 
     /// PCI uevents, after everything the ring holds before them: driver
-    /// changes for the misuse checks (with `--check`), arrivals and
-    /// departures for the families.
+    /// changes (the tables' driver column, a recording's Driver records,
+    /// and with `--check` the misuse checks), arrivals and departures for
+    /// the families. Binds are followed without `--check` too: a GPU rebound
+    /// to vfio-pci mid-session kept the driver it had at the start in the
+    /// table, live and in the recording's report.
     pub fn uevents_seen(
         &mut self,
         changes: &[PciUevent],
@@ -108,8 +111,7 @@ impl Session {
     ) -> anyhow::Result<()> {
         for c in changes {
             match c {
-                PciUevent::Driver(c) if self.check.is_some() => self.driver_change(c, f)?,
-                PciUevent::Driver(_) => {}
+                PciUevent::Driver(c) => self.driver_change(c, f)?,
                 PciUevent::Presence(p) => self.presence(p, f)?,
             }
         }

@@ -212,13 +212,13 @@ impl Session {
             session.start_checks(opts, &pci)?;
         }
         // Devices added and removed (the PCIe family), driver binds and
-        // unbinds (the misuse checks): one socket.
+        // unbinds (the driver column, the misuse checks): one socket.
         match uevent::Uevents::open() {
             Ok(u) => session.uevents = Some(u),
             Err(e) => output::warn(&format!(
-                "cannot follow PCI uevents ({e}): device removals{} go unseen",
+                "cannot follow PCI uevents ({e}): device removals and driver binds{} go unseen",
                 if opts.check {
-                    " and driver unbinds (the leak check at unbind)"
+                    " (and the leak check at unbind)"
                 } else {
                     ""
                 }

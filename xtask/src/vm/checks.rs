@@ -328,6 +328,14 @@ pub fn vfio_after_unmap(series: &str, lines: &[String]) -> Result<()> {
         "VFIO's iommu map/unmap not attributed to the edu: {}",
         d["iommu"]
     );
+    // The injector bound the edu to vfio-pci after the probes attached: the
+    // session follows the bind without --check (the devices compared below
+    // carry it, so the reports must have it from the file's DRIVERS record).
+    ensure!(
+        d["driver"] == "vfio-pci",
+        "the edu's driver {}, want vfio-pci (bound mid-session)",
+        d["driver"]
+    );
     same_story(&recorded, &reported).context("record --json vs report --json in the guest")?;
     let file = embedded_file(lines)?;
     let host = host_report(&file, "vfio")?;
