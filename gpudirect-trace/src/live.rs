@@ -15,6 +15,9 @@ pub struct LiveOptions {
     pub interval: Duration,
     /// Only these devices (empty: all).
     pub devices: Vec<String>,
+    /// `devices` as the user typed them (`nvme0n1` for 0000:00:04.0), one
+    /// each, for the end's note on those that matched nothing.
+    pub typed_devices: Vec<String>,
     pub json: bool,
     /// Redraw in place (a terminal, not --json).
     pub tty: bool,
@@ -56,7 +59,11 @@ impl Sink for LiveSink {
     }
 
     fn finish(mut self, s: &mut Session, end: &Ending) -> anyhow::Result<ExitCode> {
-        output::warn_unmatched(&self.opts.devices, &s.analysis.agg.device_names());
+        output::warn_unmatched(
+            &self.opts.devices,
+            &self.opts.typed_devices,
+            &s.analysis.agg.device_names(),
+        );
         if end.reason != crate::session::StopReason::SinkDone {
             match self.emit(s, true) {
                 Err(e) if e.is::<StdoutClosed>() => {}

@@ -75,10 +75,19 @@ pub fn warn(msg: &str) {
     note(&format!("warning: {msg}"));
 }
 
-/// One note per `--device` value that matched no device of the trace.
-pub fn warn_unmatched(filters: &[String], seen: &[String]) {
-    for f in filters {
+/// One note per `--device` value that matched no device of the trace:
+/// `filters` as resolved (bus ids), `typed` as the user gave them, one for
+/// one (`--device nvme0n1 (0000:00:04.0) matched no device`).
+pub fn warn_unmatched(filters: &[String], typed: &[String], seen: &[String]) {
+    for (i, f) in filters.iter().enumerate() {
         if !seen.iter().any(|d| d == f) {
+            let f = match typed.get(i).map(|t| t.trim()) {
+                Some(t) if t != f => format!("{t} ({f})"),
+                _ => f.clone(),
+            };
+            // A value as typed (a script may pass on what it was given): its
+            // line feeds must not start lines of their own.
+            let f = crate::sanitize::text(&f);
             let list = if seen.is_empty() {
                 "none".to_owned()
             } else {

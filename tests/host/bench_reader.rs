@@ -120,6 +120,7 @@ fn drain(session: &mut Session, reader: Reader, dir: &std::path::Path, pass: usi
             let mut sink = live::LiveSink::new(LiveOptions {
                 interval: std::time::Duration::from_secs(1),
                 devices: Vec::new(),
+                typed_devices: Vec::new(),
                 json: true,
                 tty: false,
                 long_lived: std::time::Duration::from_secs(10),

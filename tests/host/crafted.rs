@@ -321,6 +321,7 @@ pub(crate) fn forging_strings(path: &Path) {
             numa_node: None,
             iommu_type: Some(f("DMA")),
             upstream: Some(f("0000:00:01.0")),
+            names: vec![f("nvme0")],
         }],
         gpus: vec![GpuIdentity {
             index: Some(0),

@@ -124,6 +124,17 @@ fn no_string_of_a_trace_forges_a_line_or_reaches_an_output_raw() {
             "report --json",
             vec!["report".into(), trace.clone().into(), "--json".into()],
         ),
+        // The header's class device names carry it too: the name typed
+        // finds the device, whose bus id (FORGE-carrying) is not one.
+        (
+            "report --device NAME",
+            vec![
+                "report".into(),
+                trace.clone().into(),
+                "--device".into(),
+                format!("nvme0{}", crate::crafted::FORGE).into(),
+            ],
+        ),
         (
             "export hdr",
             vec![

@@ -40,11 +40,16 @@ pub struct LiveArgs {
 pub fn exec(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let host = crate::hosttree::Tree::live();
     let gpus = crate::gpu::identity::from_tree(&host);
-    let devices = super::trace::resolve_devices(&args.devices, &gpus, Some(&host))?;
+    let devices = super::trace::resolve_devices(
+        &args.devices,
+        &gpus,
+        super::trace::DeviceNames::Host(&host),
+    )?;
     let session = Session::start(&args.trace.session_options())?;
     let sink = LiveSink::new(LiveOptions {
         interval: args.interval,
         devices,
+        typed_devices: args.devices.clone(),
         json: args.json,
         tty: !args.json && std::io::stdout().is_terminal(),
         long_lived: args.long_lived,

@@ -23,8 +23,9 @@ pub struct ReportArgs {
     #[arg(value_name = "FILE|DIR", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
     /// Show only this device: a PCI bus id, a GPU index (0, GPU0) or UUID
-    /// (GPU-4f39...), or a device name as the tables show it (the recording's
-    /// host is not here to turn nvme0 into its bus id); repeat for several.
+    /// (GPU-4f39...), a name the recording's host gave a device (nvme0n1,
+    /// eth0: its PCI function, from the names the recording kept), or a
+    /// device name as the tables show it; repeat for several.
     #[arg(long = "device", value_name = "BDF")]
     pub devices: Vec<String>,
     /// One JSON object on stdout instead of tables.
@@ -69,14 +70,19 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
     // Opened once: the file may be a FIFO.
     let reader =
         crate::tracefile::open(file).map_err(|e| crate::ftrace::with_import_hint(file, e))?;
-    let devices = super::trace::resolve_devices(&args.devices, &reader.header().gpus, None)?;
+    let header = reader.header();
+    let devices = super::trace::resolve_devices(
+        &args.devices,
+        &header.gpus,
+        super::trace::DeviceNames::Recording(&header.devices),
+    )?;
     let window = Window {
         from: args.from,
         to: args.to,
         devices: devices.clone(),
     };
     let mut r = report::replay_from(file, reader, &window)?;
-    output::warn_unmatched(&devices, &r.analysis.agg.device_names());
+    output::warn_unmatched(&devices, &args.devices, &r.analysis.agg.device_names());
     // One field wherever it is shown (a file name may hold a line feed).
     let path = crate::sanitize::text(&file.display().to_string()).into_owned();
     for w in report::warnings(&path, &r) {

@@ -261,57 +261,133 @@ pub fn parse_offset(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Where `--device` names are looked up.
+pub enum DeviceNames<'a> {
+    /// The live host's sysfs: `/sys/class/*/NAME`.
+    Host(&'a crate::hosttree::Tree),
+    /// The PCI inventory a recording kept (each function's class device
+    /// names, from the recording's host).
+    Recording(&'a [crate::tracefile::PciDevice]),
+}
+
 /// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
 /// UUID (`GPU-4f39...`, a unique prefix) becomes that GPU's bus id, any
-/// printed bus id is normalised, anything else stays a device name. On the
-/// live host (`host`) a name the kernel gives a class device (`nvme0`,
-/// `eth0`) becomes the PCI function it sits on, as the tables name it
-/// (`--device nvme0` showed an empty table before), and a name the host
-/// does not have is said at once rather than after an empty session.
+/// printed bus id is normalised, anything else stays a device name. A name
+/// the kernel gives a class device (`nvme0`, `eth0`) becomes the PCI
+/// function it sits on, as the tables name it (`--device nvme0` showed an
+/// empty table before): on the live host from sysfs, where a name the host
+/// does not have is said at once rather than after an empty session; in a
+/// report from the names the recording kept of its host.
 pub fn resolve_devices(
     specs: &[String],
     gpus: &[crate::gpu::GpuIdentity],
-    host: Option<&crate::hosttree::Tree>,
+    names: DeviceNames<'_>,
 ) -> anyhow::Result<Vec<String>> {
     use crate::gpu::identity::{host_device_name, HostName};
     specs
         .iter()
         .map(|spec| {
             let s = spec.trim();
+            // As typed, in the notes below: one field, whatever it holds.
+            let shown = crate::sanitize::text(s);
             let gpu_like =
                 s.bytes().all(|b| b.is_ascii_digit()) || s.to_ascii_lowercase().starts_with("gpu");
             if gpu_like {
                 return crate::gpu::resolve_device(s, gpus);
             }
             if let Some(bdf) = crate::faults::normalize_bdf(s) {
-                if host.is_some_and(|t| !t.exists(&format!("/sys/bus/pci/devices/{bdf}"))) {
-                    crate::output::warn(&format!(
-                        "--device {s}: no PCI device {bdf} on this host (shown if one appears)"
-                    ));
+                if let DeviceNames::Host(t) = names {
+                    if !t.exists(&format!("/sys/bus/pci/devices/{bdf}")) {
+                        crate::output::warn(&format!(
+                            "--device {shown}: no PCI device {bdf} on this host (shown if one appears)"
+                        ));
+                    }
                 }
                 return Ok(bdf);
             }
-            match host.map(|t| host_device_name(t, s)) {
-                Some(HostName::PciFunction(bdf)) => {
-                    crate::output::note(&format!("--device {s}: PCI device {bdf}"));
+            let found = match names {
+                DeviceNames::Host(t) => host_device_name(t, s),
+                DeviceNames::Recording(devices) => recorded_name(devices, s),
+            };
+            match found {
+                HostName::PciFunction(bdf) => {
+                    let whose = match names {
+                        DeviceNames::Host(_) => "",
+                        DeviceNames::Recording(_) => " (as the recording's host named it)",
+                    };
+                    crate::output::note(&format!("--device {shown}: PCI device {bdf}{whose}"));
                     Ok(bdf)
                 }
-                Some(HostName::Unknown) => {
+                HostName::Unknown => {
                     crate::output::warn(&format!(
-                        "--device {s}: no device of that name on this host (not in \
+                        "--device {shown}: no device of that name on this host (not in \
                          /sys/class or /sys/bus; shown if one appears)"
                     ));
                     Ok(s.to_owned())
                 }
-                Some(HostName::Device) | None => Ok(s.to_owned()),
+                HostName::Device => Ok(s.to_owned()),
             }
         })
         .collect()
 }
 
+/// `name` among the class device names a recording kept of its host's PCI
+/// functions. Not found is not "unknown": recordings of older tools kept
+/// no names, and the name may be one the tables show (the end of the
+/// report says when it matched nothing). The function's bus id is the
+/// file's: taken only in the shape of one (it is printed).
+fn recorded_name(
+    devices: &[crate::tracefile::PciDevice],
+    name: &str,
+) -> crate::gpu::identity::HostName {
+    use crate::gpu::identity::HostName;
+    let function = devices
+        .iter()
+        .filter(|d| d.names.iter().any(|n| n == name))
+        .find_map(|d| crate::faults::normalize_bdf(&d.bus_id));
+    match function {
+        Some(bdf) => HostName::PciFunction(bdf),
+        None => HostName::Device,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report finds a name by the class device names its recording kept;
+    /// a name it did not keep (or a recording of an older tool, which kept
+    /// none) stays as typed, as the tables may show it.
+    #[test]
+    fn a_report_finds_names_the_recording_kept_of_its_host() {
+        let devices = [
+            crate::tracefile::PciDevice {
+                bus_id: "0000:00:04.0".into(),
+                names: vec!["nvme0".into(), "nvme0n1".into()],
+                ..Default::default()
+            },
+            crate::tracefile::PciDevice {
+                bus_id: "0000:00:06.0".into(),
+                ..Default::default()
+            },
+            // A crafted file's bus id is printed: not taken unless one.
+            crate::tracefile::PciDevice {
+                bus_id: "\u{1b}[31mevil".into(),
+                names: vec!["eth9".into()],
+                ..Default::default()
+            },
+        ];
+        let specs: Vec<String> = ["nvme0n1", " nvme0 ", "eth9", "00:06.0"]
+            .map(String::from)
+            .to_vec();
+        let got = resolve_devices(&specs, &[], DeviceNames::Recording(&devices)).expect("resolve");
+        assert_eq!(
+            got,
+            ["0000:00:04.0", "0000:00:04.0", "eth9", "0000:00:06.0"]
+        );
+        let got = resolve_devices(&specs[..1], &[], DeviceNames::Recording(&[])).expect("older");
+        assert_eq!(got, ["nvme0n1"]);
+    }
 
     #[test]
     fn offsets_past_u64_nanoseconds_are_refused_not_wrapped() {

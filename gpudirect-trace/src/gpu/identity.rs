@@ -314,6 +314,8 @@ fn no_match(spec: &str, why: &str, gpus: &[GpuIdentity]) -> anyhow::Error {
         let names: Vec<String> = gpus.iter().map(|g| format!("{g:#}")).collect();
         format!("GPUs here: {}", names.join("; "))
     };
+    // As typed, one field: a line feed in it must not start a line.
+    let spec = crate::sanitize::text(spec);
     anyhow::anyhow!("--device {spec}: {why}. {list}")
 }
 

@@ -240,7 +240,19 @@ pub struct PciDevice {
     /// The PCI bridge (port) it hangs off, where it is not on a root bus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
+    /// The names the kernel gave the class devices on this function
+    /// (`nvme0`, `nvme0n1`, `eth0`, `card0`, `mlx5_0`), sorted: `report
+    /// --device nvme0n1` finds the function by them as `live` does on the
+    /// host. Bounded (`MAX_CLASS_NAMES` of at most `MAX_CLASS_NAME` bytes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
+
+/// Class device names kept per PCI function, and the longest kept: a
+/// function has a handful (an NVMe: nvme0, nvme0n1, ng0n1; a NIC: eth0,
+/// ptp0, mlx5_0, uverbs0); kernel names are short (IFNAMSIZ 16, disk 32).
+pub const MAX_CLASS_NAMES: usize = 16;
+pub const MAX_CLASS_NAME: usize = 64;
 
 /// Events the kernel side dropped (ring buffer full) between two points.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

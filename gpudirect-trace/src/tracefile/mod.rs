@@ -19,6 +19,8 @@ pub mod writer;
 pub(crate) mod tests;
 #[cfg(test)]
 mod tests_bounds;
+#[cfg(test)]
+mod tests_inventory;
 
 use std::{fs, io::BufReader, path::Path};
 
@@ -70,10 +72,59 @@ pub fn pci_inventory(sysfs: &Path) -> Vec<PciDevice> {
                 upstream: fs::read_link(&p)
                     .ok()
                     .and_then(|l| crate::model::pci::parent_from_devpath(&l.to_string_lossy())),
+                names: Vec::new(),
             }
         })
         .collect();
     out.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
+    for (bdf, name) in class_names(sysfs) {
+        if let Ok(i) = out.binary_search_by(|d| d.bus_id.as_str().cmp(&bdf)) {
+            let names = &mut out[i].names;
+            if names.len() < format::MAX_CLASS_NAMES && !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    for d in &mut out {
+        d.names.sort();
+    }
+    out
+}
+
+/// (PCI function, name) of every class device under `sysfs`/class whose
+/// link leads below a PCI function: the last bus id on the path is the one
+/// whose DMA it does (`block/nvme0n1` -> `.../0000:00:04.0/nvme/nvme0/nvme0n1`;
+/// behind a switch, the endpoint). In name order, so that which names a
+/// function past `MAX_CLASS_NAMES` keeps does not depend on the directory.
+fn class_names(sysfs: &Path) -> Vec<(String, String)> {
+    let Ok(classes) = fs::read_dir(sysfs.join("class")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for class in classes.filter_map(Result::ok) {
+        let Ok(entries) = fs::read_dir(class.path()) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // Entries named by bus numbers or ids (pci_bus's `0000:01`)
+            // name nothing a user types for a device.
+            if name.len() > format::MAX_CLASS_NAME || name.contains(':') {
+                continue;
+            }
+            let Ok(target) = fs::read_link(e.path()) else {
+                continue;
+            };
+            let target = target.to_string_lossy();
+            let function = target
+                .rsplit('/')
+                .find(|c| crate::faults::normalize_bdf(c).as_deref() == Some(*c));
+            if let Some(bdf) = function {
+                out.push((bdf.to_owned(), name));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
     out
 }
 

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Record, then report offline: gpudirect-trace record captures NVMe reads and a
 # faulting edu DMA under VT-d; report --json on the file must show the NVMe's
-# mappings on its bus id and the decoded VT-d fault at 0x123000 (checked on the
-# host: check=record-report).
+# mappings on its bus id and the decoded VT-d fault at 0x123000, and `report
+# --device nvme0n1` the NVMe alone, found by the name the recording kept of the
+# guest's disk (checked on the host: check=record-report).
 # gdt-vm: kernels=6.1,6.12 devices=nvme,edu iommu=intel timeout=400 check=record-report
 set -e
 . /scenarios/common.lib
@@ -12,4 +13,6 @@ gdt-dma-inject --device "$GDT_EDU_BDF" --iova 0x123000 --len 64 --dir write
 wait $tracer
 cat /tmp/rec.err
 ls -l /tmp/t.gdt
+echo "BYNAME $(gpudirect-trace report /tmp/t.gdt --json --device nvme0n1 2>/tmp/byname.err)"
+cat /tmp/byname.err
 gpudirect-trace report /tmp/t.gdt --json

@@ -472,8 +472,24 @@ pub fn same_story(a: &Value, b: &Value) -> Result<()> {
     Ok(())
 }
 
-/// record + report: the file holds the NVMe's mappings and the VT-d fault.
-pub fn record_report(series: &str, v: &Value) -> Result<()> {
+/// record + report: the file holds the NVMe's mappings and the VT-d fault,
+/// and the guest's name of the disk finds the NVMe in it.
+pub fn record_report(series: &str, v: &Value, lines: &[String]) -> Result<()> {
+    let want = Device::Nvme.bdf();
+    let by_name = tagged(lines, "BYNAME ")?;
+    let names: Vec<&str> = by_name["devices"]
+        .as_array()
+        .map(|ds| ds.iter().filter_map(|d| d["device"].as_str()).collect())
+        .unwrap_or_default();
+    ensure!(
+        names == [want],
+        "report --device nvme0n1 showed {names:?}, want the NVMe {want} alone"
+    );
+    let note = format!("--device nvme0n1: PCI device {want} (as the recording's host named it)");
+    ensure!(
+        lines.iter().any(|l| l.contains(&note)),
+        "no note {note:?} from report --device nvme0n1"
+    );
     let d = device(v, Device::Nvme.bdf())?;
     let maps = d["maps"].as_u64().unwrap_or(0);
     let bytes = d["bytes_mapped"].as_u64().unwrap_or(0);

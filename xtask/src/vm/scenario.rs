@@ -267,7 +267,7 @@ pub fn host_check(name: &str, series: &str, lines: &[String]) -> Result<()> {
                 "nvme-latency" => super::checks::nvme_latency(series, &v),
                 "nvme-aggregate" => super::checks::nvme_aggregate(series, &v),
                 "edu-fault-live" => super::checks::edu_fault_live(series, &v),
-                _ => super::checks::record_report(series, &v),
+                _ => super::checks::record_report(series, &v, lines),
             }
         }
         "irq-context" => super::checks_task::irq_context(series, lines, tagged(lines, "IRQCTX")?),

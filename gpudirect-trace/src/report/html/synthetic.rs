@@ -46,6 +46,7 @@ fn pci(bus: &str, vendor: &str, class: &str, driver: &str) -> PciDevice {
         numa_node: Some(0),
         iommu_type: Some("DMA".into()),
         upstream: None,
+        names: Vec::new(),
     }
 }
 
