@@ -178,6 +178,16 @@ fn no_string_of_a_trace_forges_a_line_or_reaches_an_output_raw() {
             assert!(forged.is_none(), "{what} {stream}: forged line {forged:?}");
         }
     }
+    // A GPU the recording lacks: the error lists the recording's GPUs,
+    // whose names are the file's.
+    let out = run(bin().arg("report").arg(&trace).args(["--device", "GPU5"]));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("GPUs in the recording: ") && !has_raw_controls(&out.stderr),
+        "{err}"
+    );
+    assert!(!err.lines().any(|l| l.starts_with("FORGED")), "{err}");
     // The text report shows the strings, escaped where they stand.
     let out = run(bin().arg("report").arg(&trace));
     let text = String::from_utf8_lossy(&out.stdout);

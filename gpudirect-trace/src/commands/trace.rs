@@ -293,7 +293,11 @@ pub fn resolve_devices(
             let gpu_like =
                 s.bytes().all(|b| b.is_ascii_digit()) || s.to_ascii_lowercase().starts_with("gpu");
             if gpu_like {
-                return crate::gpu::resolve_device(s, gpus);
+                let place = match names {
+                    DeviceNames::Host(_) => "on this host",
+                    DeviceNames::Recording(_) => "in the recording",
+                };
+                return crate::gpu::resolve_device(s, gpus, place);
             }
             if let Some(bdf) = crate::faults::normalize_bdf(s) {
                 if let DeviceNames::Host(t) = names {

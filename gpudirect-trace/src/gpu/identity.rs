@@ -205,8 +205,9 @@ pub fn merge(mut gpus: Vec<GpuIdentity>, nvml: &[GpuIdentity]) -> Vec<GpuIdentit
 /// or a prefix matching one GPU, with or without `GPU-`), or a bus id in any
 /// printed shape (`00:06.0`, `0000:00:06.0`, NVML's `00000000:00:06.0`). A bus
 /// id is returned normalised even when it is not a GPU's: `--device` also
-/// names NICs and NVMe drives.
-pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String> {
+/// names NICs and NVMe drives. `place` says where `gpus` are from in the
+/// error (`on this host`, `in the recording`).
+pub fn resolve_device(spec: &str, gpus: &[GpuIdentity], place: &str) -> anyhow::Result<String> {
     let s = spec.trim();
     let index = s
         .strip_prefix("GPU")
@@ -222,7 +223,7 @@ pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String
         // All-digit UUID prefixes exist ("1059d476-..."): try those before
         // giving up on the index.
         if index.len() < 4 || index.len() != s.len() {
-            return Err(no_match(spec, "no GPU has that index", gpus));
+            return Err(no_match(spec, "no GPU has that index", gpus, place));
         }
     }
     if let Some(bdf) = normalize_bdf(s) {
@@ -243,7 +244,12 @@ pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String
             .collect();
         return match hits[..] {
             [g] => Ok(g.bus_id.clone()),
-            [] => Err(no_match(spec, "no GPU's UUID starts with that", gpus)),
+            [] => Err(no_match(
+                spec,
+                "no GPU's UUID starts with that",
+                gpus,
+                place,
+            )),
             _ => Err(no_match(
                 spec,
                 &format!(
@@ -251,6 +257,7 @@ pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String
                     hits.len()
                 ),
                 gpus,
+                place,
             )),
         };
     }
@@ -258,6 +265,7 @@ pub fn resolve_device(spec: &str, gpus: &[GpuIdentity]) -> anyhow::Result<String
         spec,
         "not a GPU index (0, GPU0), a UUID (GPU-...) or a PCI bus id (0000:00:06.0)",
         gpus,
+        place,
     ))
 }
 
@@ -307,12 +315,16 @@ pub fn host_device_name(tree: &Tree, name: &str) -> HostName {
     }
 }
 
-fn no_match(spec: &str, why: &str, gpus: &[GpuIdentity]) -> anyhow::Error {
+fn no_match(spec: &str, why: &str, gpus: &[GpuIdentity], place: &str) -> anyhow::Error {
     let list = if gpus.is_empty() {
-        "no NVIDIA GPUs found on this host".to_owned()
+        format!("no NVIDIA GPUs {place}")
     } else {
-        let names: Vec<String> = gpus.iter().map(|g| format!("{g:#}")).collect();
-        format!("GPUs here: {}", names.join("; "))
+        // A recording's GPU names are the file's: one field each.
+        let names: Vec<String> = gpus
+            .iter()
+            .map(|g| crate::sanitize::text(&format!("{g:#}")).into_owned())
+            .collect();
+        format!("GPUs {place}: {}", names.join("; "))
     };
     // As typed, one field: a line feed in it must not start a line.
     let spec = crate::sanitize::text(spec);

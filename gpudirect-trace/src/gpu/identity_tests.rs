@@ -77,18 +77,24 @@ fn resolve_device_by_index_uuid_and_any_bus_id_shape() {
         "PCI:0000:00:06",
     ] {
         assert_eq!(
-            resolve_device(spec, &g).expect(spec),
+            resolve_device(spec, &g, "on this host").expect(spec),
             "0000:00:06.0",
             "{spec}"
         );
     }
-    assert_eq!(resolve_device("GPU1", &g).expect("1"), "0000:00:07.0");
     assert_eq!(
-        resolve_device("1059d476", &g).expect("all-digit-leading UUID prefix"),
+        resolve_device("GPU1", &g, "on this host").expect("1"),
+        "0000:00:07.0"
+    );
+    assert_eq!(
+        resolve_device("1059d476", &g, "on this host").expect("all-digit-leading UUID prefix"),
         "0000:00:07.0"
     );
     // A bus id that is not a GPU is still a valid --device (NIC, NVMe).
-    assert_eq!(resolve_device("00:03.0", &g).expect("nic"), "0000:00:03.0");
+    assert_eq!(
+        resolve_device("00:03.0", &g, "on this host").expect("nic"),
+        "0000:00:03.0"
+    );
 }
 
 #[test]
@@ -99,17 +105,34 @@ fn resolve_device_errors_list_the_gpus() {
         ("GPU-ffff", "no GPU's UUID starts with that"),
         ("nvme-thing", "not a GPU index"),
     ] {
-        let e = resolve_device(spec, &g).expect_err(spec).to_string();
+        let e = resolve_device(spec, &g, "on this host")
+            .expect_err(spec)
+            .to_string();
         assert!(e.contains(why), "{e}");
         assert!(e.contains(UUID0) && e.contains("0000:00:07.0"), "{e}");
         assert!(!e.contains('\n'), "one line: {e}");
     }
     let mut twins = g.clone();
     twins[1].uuid = Some("GPU-acbd0000-0000-0000-0000-000000000000".into());
-    let e = resolve_device("GPU-acbd", &twins).expect_err("ambiguous");
+    let e = resolve_device("GPU-acbd", &twins, "on this host").expect_err("ambiguous");
     assert!(e.to_string().contains("2 GPUs"), "{e}");
-    let e = resolve_device("0", &[]).expect_err("none");
-    assert!(e.to_string().contains("no NVIDIA GPUs"), "{e}");
+    let e = resolve_device("0", &[], "on this host").expect_err("none");
+    assert!(e.to_string().contains("no NVIDIA GPUs on this host"), "{e}");
+    // A report's GPUs are the recording's, names and all (a crafted file's).
+    let e = resolve_device("0", &[], "in the recording").expect_err("none");
+    assert!(
+        e.to_string().contains("no NVIDIA GPUs in the recording"),
+        "{e}"
+    );
+    let mut forged = g.clone();
+    forged[0].name = "H200\nFORGED line\u{1b}[2J".into();
+    let e = resolve_device("GPU7", &forged, "in the recording").expect_err("absent");
+    let e = e.to_string();
+    assert!(
+        e.contains("GPUs in the recording: ") && !e.contains('\n'),
+        "{e}"
+    );
+    assert!(!e.chars().any(|c| c == '\u{1b}'), "{e}");
 }
 
 #[test]
