@@ -1,6 +1,6 @@
 //! `gpudirect-trace export`.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::{Args, ValueEnum};
 
@@ -43,6 +43,14 @@ pub struct ExportArgs {
     /// addresses and bus ids stay.
     #[arg(long)]
     pub redact: bool,
+    /// Start of the window, as time since the recording started (e.g. 2s,
+    /// 1.5, 2m): events, losses and faults before it are left out (a
+    /// mapping made before it and unmapped inside has no span).
+    #[arg(long, value_parser = super::trace::parse_offset, value_name = "T")]
+    pub from: Option<Duration>,
+    /// End of the window (exclusive), counted as --from.
+    #[arg(long, value_parser = super::trace::parse_offset, value_name = "T")]
+    pub to: Option<Duration>,
     #[command(flatten)]
     pub out: super::trace::OutputFlags,
 }
@@ -54,5 +62,7 @@ pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         output: args.output.clone(),
         redact: args.redact,
         out: crate::outfile::Options::from(args.out).reading(&args.file),
+        from: args.from,
+        to: args.to,
     })
 }

@@ -41,6 +41,8 @@ fn export_keeps_open_spans_and_pseudonyms_within_and_loses_no_event() {
         output: Some(out.clone()),
         redact: true,
         out: Default::default(),
+        from: None,
+        to: None,
     })
     .expect("export");
     memory_budget::set_test_reader_limit(None);

@@ -178,6 +178,8 @@ fn same_bytes(format: Format, redact: bool, golden: &str) {
         output: Some(out.clone()),
         redact,
         out: Default::default(),
+        from: None,
+        to: None,
     })
     .expect("export");
     let got = std::fs::read_to_string(&out).expect("output");
@@ -232,4 +234,49 @@ fn golden_chrome() {
 #[test]
 fn golden_chrome_redacted() {
     same_bytes(Format::Chrome, true, "shapes-chrome-redact.json");
+}
+
+/// `--from 2s --to 3.2s`: exactly the lines of the whole export whose time
+/// is in [2 s, 3.2 s) of the recording (events, the loss, faults), and
+/// those without one (a fault without a time, the stacks); `--to` not
+/// after `--from` is refused before any output exists.
+#[test]
+fn a_window_keeps_what_happened_inside_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("shapes.gdt");
+    recording(&f);
+    let export = |from: Option<u64>, to: Option<u64>, out: &Path| {
+        run(&ExportOptions {
+            file: f.clone(),
+            format: Format::Jsonl,
+            output: Some(out.to_owned()),
+            redact: false,
+            out: Default::default(),
+            from: from.map(std::time::Duration::from_millis),
+            to: to.map(std::time::Duration::from_millis),
+        })
+    };
+    let (all, part) = (dir.path().join("all"), dir.path().join("part"));
+    export(None, None, &all).expect("whole");
+    export(Some(2_000), Some(3_200), &part).expect("window");
+    let read = |p: &Path| std::fs::read_to_string(p).expect("output");
+    let want: Vec<String> = read(&all)
+        .lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON");
+            // Every record's time is its `t_s` (null: a fault without one).
+            match v["t_s"].as_f64() {
+                Some(t) => (2.0..3.2).contains(&t),
+                None => true,
+            }
+        })
+        .map(str::to_owned)
+        .collect();
+    let got: Vec<String> = read(&part).lines().map(str::to_owned).collect();
+    assert_eq!(got, want);
+    assert!(got.len() >= 4 && got.len() < read(&all).lines().count(), "{got:#?}");
+    let refused = dir.path().join("refused");
+    let e = export(Some(3_000), Some(2_000), &refused).expect_err("to before from");
+    assert!(e.to_string().contains("--to must be later than --from"), "{e}");
+    assert!(!refused.exists(), "no output for a refused window");
 }

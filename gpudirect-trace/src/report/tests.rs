@@ -153,6 +153,8 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
         output: Some(out.clone()),
         redact,
         out: Default::default(),
+        from: None,
+        to: None,
     })
     .expect("export");
     std::fs::read_to_string(out).expect("output")
