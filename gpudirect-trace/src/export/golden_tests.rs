@@ -274,9 +274,15 @@ fn a_window_keeps_what_happened_inside_it() {
         .collect();
     let got: Vec<String> = read(&part).lines().map(str::to_owned).collect();
     assert_eq!(got, want);
-    assert!(got.len() >= 4 && got.len() < read(&all).lines().count(), "{got:#?}");
+    assert!(
+        got.len() >= 4 && got.len() < read(&all).lines().count(),
+        "{got:#?}"
+    );
     let refused = dir.path().join("refused");
     let e = export(Some(3_000), Some(2_000), &refused).expect_err("to before from");
-    assert!(e.to_string().contains("--to must be later than --from"), "{e}");
+    assert!(
+        e.to_string().contains("--to must be later than --from"),
+        "{e}"
+    );
     assert!(!refused.exists(), "no output for a refused window");
 }

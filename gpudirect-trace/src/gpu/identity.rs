@@ -295,10 +295,7 @@ pub fn host_device_name(tree: &Tree, name: &str) -> HostName {
             continue;
         };
         seen = true;
-        let function = target
-            .rsplit('/')
-            .find(|c| normalize_bdf(c).as_deref() == Some(*c));
-        if let Some(bdf) = function {
+        if let Some(bdf) = crate::model::pci::function_from_devpath(&target) {
             return HostName::PciFunction(bdf.to_owned());
         }
     }

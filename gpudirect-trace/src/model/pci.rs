@@ -133,6 +133,16 @@ pub fn parent_from_devpath(devpath: &str) -> Option<String> {
     normalize_bdf(parent).filter(|_| parent.contains('.') && parent.matches(':').count() == 2)
 }
 
+/// The PCI function a sysfs path lies below: the last component that is a
+/// bus id as sysfs writes one (`.../0000:00:04.0/nvme/nvme0/nvme0n1`:
+/// `0000:00:04.0`; behind a switch, the endpoint). A class device's link
+/// target names the function whose DMA it does. None off PCI.
+pub fn function_from_devpath(devpath: &str) -> Option<&str> {
+    devpath
+        .rsplit('/')
+        .find(|c| normalize_bdf(c).as_deref() == Some(*c))
+}
+
 /// Normalise a printed PCI address to `ssss:bb:dd.f` (lower-case hex).
 /// Accepts `bb:dd.f`, `0xbb:0xdd.f`, `ssss:bb:dd.f`, and NVRM's `ssss:bb:dd`
 /// (function 0 assumed).
@@ -201,6 +211,10 @@ mod tests {
             None
         );
         assert_eq!(parent_from_devpath("0000:01:00.0"), None);
+        let nvme = "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0/nvme/nvme0/nvme0n1";
+        assert_eq!(function_from_devpath(nvme), Some("0000:01:00.0"));
+        assert_eq!(function_from_devpath("../../devices/virtual/net/lo"), None);
+        assert_eq!(function_from_devpath("/sys/devices/pci0000:00"), None);
         let mut t = Topology::default();
         t.insert("0000:01:00.0", "0000:00:02.0");
         t.insert("0000:01:00.1", "0000:00:02.0");

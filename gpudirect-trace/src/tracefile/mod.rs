@@ -92,9 +92,9 @@ pub fn pci_inventory(sysfs: &Path) -> Vec<PciDevice> {
 }
 
 /// (PCI function, name) of every class device under `sysfs`/class whose
-/// link leads below a PCI function: the last bus id on the path is the one
-/// whose DMA it does (`block/nvme0n1` -> `.../0000:00:04.0/nvme/nvme0/nvme0n1`;
-/// behind a switch, the endpoint). In name order, so that which names a
+/// link leads below a PCI function (`block/nvme0n1` ->
+/// `.../0000:00:04.0/nvme/nvme0/nvme0n1`: `function_from_devpath`, as live
+/// looks a name up on the host). In name order, so that which names a
 /// function past `MAX_CLASS_NAMES` keeps does not depend on the directory.
 fn class_names(sysfs: &Path) -> Vec<(String, String)> {
     let Ok(classes) = fs::read_dir(sysfs.join("class")) else {
@@ -116,10 +116,7 @@ fn class_names(sysfs: &Path) -> Vec<(String, String)> {
                 continue;
             };
             let target = target.to_string_lossy();
-            let function = target
-                .rsplit('/')
-                .find(|c| crate::faults::normalize_bdf(c).as_deref() == Some(*c));
-            if let Some(bdf) = function {
+            if let Some(bdf) = crate::model::pci::function_from_devpath(&target) {
                 out.push((bdf.to_owned(), name));
             }
         }
