@@ -145,19 +145,8 @@ pub fn replay_from<R: std::io::Read>(
     window: &Window,
 ) -> anyhow::Result<Replay> {
     let header = reader.header().clone();
-    let (from, to) = (window.from, window.to);
-    let offset = |d: Duration| {
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        header.start_ts_ns.saturating_add(ns)
-    };
-    // Without --from, events stamped just before the header (between attach
-    // and the header's clock reading) belong to the report too.
-    let lo_ns = from.map_or(0, offset);
-    let from_ns = from.map_or(header.start_ts_ns, offset);
-    let to_ns = to.map_or(u64::MAX, offset);
-    if to.is_some() && to_ns <= from_ns {
-        anyhow::bail!("--to must be later than --from");
-    }
+    let span = tracefile::Span::of(&header, window.from, window.to)?;
+    let (from_ns, to_ns) = (span.from_ns, span.to_ns.unwrap_or(u64::MAX));
     // Everything the replay keeps (tables, mappings, handles, incidents,
     // names, stacks, series, ...) is within one budget, whatever the file
     // asks (memory_budget).
@@ -216,7 +205,6 @@ pub fn replay_from<R: std::io::Read>(
     let is_snapshot = r.header.snapshot.is_some();
     let mut base: Option<Checkpoint> = None;
     let mut last: Option<Checkpoint> = None;
-    let in_window = |ts: u64| ts >= lo_ns && (to.is_none() || ts < to_ns);
     let mut end_seen = 0u64;
     while let Some(item) = reader
         .next_item()
@@ -252,7 +240,7 @@ pub fn replay_from<R: std::io::Read>(
         };
         match item {
             Item::Event { record, device } => {
-                if !in_window(ts) {
+                if !span.holds(ts) {
                     continue;
                 }
                 // Past MAX_DEVICES, one "(other devices)" row everywhere.
@@ -274,7 +262,7 @@ pub fn replay_from<R: std::io::Read>(
                 }
                 r.series.event(&record, &device, &r.analysis.agg);
             }
-            Item::Loss(l) if in_window(l.ts_ns) => {
+            Item::Loss(l) if span.holds(l.ts_ns) => {
                 r.last_ns = r.last_ns.max(l.ts_ns);
                 if crate::memory_budget::take_or_drop(Keeper::Losses, LOSS_BYTES) {
                     r.losses.push(l);
@@ -283,19 +271,19 @@ pub fn replay_from<R: std::io::Read>(
                     r.lost_unlisted = r.lost_unlisted.saturating_add(l.lost);
                 }
             }
-            Item::Checkpoint(cp) if cp.ts_ns < lo_ns => keep(&mut base, cp),
-            Item::Checkpoint(cp) if is_snapshot && from.is_none() && base.is_none() => {
+            Item::Checkpoint(cp) if cp.ts_ns < span.lo_ns => keep(&mut base, cp),
+            Item::Checkpoint(cp) if is_snapshot && window.from.is_none() && base.is_none() => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
                 keep(&mut base, cp);
             }
-            Item::Checkpoint(cp) if to.is_none() || cp.ts_ns < to_ns => {
+            Item::Checkpoint(cp) if span.before_end(cp.ts_ns) => {
                 r.last_ns = r.last_ns.max(cp.ts_ns);
                 r.series.checkpoint(&cp);
                 keep(&mut last, cp);
             }
             Item::Checkpoint(cp) => release(&cp),
-            Item::End(e) if in_window(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
-            Item::LogFault(f) if f.timestamp_ns.is_none_or(in_window) => {
+            Item::End(e) if span.holds(e.ts_ns) => r.last_ns = r.last_ns.max(e.ts_ns),
+            Item::LogFault(f) if f.timestamp_ns.is_none_or(|t| span.holds(t)) => {
                 r.analysis.log_fault(*f);
             }
             Item::Trigger(t) => {
@@ -328,14 +316,14 @@ pub fn replay_from<R: std::io::Read>(
         let incidents: Vec<&Incident> = r.analysis.ledger.incidents().iter().collect();
         snapshot::capture(lead, &r.analysis.agg, at, &incidents);
     }
-    if to.is_some() {
+    if let Some(to_ns) = span.to_ns {
         // A window given by --to ends there (or where the recording does).
         r.last_ns = to_ns.min(end_seen).max(r.last_ns);
     }
     // Kernel counters are loss-free: use them where they describe the
     // window (whole file), or where they are the only data (aggregate-only).
     if let Some(last) = last {
-        let whole = from.is_none() && to.is_none();
+        let whole = window.from.is_none() && window.to.is_none();
         // Saturating: a crafted file's counters must not panic or wrap.
         let hits = |c: &Checkpoint| c.hits.iter().fold(0u64, |a, &x| a.saturating_add(x));
         // A snapshot with a single checkpoint has no window to count over.

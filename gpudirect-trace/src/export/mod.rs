@@ -62,43 +62,14 @@ pub struct ExportOptions {
     pub to: Option<Duration>,
 }
 
-/// The window of an export in the recording's clock: `[lo, hi)`. Without
-/// `from`, events stamped just before the header (between attach and the
-/// header's clock reading) are in, as in `report`.
-struct Span {
-    lo: u64,
-    hi: Option<u64>,
-}
-
-impl Span {
-    fn of(h: &Header, from: Option<Duration>, to: Option<Duration>) -> anyhow::Result<Self> {
-        let offset = |d: Duration| {
-            let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-            h.start_ts_ns.saturating_add(ns)
-        };
-        let hi = to.map(offset);
-        if hi.is_some_and(|hi| hi <= from.map_or(h.start_ts_ns, offset)) {
-            anyhow::bail!("--to must be later than --from (both count from the recording's start)");
-        }
-        Ok(Self {
-            lo: from.map_or(0, offset),
-            hi,
-        })
-    }
-
-    fn holds(&self, ts: u64) -> bool {
-        ts >= self.lo && self.hi.is_none_or(|hi| ts < hi)
-    }
-
-    /// Whether an export keeps `item`: what has a time, inside the window;
-    /// what has none (names, stacks, a fault without a time) is kept.
-    fn keeps(&self, item: &Item) -> bool {
-        match item {
-            Item::Event { record, .. } => self.holds(record.event().ts_ns),
-            Item::Loss(l) => self.holds(l.ts_ns),
-            Item::LogFault(f) => f.timestamp_ns.is_none_or(|t| self.holds(t)),
-            _ => true,
-        }
+/// Whether an export keeps `item`: what has a time, inside the window;
+/// what has none (names, stacks, a fault without a time) is kept.
+fn keeps(span: &tracefile::Span, item: &Item) -> bool {
+    match item {
+        Item::Event { record, .. } => span.holds(record.event().ts_ns),
+        Item::Loss(l) => span.holds(l.ts_ns),
+        Item::LogFault(f) => f.timestamp_ns.is_none_or(|t| span.holds(t)),
+        _ => true,
     }
 }
 
@@ -112,7 +83,7 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
     // Before the output is made: a wrong window leaves no file behind.
     let header = reader.header().clone();
-    let span = Span::of(&header, args.from, args.to)?;
+    let span = tracefile::Span::of(&header, args.from, args.to)?;
     // Like recordings: unredacted exports hold physical addresses (0600).
     let mut file = match &args.output {
         Some(p) => Some(outfile::create(p, args.out)?),
@@ -125,7 +96,7 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut red = Redactor::for_header(args.redact, &header);
     let mut items = std::iter::from_fn(|| reader.next_item().transpose())
-        .filter(|i| i.as_ref().map_or(true, |item| span.keeps(item)))
+        .filter(|i| i.as_ref().map_or(true, |item| keeps(&span, item)))
         .map(|i| i.map(tasks_apart));
     let result = match args.format {
         Format::Jsonl => jsonl(&header, &mut items, &mut out, &mut red),

@@ -22,7 +22,7 @@ mod tests_bounds;
 #[cfg(test)]
 mod tests_inventory;
 
-use std::{fs, io::BufReader, path::Path};
+use std::{fs, io::BufReader, path::Path, time::Duration};
 
 pub use format::{
     Checkpoint, CounterRow, End, Header, Loss, PciDevice, ProbeInfo, SnapshotInfo, Trigger,
@@ -37,6 +37,52 @@ pub fn open(path: &Path) -> anyhow::Result<TraceReader<BufReader<fs::File>>> {
     let f = fs::File::open(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     TraceReader::new(BufReader::with_capacity(1 << 20, f))
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// A window of a recording in its clock, from `--from`/`--to` (offsets from
+/// its start): what `report` replays and what `export` writes, cut alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// Where records start to count: `from`, or 0 without it (events
+    /// stamped just before the header, between attach and the header's
+    /// clock reading, belong to the recording too).
+    pub lo_ns: u64,
+    /// The window's start as shown: `from`, or the recording's start.
+    pub from_ns: u64,
+    /// Its end (exclusive), where `--to` gave one.
+    pub to_ns: Option<u64>,
+}
+
+impl Span {
+    pub fn of(
+        header: &Header,
+        from: Option<Duration>,
+        to: Option<Duration>,
+    ) -> anyhow::Result<Self> {
+        let offset = |d: Duration| {
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            header.start_ts_ns.saturating_add(ns)
+        };
+        let span = Self {
+            lo_ns: from.map_or(0, offset),
+            from_ns: from.map_or(header.start_ts_ns, offset),
+            to_ns: to.map(offset),
+        };
+        if span.to_ns.is_some_and(|t| t <= span.from_ns) {
+            anyhow::bail!("--to must be later than --from (both count from the recording's start)");
+        }
+        Ok(span)
+    }
+
+    /// Whether a record of time `ts` is inside the window.
+    pub fn holds(&self, ts: u64) -> bool {
+        ts >= self.lo_ns && self.before_end(ts)
+    }
+
+    /// Whether `ts` is before the window's end (always, without `--to`).
+    pub fn before_end(&self, ts: u64) -> bool {
+        self.to_ns.is_none_or(|t| ts < t)
+    }
 }
 
 fn read_trim(path: impl AsRef<Path>) -> Option<String> {
