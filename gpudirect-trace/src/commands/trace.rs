@@ -270,6 +270,32 @@ pub enum DeviceNames<'a> {
     Recording(&'a [crate::tracefile::PciDevice]),
 }
 
+impl DeviceNames<'_> {
+    /// `name` looked up where these names come from.
+    fn look_up(&self, name: &str) -> crate::gpu::identity::HostName {
+        match self {
+            Self::Host(t) => crate::gpu::identity::host_device_name(t, name),
+            Self::Recording(devices) => recorded_name(devices, name),
+        }
+    }
+
+    /// Where the GPUs a `--device GPU...` is looked up among are, in words.
+    fn gpus_place(&self) -> &'static str {
+        match self {
+            Self::Host(_) => "on this host",
+            Self::Recording(_) => "in the recording",
+        }
+    }
+
+    /// What a note adds to a name found (a recording's is its host's).
+    fn whose(&self) -> &'static str {
+        match self {
+            Self::Host(_) => "",
+            Self::Recording(_) => " (as the recording's host named it)",
+        }
+    }
+}
+
 /// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
 /// UUID (`GPU-4f39...`, a unique prefix) becomes that GPU's bus id, any
 /// printed bus id is normalised, anything else stays a device name. A name
@@ -283,7 +309,7 @@ pub fn resolve_devices(
     gpus: &[crate::gpu::GpuIdentity],
     names: DeviceNames<'_>,
 ) -> anyhow::Result<Vec<String>> {
-    use crate::gpu::identity::{host_device_name, HostName};
+    use crate::gpu::identity::HostName;
     specs
         .iter()
         .map(|spec| {
@@ -293,11 +319,7 @@ pub fn resolve_devices(
             let gpu_like =
                 s.bytes().all(|b| b.is_ascii_digit()) || s.to_ascii_lowercase().starts_with("gpu");
             if gpu_like {
-                let place = match names {
-                    DeviceNames::Host(_) => "on this host",
-                    DeviceNames::Recording(_) => "in the recording",
-                };
-                return crate::gpu::resolve_device(s, gpus, place);
+                return crate::gpu::resolve_device(s, gpus, names.gpus_place());
             }
             if let Some(bdf) = crate::faults::normalize_bdf(s) {
                 if let DeviceNames::Host(t) = names {
@@ -309,16 +331,9 @@ pub fn resolve_devices(
                 }
                 return Ok(bdf);
             }
-            let found = match names {
-                DeviceNames::Host(t) => host_device_name(t, s),
-                DeviceNames::Recording(devices) => recorded_name(devices, s),
-            };
-            match found {
+            match names.look_up(s) {
                 HostName::PciFunction(bdf) => {
-                    let whose = match names {
-                        DeviceNames::Host(_) => "",
-                        DeviceNames::Recording(_) => " (as the recording's host named it)",
-                    };
+                    let whose = names.whose();
                     crate::output::note(&format!("--device {shown}: PCI device {bdf}{whose}"));
                     Ok(bdf)
                 }
