@@ -399,7 +399,23 @@ pub struct Config {
     /// could not read jiffies, and then the verifier, knowing this read-only
     /// value, never reaches the jiffies call). `lifetime::TIMED`.
     pub lifetime_sample_mask: u32,
+    /// 1: the loader made every `PREEMPT_COUNT_KSYM` constant of the
+    /// programs a typed per-CPU ksym (BPF_PSEUDO_BTF_ID of the preempt
+    /// count's BTF variable), read through `bpf_this_cpu_ptr()` with a
+    /// plain load instead of `bpf_probe_read_kernel()` at kallsyms'
+    /// address. 0: the constant stays one, and the verifier, knowing this
+    /// read-only value, never reaches the call that would refuse it.
+    pub preempt_count_ksym: u32,
+    /// Byte offset of the count in that variable: 0 for `__preempt_count`,
+    /// the member's for `pcpu_hot.preempt_count` (6.2 to 6.14).
+    pub preempt_count_member: u32,
 }
+
+/// What the programs load where they want the preempt count as a typed
+/// ksym (`Config::preempt_count_ksym`): a 64-bit constant no code has
+/// otherwise ("gdt_pcnt"), which the loader finds in each `ld_imm64` and
+/// makes BPF_PSEUDO_BTF_ID of the variable.
+pub const PREEMPT_COUNT_KSYM: u64 = u64::from_be_bytes(*b"gdt_pcnt");
 
 impl Config {
     pub const DEFAULT: Self = Self {
@@ -414,6 +430,8 @@ impl Config {
         preempt_count_ptr: 0,
         debug_log: 0,
         lifetime_sample_mask: 0,
+        preempt_count_ksym: 0,
+        preempt_count_member: 0,
     };
 }
 
@@ -432,7 +450,7 @@ const _: () = assert!(core::mem::size_of::<SgEvent>() == 64 + 16 + 4 * SG_LENS);
 const _: () = assert!(core::mem::size_of::<XidEvent>() == 64 + 8 + XID_MSG_LEN);
 const _: () = assert!(core::mem::size_of::<DeviceName>() == DEV_NAME_LEN);
 const _: () = assert!(core::mem::size_of::<KernelOffsets>() == 96);
-const _: () = assert!(core::mem::size_of::<Config>() == 152);
+const _: () = assert!(core::mem::size_of::<Config>() == 160);
 const _: () = assert!(core::mem::size_of::<InvalKey>() == 16);
 const _: () = assert!(core::mem::align_of::<Event>() == 8);
 const _: () = assert!(core::mem::size_of::<LatKey>() == 16);

@@ -5,13 +5,14 @@ use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        gen::bpf_this_cpu_ptr,
     },
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use gpudirect_trace_common::{
     flags, kind, maps, stat, Config, Counter, CounterKey, CpuState, Event, COUNTER_FROM_HOOK,
-    COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_IRQ_MASK,
+    COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_COUNT_KSYM, PREEMPT_IRQ_MASK,
 };
 
 use crate::{
@@ -141,7 +142,12 @@ pub fn stamp(ev: &mut Event) {
 }
 
 /// Whether this program runs in interrupt context, from the kernel's
-/// preempt count: `per_cpu(preempt_count, cpu)`, i.e. the per-CPU address
+/// preempt count. Where the kernel's BTF has the count as a per-CPU
+/// variable (and kallsyms lists its name), the loader made
+/// `PREEMPT_COUNT_KSYM` a typed ksym of it: this CPU's copy is then
+/// `bpf_this_cpu_ptr()`, an add of the CPU's offset, and a plain load. Else,
+/// read at kallsyms' address:
+/// `per_cpu(preempt_count, cpu)`, i.e. the per-CPU address
 /// plus `__per_cpu_offset[cpu]` (the same sum for zero-based per-CPU
 /// symbols before 6.15 and for relocated ones after), computed once per
 /// CPU into `CpuState::preempt_count_at`. Then one 4-byte kernel read per
@@ -149,6 +155,23 @@ pub fn stamp(ev: &mut Event) {
 /// userspace found no addresses.
 #[inline(always)]
 fn in_interrupt() -> bool {
+    // SAFETY: as in `config`.
+    let (ksym, member) = unsafe {
+        (
+            core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.preempt_count_ksym)),
+            core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.preempt_count_member)),
+        )
+    };
+    if ksym != 0 {
+        // SAFETY: the loader made the constant the BTF id of a per-CPU
+        // variable holding a u32 at `member` (the verifier checks both: a
+        // typed pointer, the load inside the variable's type).
+        let pc = unsafe {
+            let this_cpu = bpf_this_cpu_ptr(PREEMPT_COUNT_KSYM as *const _);
+            core::ptr::read_volatile(this_cpu.cast::<u8>().add(member as usize).cast::<u32>())
+        };
+        return pc & PREEMPT_IRQ_MASK != 0;
+    }
     // SAFETY: as in `config`.
     let (offsets, count) = unsafe {
         (

@@ -37,8 +37,19 @@ struct Type {
     /// `size` for sized types, referenced type id for the others.
     size_or_type: u32,
     /// Members (name_off, type, offset) for struct/union; params (name_off,
-    /// type, 0) for func protos.
+    /// type, 0) for func protos; variables (0, type, offset) for data
+    /// sections.
     members: Vec<(u32, u32, u32)>,
+}
+
+/// A per-CPU variable of the kernel (`Btf::percpu_var`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PercpuVar {
+    /// Its BTF type id (the VAR's).
+    pub id: u32,
+    /// Its type's kind (`KIND_INT`, `KIND_STRUCT`...) and size in bytes.
+    pub kind: u8,
+    pub size: u32,
 }
 
 /// Parsed BTF: vmlinux alone, or vmlinux plus one module (split BTF).
@@ -60,6 +71,11 @@ impl Btf {
 
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
         let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_bytes(&data).with_context(|| format!("parsing BTF {}", path.display()))
+    }
+
+    /// BTF of a whole kernel (not split) from its bytes.
+    pub fn from_bytes(data: &[u8]) -> anyhow::Result<Self> {
         let mut btf = Btf {
             types: vec![Type {
                 kind: 0,
@@ -71,8 +87,7 @@ impl Btf {
             }],
             ..Default::default()
         };
-        btf.append(&data)
-            .with_context(|| format!("parsing BTF {}", path.display()))?;
+        btf.append(data)?;
         Ok(btf)
     }
 
@@ -166,7 +181,13 @@ impl Btf {
                     }
                 }
                 KIND_ENUM => o += 8 * vlen as usize,
-                KIND_ENUM64 | KIND_DATASEC => o += 12 * vlen as usize,
+                KIND_ENUM64 => o += 12 * vlen as usize,
+                KIND_DATASEC => {
+                    for _ in 0..vlen {
+                        members.push((0, u32_at(o)?, u32_at(o + 4)?));
+                        o += 12;
+                    }
+                }
                 KIND_FUNC_PROTO => {
                     for _ in 0..vlen {
                         members.push((u32_at(o)?, u32_at(o + 4)?, 0));
@@ -226,6 +247,32 @@ impl Btf {
         let f = self.find(KIND_FUNC, name)?;
         let proto = self.types.get(f.size_or_type as usize)?;
         (proto.kind == KIND_FUNC_PROTO).then_some(proto.vlen as usize)
+    }
+
+    /// The BTF id of the per-CPU variable `name` (a VAR that the
+    /// `.data..percpu` section lists: the kernel takes no other for
+    /// `bpf_this_cpu_ptr()`) and its type's kind and size.
+    pub fn percpu_var(&self, name: &str) -> Option<PercpuVar> {
+        let id = *self.by_name.get(&(KIND_VAR, name.to_owned()))?;
+        let percpu = self.find(KIND_DATASEC, ".data..percpu")?;
+        if !percpu.members.iter().any(|&(_, ty, _)| ty == id) {
+            return None;
+        }
+        let mut ty = self
+            .types
+            .get(self.types.get(id as usize)?.size_or_type as usize)?;
+        // Through typedefs and qualifiers (volatile, const, restrict, type tags).
+        for _ in 0..8 {
+            if !matches!(ty.kind, KIND_TYPEDEF | 9 | 10 | 11 | 18) {
+                break;
+            }
+            ty = self.types.get(ty.size_or_type as usize)?;
+        }
+        Some(PercpuVar {
+            id,
+            kind: ty.kind,
+            size: ty.size_or_type,
+        })
     }
 
     pub fn struct_size(&self, name: &str) -> Option<u32> {
@@ -309,7 +356,7 @@ impl Btf {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn push_str(strings: &mut Vec<u8>, s: &str) -> u32 {
@@ -331,6 +378,10 @@ mod tests {
         let s_pad = push_str(&mut strings, "pad");
         let s_kobjm = push_str(&mut strings, "kobj");
         let s_td = push_str(&mut strings, "btf_trace_map");
+        let s_pc = push_str(&mut strings, "__preempt_count");
+        let s_i32 = push_str(&mut strings, "int");
+        let s_plain = push_str(&mut strings, "jiffies");
+        let s_percpu = push_str(&mut strings, ".data..percpu");
         let mut types = Vec::new();
         let mut ty = |words: &[u32]| {
             for w in words {
@@ -345,6 +396,10 @@ mod tests {
         ty(&[0, info(13, 3), 0, 0, 2, 0, 1, 0, 1]); // 5: proto(void*, long, long)
         ty(&[0, info(2, 0), 5]); // 6: ptr -> proto
         ty(&[s_td, info(8, 0), 6]); // 7: typedef btf_trace_map
+        ty(&[s_pc, info(14, 0), 11, 1]); // 8: var __preempt_count (int)
+        ty(&[s_plain, info(14, 0), 1, 1]); // 9: var jiffies, not per-CPU
+        ty(&[s_percpu, info(15, 1), 8, 8, 0, 4]); // 10: datasec { var 8 }
+        ty(&[s_i32, info(1, 0), 4, (1 << 24) | 32]); // 11: int
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         out.push(1);
@@ -363,18 +418,30 @@ mod tests {
         out
     }
 
+    /// The sample, parsed (other modules' tests read it too).
+    pub(crate) fn sample_btf() -> Btf {
+        Btf::from_bytes(&sample()).expect("parse sample BTF")
+    }
+
     #[test]
     fn reads_members_and_tracepoint_args() {
         let dir = std::env::temp_dir().join(format!("gdt-btf-{}", std::process::id()));
         std::fs::write(&dir, sample()).expect("write sample BTF");
         let btf = Btf::from_file(&dir).expect("parse sample BTF");
         std::fs::remove_file(&dir).ok();
+        assert_eq!(btf.len(), sample_btf().len());
         assert_eq!(btf.member_offset("device", "kobj"), Some(8));
         assert_eq!(btf.member_offset("kobject", "name"), Some(0));
         assert_eq!(btf.member_offset("device", "missing"), None);
         assert_eq!(btf.struct_size("device"), Some(16));
         assert_eq!(btf.tracepoint_args("map"), Some(2));
         assert_eq!(btf.tracepoint_args("unmap"), None);
+        let pc = btf
+            .percpu_var("__preempt_count")
+            .expect("a per-CPU variable");
+        assert_eq!((pc.id, pc.kind, pc.size), (8, KIND_INT, 4));
+        assert_eq!(btf.percpu_var("jiffies"), None, "not in .data..percpu");
+        assert_eq!(btf.percpu_var("pcpu_hot"), None);
     }
 
     #[test]

@@ -257,6 +257,11 @@ impl Tracer {
                 } else {
                     object_patch::COMPILED_STACK_DEPTH
                 },
+                preempt_count_ksym: task_context
+                    .as_ref()
+                    .ok()
+                    .and_then(|f| f.ksym)
+                    .map(|k| k.btf_id),
             },
         )?;
         let config = Config {
@@ -276,6 +281,12 @@ impl Tracer {
             preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
             debug_log: u32::from(debug_log),
             lifetime_sample_mask: sample_mask,
+            preempt_count_ksym: u32::from(task_context.as_ref().is_ok_and(|f| f.ksym.is_some())),
+            preempt_count_member: task_context
+                .as_ref()
+                .ok()
+                .and_then(|f| f.ksym)
+                .map_or(0, |k| k.member),
         };
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.

@@ -4,6 +4,8 @@
 //! Two patches exist:
 //! - without BPF atomics (kernels before 5.12), each compare-and-exchange
 //!   becomes an atomic add (`lifetime_table::without_cmpxchg` says why);
+//! - where BTF has the preempt count's per-CPU variable, the programs'
+//!   marker constant becomes a typed ksym of it (`task_context::make_ksym`);
 //! - a kernel stack depth other than the stack map's compiled 127 frames
 //!   (`--stack-depth`) rewrites the map definition's value size, which is
 //!   how the kernel bounds its unwind (bpf_get_stackid walks value_size / 8
@@ -12,7 +14,7 @@
 use anyhow::{bail, Context as _};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
-use super::lifetime_table;
+use super::{lifetime_table, task_context};
 
 /// Frames the stack map holds as compiled (aya-ebpf's StackTrace:
 /// PERF_MAX_STACK_DEPTH, the kernel's default perf_event_max_stack).
@@ -25,11 +27,17 @@ pub struct Patches {
     pub atomics: bool,
     /// Frames per kernel stack (1..=COMPILED_STACK_DEPTH).
     pub stack_depth: u32,
+    /// The BTF id of the preempt count's per-CPU variable, for the
+    /// programs' typed ksym (`task_context::make_ksym`).
+    pub preempt_count_ksym: Option<u32>,
 }
 
 /// The object to load.
 pub fn object_for(object: &'static [u8], patches: Patches) -> anyhow::Result<ObjectBytes> {
-    if patches.atomics && patches.stack_depth == COMPILED_STACK_DEPTH {
+    if patches.atomics
+        && patches.stack_depth == COMPILED_STACK_DEPTH
+        && patches.preempt_count_ksym.is_none()
+    {
         return Ok(ObjectBytes::Embedded(object));
     }
     // In u64s: the ELF reader wants its headers 8-byte aligned, which a
@@ -46,6 +54,13 @@ pub fn object_for(object: &'static [u8], patches: Patches) -> anyhow::Result<Obj
     }
     if patches.stack_depth != COMPILED_STACK_DEPTH {
         set_stack_depth(bytes, patches.stack_depth)?;
+    }
+    if let Some(id) = patches.preempt_count_ksym {
+        let made = task_context::make_ksym(bytes, id)?;
+        if made == 0 {
+            bail!("the eBPF object loads no preempt-count marker to make a ksym of");
+        }
+        log::debug!("{made} loads of the preempt count made a typed ksym (BTF id {id})");
     }
     Ok(ObjectBytes::Patched(words, object.len()))
 }
@@ -129,6 +144,7 @@ mod tests {
         let plain = Patches {
             atomics: true,
             stack_depth: COMPILED_STACK_DEPTH,
+            preempt_count_ksym: None,
         };
         assert!(matches!(
             object_for(object, plain).expect("embedded"),

@@ -8,10 +8,26 @@
 //! `__preempt_count` on x86_64 up to 6.1 and again from 6.15, and the
 //! `preempt_count` member of `pcpu_hot` from 6.2 to 6.14 (its offset from
 //! BTF). Kernels built without CONFIG_KALLSYMS_ALL list no data symbols
-//! (the 6.18 CI host, for one): the flag is then never set, and the probe
-//! list says so.
+//! (the 6.18 CI host, for one).
+//!
+//! First choice, a typed ksym: where the kernel's BTF lists the count's
+//! variable in its per-CPU section (pahole 1.18+, every kernel of the VM
+//! matrix), the programs read it through `bpf_this_cpu_ptr()` and a plain
+//! load, a few ns where a `bpf_probe_read_kernel()` costs ~24 (benchmarks.md,
+//! the parts table). The kernel finds the variable by name in kallsyms at
+//! load (`ldimm64 failed to find the address for kernel symbol` where it
+//! is not listed: the 6.18 CI host), so the name must be listed there, but
+//! its address need not be readable: this works under kptr_restrict too.
+//! aya 0.13 relocates no ksyms, so the loader does the one it needs: the
+//! programs load a marker constant (`PREEMPT_COUNT_KSYM`), and
+//! `make_ksym` turns each such `ld_imm64` into BPF_PSEUDO_BTF_ID of the
+//! variable, as libbpf does for a `__ksym` extern. Where neither is
+//! found, the flag is never set, and the probe list says so.
 
 use std::collections::HashMap;
+
+use anyhow::Context as _;
+use object::{Object as _, ObjectSection as _, SectionKind};
 
 use super::{ProbeStatus, Status};
 use crate::btf::Btf;
@@ -22,12 +38,58 @@ pub const SYMBOLS: [&str; 3] = ["__per_cpu_offset", "__preempt_count", "pcpu_hot
 /// The name under which the probe list shows the result.
 pub const NAME: &str = "interrupt context";
 
-/// The two addresses for `Config`, and where the preempt count came from.
+/// How the programs read the count (`Config`), and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
+    /// The kallsyms addresses (0 where the typed ksym is used).
     pub per_cpu_offset: u64,
     pub preempt_count: u64,
+    /// The typed ksym, where BTF has the variable.
+    pub ksym: Option<Ksym>,
     pub how: String,
+}
+
+/// The preempt count as a typed per-CPU ksym.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ksym {
+    /// The BTF id of the per-CPU variable (in vmlinux).
+    pub btf_id: u32,
+    /// The count's byte offset in the variable.
+    pub member: u32,
+}
+
+/// The typed ksym of the count from BTF: `int __preempt_count` (up to 6.1,
+/// and since 6.15), or `struct pcpu_hot`'s `preempt_count` (6.2 to 6.14);
+/// only a variable that kallsyms lists (`syms`, whatever its address reads).
+pub fn find_ksym(btf: &Btf, syms: &HashMap<&'static str, u64>) -> Option<(Ksym, String)> {
+    let var = |name: &str| btf.percpu_var(name).filter(|_| syms.contains_key(name));
+    if let Some(v) = var("__preempt_count") {
+        if v.kind == crate::btf::KIND_INT && v.size == 4 {
+            let how = format!("typed per-CPU __preempt_count, BTF id {}", v.id);
+            return Some((
+                Ksym {
+                    btf_id: v.id,
+                    member: 0,
+                },
+                how,
+            ));
+        }
+    }
+    let v = var("pcpu_hot")?;
+    let member = btf.member_offset("pcpu_hot", "preempt_count")?;
+    (v.kind == crate::btf::KIND_STRUCT && member + 4 <= v.size).then(|| {
+        let how = format!(
+            "typed per-CPU pcpu_hot.preempt_count, BTF id {}, offset {member}",
+            v.id
+        );
+        (
+            Ksym {
+                btf_id: v.id,
+                member,
+            },
+            how,
+        )
+    })
 }
 
 /// Decides from the symbols found (`name -> address`, absent or 0 when
@@ -56,6 +118,7 @@ pub fn find(
         return Ok(Found {
             per_cpu_offset,
             preempt_count: a,
+            ksym: None,
             how: "per-CPU __preempt_count".to_owned(),
         });
     }
@@ -63,6 +126,7 @@ pub fn find(
         (Some(a), Some(off)) => Ok(Found {
             per_cpu_offset,
             preempt_count: a + u64::from(off),
+            ksym: None,
             how: format!("per-CPU pcpu_hot.preempt_count (offset {off} per BTF)"),
         }),
         (Some(_), None) => {
@@ -72,10 +136,65 @@ pub fn find(
     }
 }
 
-/// `find` on this machine.
+/// On this machine: the typed ksym where BTF has it (x86_64), else `find`.
 pub fn discover(syms: &HashMap<&'static str, u64>, btf: Option<&Btf>) -> Result<Found, String> {
+    let arch = std::env::consts::ARCH;
+    if arch == "x86_64" {
+        if let Some((ksym, how)) = btf.and_then(|b| find_ksym(b, syms)) {
+            return Ok(Found {
+                per_cpu_offset: 0,
+                preempt_count: 0,
+                ksym: Some(ksym),
+                how,
+            });
+        }
+    }
     let off = btf.and_then(|b| b.member_offset("pcpu_hot", "preempt_count"));
-    find(syms, off, std::env::consts::ARCH)
+    find(syms, off, arch)
+}
+
+/// `ld_imm64` (BPF_LD | BPF_IMM | BPF_DW), and its source register for a
+/// BTF id (BPF_PSEUDO_BTF_ID).
+const LD_IMM64: u8 = 0x18;
+const PSEUDO_BTF_ID: u8 = 3;
+
+/// Makes every `ld_imm64` of `PREEMPT_COUNT_KSYM` in the object's
+/// instruction sections load the per-CPU variable `btf_id` of vmlinux (its
+/// second half's imm: the BTF's fd, 0 for vmlinux); how many it made.
+pub fn make_ksym(bytes: &mut [u8], btf_id: u32) -> anyhow::Result<usize> {
+    let marker = gpudirect_trace_common::PREEMPT_COUNT_KSYM;
+    let (lo, hi) = (
+        (marker as u32).to_le_bytes(),
+        ((marker >> 32) as u32).to_le_bytes(),
+    );
+    let ranges: Vec<(usize, usize)> = {
+        let file = object::File::parse(&*bytes).context("parsing the eBPF object")?;
+        file.sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| s.file_range())
+            .map(|(at, len)| (at as usize, len as usize))
+            .collect()
+    };
+    let mut made = 0;
+    for (at, len) in ranges {
+        let code = bytes
+            .get_mut(at..at.saturating_add(len))
+            .context("an instruction section past the object's end")?;
+        let mut i = 0;
+        while i + 16 <= code.len() {
+            let (first, second) = code[i..i + 16].split_at_mut(8);
+            if first[0] == LD_IMM64 && first[1] >> 4 == 0 && first[4..8] == lo && second[4..8] == hi
+            {
+                first[1] = (first[1] & 0x0f) | (PSEUDO_BTF_ID << 4);
+                first[4..8].copy_from_slice(&btf_id.to_le_bytes());
+                second[4..8].copy_from_slice(&0u32.to_le_bytes());
+                made += 1;
+            }
+            // An ld_imm64 takes two slots; any other instruction one.
+            i += if first[0] == LD_IMM64 { 16 } else { 8 };
+        }
+    }
+    Ok(made)
 }
 
 /// The probe list's row for the result.
@@ -139,11 +258,53 @@ mod tests {
             .contains("aarch64"));
     }
 
+    /// The typed ksym needs the variable in BTF's per-CPU section and its
+    /// name in kallsyms (the kernel looks it up there at load), not its
+    /// address; a listed name then wins over the kallsyms addresses.
+    #[test]
+    fn the_typed_ksym_wants_btf_and_the_name_listed() {
+        let btf = crate::btf::tests::sample_btf();
+        let hidden = syms(&[("__per_cpu_offset", 0), ("__preempt_count", 0)]);
+        let (k, how) = find_ksym(&btf, &hidden).expect("listed, address hidden");
+        assert_eq!((k.btf_id, k.member), (8, 0));
+        assert!(how.contains("typed per-CPU __preempt_count"), "{how}");
+        assert_eq!(find_ksym(&btf, &syms(&[("__per_cpu_offset", 1)])), None);
+        let empty = crate::btf::Btf::default();
+        assert_eq!(find_ksym(&empty, &hidden), None);
+    }
+
+    /// Every program that streams loads the marker (the compiler keeps it
+    /// an `ld_imm64` straight into the helper's argument); each becomes a
+    /// BTF-id load of the variable, none is left, and aya still parses the
+    /// object.
+    #[test]
+    fn the_marker_becomes_a_typed_ksym_in_every_program() {
+        let object = super::super::EBPF_OBJECT;
+        let mut words = vec![0u64; object.len().div_ceil(8)];
+        // SAFETY: u64s are plain bytes (an aligned copy for the ELF reader).
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), object.len())
+        };
+        bytes.copy_from_slice(object);
+        let made = make_ksym(bytes, 8418).expect("patches");
+        assert!(made >= 10, "only {made} loads of the marker");
+        assert_eq!(make_ksym(bytes, 8418).expect("patches"), 0);
+        let marked = bytes
+            .windows(8)
+            .filter(|w| {
+                w[0] == LD_IMM64 && w[1] >> 4 == PSEUDO_BTF_ID && w[4..8] == 8418u32.to_le_bytes()
+            })
+            .count();
+        assert_eq!(marked, made);
+        aya_obj::Object::parse(bytes).expect("aya parses the patched object");
+    }
+
     #[test]
     fn the_probe_row_says_what_was_found() {
         let f = Ok(Found {
             per_cpu_offset: 1,
             preempt_count: 2,
+            ksym: None,
             how: "per-CPU __preempt_count".into(),
         });
         assert_eq!(status(&f, true).status, Status::Attached);
