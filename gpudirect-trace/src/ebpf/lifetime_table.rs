@@ -20,7 +20,6 @@ use gpudirect_trace_common::{
     lifetime::{self, SLOT_COUNT},
     MapKey, MapSlot, MapValue,
 };
-use object::{Object as _, ObjectSection as _, SectionKind};
 
 use super::sys::{self, insn, MapView};
 
@@ -94,14 +93,7 @@ pub fn describe(form: u32) -> &'static str {
 /// Rewrites every compare-and-exchange in the object's instruction
 /// sections into an atomic add; how many it rewrote.
 pub(super) fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
-    let ranges: Vec<(usize, usize)> = {
-        let file = object::File::parse(&*bytes).context("parsing the eBPF object")?;
-        file.sections()
-            .filter(|s| s.kind() == SectionKind::Text)
-            .filter_map(|s| s.file_range())
-            .map(|(at, len)| (at as usize, len as usize))
-            .collect()
-    };
+    let ranges = super::object_code::instruction_ranges(bytes)?;
     let mut patched = 0;
     for (at, len) in ranges {
         let code = bytes

@@ -10,6 +10,7 @@ mod lifetime_table;
 pub mod maps;
 pub mod module_fentry;
 mod names;
+mod object_code;
 mod object_patch;
 mod readback;
 pub use readback::ProgramStat;

@@ -11,10 +11,10 @@
 //! (the 6.18 CI host, for one).
 //!
 //! First choice, a typed ksym: where the kernel's BTF lists the count's
-//! variable in its per-CPU section (pahole 1.18+, every kernel of the VM
-//! matrix), the programs read it through `bpf_this_cpu_ptr()` and a plain
-//! load, a few ns where a `bpf_probe_read_kernel()` costs ~24 (benchmarks.md,
-//! the parts table). The kernel finds the variable by name in kallsyms at
+//! variable in its per-CPU section (Debian's 6.1 and later; its 5.10 BTF
+//! has no variables), the programs read it through `bpf_this_cpu_ptr()` and
+//! a plain load instead of a `bpf_probe_read_kernel()`, ~24 ns a record in
+//! the parts table (benchmarks.md). The kernel finds the variable by name in kallsyms at
 //! load (`ldimm64 failed to find the address for kernel symbol` where it
 //! is not listed: the 6.18 CI host), so the name must be listed there, but
 //! its address need not be readable: this works under kptr_restrict too.
@@ -27,7 +27,6 @@
 use std::collections::HashMap;
 
 use anyhow::Context as _;
-use object::{Object as _, ObjectSection as _, SectionKind};
 
 use super::{ProbeStatus, Status};
 use crate::btf::Btf;
@@ -167,14 +166,7 @@ pub fn make_ksym(bytes: &mut [u8], btf_id: u32) -> anyhow::Result<usize> {
         (marker as u32).to_le_bytes(),
         ((marker >> 32) as u32).to_le_bytes(),
     );
-    let ranges: Vec<(usize, usize)> = {
-        let file = object::File::parse(&*bytes).context("parsing the eBPF object")?;
-        file.sections()
-            .filter(|s| s.kind() == SectionKind::Text)
-            .filter_map(|s| s.file_range())
-            .map(|(at, len)| (at as usize, len as usize))
-            .collect()
-    };
+    let ranges = super::object_code::instruction_ranges(bytes)?;
     let mut made = 0;
     for (at, len) in ranges {
         let code = bytes
