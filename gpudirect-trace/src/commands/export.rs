@@ -51,12 +51,27 @@ pub struct ExportArgs {
     /// End of the window (exclusive), counted as --from.
     #[arg(long, value_parser = super::trace::parse_offset, value_name = "T")]
     pub to: Option<Duration>,
+    /// Only this device's events and log faults (repeatable), named as in
+    /// `report --device`: a bus id, GPU0 or a GPU's UUID, or a name the
+    /// recording's host gave a PCI function (nvme0n1, eth0, mlx5_0).
+    /// Losses stay: they are the recording's.
+    #[arg(long = "device", value_name = "DEV")]
+    pub devices: Vec<String>,
     #[command(flatten)]
     pub out: super::trace::OutputFlags,
 }
 
 pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
-    export::run(&ExportOptions {
+    // Opened once: the file may be a FIFO; its header names the devices.
+    let reader = crate::tracefile::open(&args.file)
+        .map_err(|e| crate::ftrace::with_import_hint(&args.file, e))?;
+    let header = reader.header();
+    let wanted = super::trace::resolve_devices(
+        &args.devices,
+        &header.gpus,
+        super::trace::DeviceNames::Recording(&header.devices),
+    )?;
+    let options = ExportOptions {
         file: args.file.clone(),
         format: args.format.into(),
         output: args.output.clone(),
@@ -64,5 +79,10 @@ pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         out: crate::outfile::Options::from(args.out).reading(&args.file),
         from: args.from,
         to: args.to,
-    })
+        devices: export::DeviceFilter {
+            wanted,
+            typed: args.devices.clone(),
+        },
+    };
+    export::run_from(&options, reader)
 }

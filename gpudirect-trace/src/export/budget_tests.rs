@@ -43,6 +43,7 @@ fn export_keeps_open_spans_and_pseudonyms_within_and_loses_no_event() {
         out: Default::default(),
         from: None,
         to: None,
+        devices: Default::default(),
     })
     .expect("export");
     memory_budget::set_test_reader_limit(None);

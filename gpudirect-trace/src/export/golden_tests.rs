@@ -180,6 +180,7 @@ fn same_bytes(format: Format, redact: bool, golden: &str) {
         out: Default::default(),
         from: None,
         to: None,
+        devices: Default::default(),
     })
     .expect("export");
     let got = std::fs::read_to_string(&out).expect("output");
@@ -254,6 +255,7 @@ fn a_window_keeps_what_happened_inside_it() {
             out: Default::default(),
             from: from.map(std::time::Duration::from_millis),
             to: to.map(std::time::Duration::from_millis),
+            devices: Default::default(),
         })
     };
     let (all, part) = (dir.path().join("all"), dir.path().join("part"));
@@ -285,4 +287,56 @@ fn a_window_keeps_what_happened_inside_it() {
         "{e}"
     );
     assert!(!refused.exists(), "no output for a refused window");
+}
+
+/// `--device 0000:41:00.0`: exactly the whole export's lines of that
+/// device (its events and decoded faults) and the recording's own (the
+/// loss, the stacks); the other device's events and the processes' record
+/// are left out. A device the recording never saw leaves only those.
+#[test]
+fn a_device_filter_keeps_that_devices_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("shapes.gdt");
+    recording(&f);
+    let export = |wanted: &[&str], out: &Path| {
+        run(&ExportOptions {
+            file: f.clone(),
+            format: Format::Jsonl,
+            output: Some(out.to_owned()),
+            redact: false,
+            out: Default::default(),
+            from: None,
+            to: None,
+            devices: super::DeviceFilter {
+                wanted: wanted.iter().map(|w| w.to_string()).collect(),
+                typed: Vec::new(),
+            },
+        })
+        .expect("export")
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).expect("output");
+    let (all, gpu, none) = (
+        dir.path().join("all"),
+        dir.path().join("gpu"),
+        dir.path().join("none"),
+    );
+    export(&[], &all);
+    export(&["0000:41:00.0"], &gpu);
+    export(&["0000:99:00.0"], &none);
+    let of = |keep: &dyn Fn(&serde_json::Value) -> bool| -> Vec<String> {
+        read(&all)
+            .lines()
+            .filter(|l| keep(&serde_json::from_str(l).expect("JSON")))
+            .map(str::to_owned)
+            .collect()
+    };
+    let recordings_own =
+        |v: &serde_json::Value| matches!(v["kind"].as_str(), Some("lost_events" | "stacks"));
+    let want = of(&|v| v["device"] == "0000:41:00.0" || recordings_own(v));
+    let got: Vec<String> = read(&gpu).lines().map(str::to_owned).collect();
+    assert_eq!(got, want);
+    assert!(got.iter().any(|l| l.contains("decoded_fault")), "{got:#?}");
+    assert!(!got.iter().any(|l| l.contains("0000:00:04.0")), "{got:#?}");
+    let got: Vec<String> = read(&none).lines().map(str::to_owned).collect();
+    assert_eq!(got, of(&recordings_own));
 }

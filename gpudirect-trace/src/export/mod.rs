@@ -60,25 +60,64 @@ pub struct ExportOptions {
     /// start (events, losses, faults), as `report --from/--to` counts it.
     pub from: Option<Duration>,
     pub to: Option<Duration>,
+    /// Only the events and log faults of these devices, as the recording
+    /// names them (`report --device`'s filter); empty: every device.
+    pub devices: DeviceFilter,
+}
+
+/// `--device` of an export: the names the values became (for the
+/// filter), and the values as typed (for the end's note on a value that
+/// matched nothing).
+#[derive(Clone, Debug, Default)]
+pub struct DeviceFilter {
+    pub wanted: Vec<String>,
+    pub typed: Vec<String>,
+}
+
+impl DeviceFilter {
+    fn keeps(&self, device: &str) -> bool {
+        self.wanted.is_empty() || self.wanted.iter().any(|w| w == device)
+    }
 }
 
 /// Whether an export keeps `item`: what has a time, inside the window;
-/// what has none (names, stacks, a fault without a time) is kept.
-fn keeps(span: &tracefile::Span, item: &Item) -> bool {
+/// what has none (names, stacks, a fault without a time) is kept; an event
+/// or a log fault of a device, only if the filter wants the device (a
+/// fault naming none, only without a filter). Losses are the recording's
+/// and stay.
+fn keeps(span: &tracefile::Span, devices: &DeviceFilter, item: &Item) -> bool {
     match item {
-        Item::Event { record, .. } => span.holds(record.event().ts_ns),
+        Item::Event { record, device } => span.holds(record.event().ts_ns) && devices.keeps(device),
         Item::Loss(l) => span.holds(l.ts_ns),
-        Item::LogFault(f) => f.timestamp_ns.is_none_or(|t| span.holds(t)),
+        Item::LogFault(f) => {
+            f.timestamp_ns.is_none_or(|t| span.holds(t))
+                && (devices.wanted.is_empty()
+                    || f.device.as_deref().is_some_and(|d| devices.keeps(d)))
+        }
         _ => true,
     }
 }
 
+/// The recording's devices an export names in the note on a `--device`
+/// that matched none: as many as a report keeps apart (a crafted file's
+/// table may hold 65536 names).
+const MAX_SEEN: usize = crate::report::MAX_DEVICES;
+
 pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
+    let reader =
+        tracefile::open(&args.file).map_err(|e| crate::ftrace::with_import_hint(&args.file, e))?;
+    run_from(args, reader)
+}
+
+/// `run` of a recording already opened (the command opens it once, to
+/// resolve `--device` names from its header: the file may be a FIFO).
+pub fn run_from(
+    args: &ExportOptions,
+    mut reader: tracefile::TraceReader<std::io::BufReader<std::fs::File>>,
+) -> anyhow::Result<ExitCode> {
     // Everything an export keeps (open spans, tracks, pseudonyms,
     // histograms) is within one budget, whatever the file asks.
     memory_budget::limit_reader();
-    let mut reader =
-        tracefile::open(&args.file).map_err(|e| crate::ftrace::with_import_hint(&args.file, e))?;
     // One field wherever it is shown (a file name may hold a line feed).
     let path = crate::sanitize::text(&args.file.display().to_string()).into_owned();
     // Before the output is made: a wrong window leaves no file behind.
@@ -95,8 +134,19 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     };
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut red = Redactor::for_header(args.redact, &header);
+    let mut seen = std::collections::BTreeSet::new();
     let mut items = std::iter::from_fn(|| reader.next_item().transpose())
-        .filter(|i| i.as_ref().map_or(true, |item| keeps(&span, item)))
+        .inspect(|i| {
+            if let Ok(Item::Event { device, .. }) = i {
+                if seen.len() < MAX_SEEN && !seen.contains(device.as_ref()) {
+                    seen.insert(device.to_string());
+                }
+            }
+        })
+        .filter(|i| {
+            i.as_ref()
+                .map_or(true, |item| keeps(&span, &args.devices, item))
+        })
         .map(|i| i.map(tasks_apart));
     let result = match args.format {
         Format::Jsonl => jsonl(&header, &mut items, &mut out, &mut red),
@@ -105,6 +155,7 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     }
     .and_then(|()| out.flush());
     drop(out);
+    drop(items);
     match result {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         // A failed export leaves no partial file (and an old one in place).
@@ -112,6 +163,10 @@ pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
     }
     if let Some(f) = file {
         f.commit()?;
+    }
+    if !args.devices.wanted.is_empty() {
+        let seen: Vec<String> = seen.into_iter().collect();
+        crate::output::warn_unmatched(&args.devices.wanted, &args.devices.typed, &seen);
     }
     let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
     for w in crate::report::read_warnings(&path, reader.stats(), len) {

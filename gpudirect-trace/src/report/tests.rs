@@ -155,6 +155,7 @@ fn export(f: &Path, format: Format, redact: bool) -> String {
         out: Default::default(),
         from: None,
         to: None,
+        devices: Default::default(),
     })
     .expect("export");
     std::fs::read_to_string(out).expect("output")

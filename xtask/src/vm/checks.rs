@@ -473,7 +473,8 @@ pub fn same_story(a: &Value, b: &Value) -> Result<()> {
 }
 
 /// record + report: the file holds the NVMe's mappings and the VT-d fault,
-/// and the guest's name of the disk finds the NVMe in it.
+/// and the guest's name of the disk finds the NVMe in it (report and
+/// export alike).
 pub fn record_report(series: &str, v: &Value, lines: &[String]) -> Result<()> {
     let want = Device::Nvme.bdf();
     let by_name = tagged(lines, "BYNAME ")?;
@@ -489,6 +490,15 @@ pub fn record_report(series: &str, v: &Value, lines: &[String]) -> Result<()> {
     ensure!(
         lines.iter().any(|l| l.contains(&note)),
         "no note {note:?} from report --device nvme0n1"
+    );
+    let exported = tagged(lines, "EXPORTED ")?;
+    let (with_device, nvme) = (
+        exported["with_device"].as_u64().unwrap_or(0),
+        exported["nvme"].as_u64().unwrap_or(0),
+    );
+    ensure!(
+        nvme > 0 && with_device == nvme,
+        "export --device nvme0n1: {nvme} of {with_device} lines naming a device are the NVMe's"
     );
     let d = device(v, Device::Nvme.bdf())?;
     let maps = d["maps"].as_u64().unwrap_or(0);
