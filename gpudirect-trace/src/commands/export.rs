@@ -62,15 +62,7 @@ pub struct ExportArgs {
 }
 
 pub fn exec(args: &ExportArgs) -> anyhow::Result<ExitCode> {
-    // Opened once: the file may be a FIFO; its header names the devices.
-    let reader = crate::tracefile::open(&args.file)
-        .map_err(|e| crate::ftrace::with_import_hint(&args.file, e))?;
-    let header = reader.header();
-    let wanted = super::trace::resolve_devices(
-        &args.devices,
-        &header.gpus,
-        super::trace::DeviceNames::Recording(&header.devices),
-    )?;
+    let (reader, wanted) = super::trace::open_recording(&args.file, &args.devices)?;
     let options = ExportOptions {
         file: args.file.clone(),
         format: args.format.into(),

@@ -67,15 +67,7 @@ pub fn exec(args: &ReportArgs) -> anyhow::Result<ExitCode> {
         return fleet(args, page_to_stdout);
     }
     let file = &args.files[0];
-    // Opened once: the file may be a FIFO.
-    let reader =
-        crate::tracefile::open(file).map_err(|e| crate::ftrace::with_import_hint(file, e))?;
-    let header = reader.header();
-    let devices = super::trace::resolve_devices(
-        &args.devices,
-        &header.gpus,
-        super::trace::DeviceNames::Recording(&header.devices),
-    )?;
+    let (reader, devices) = super::trace::open_recording(file, &args.devices)?;
     let window = Window {
         from: args.from,
         to: args.to,

@@ -296,6 +296,26 @@ impl DeviceNames<'_> {
     }
 }
 
+/// A recording opened once (it may be a FIFO), and `--device` values
+/// resolved by what its header kept of its host (report and export).
+pub fn open_recording(
+    file: &std::path::Path,
+    devices: &[String],
+) -> anyhow::Result<(
+    crate::tracefile::TraceReader<std::io::BufReader<std::fs::File>>,
+    Vec<String>,
+)> {
+    let reader =
+        crate::tracefile::open(file).map_err(|e| crate::ftrace::with_import_hint(file, e))?;
+    let header = reader.header();
+    let wanted = resolve_devices(
+        devices,
+        &header.gpus,
+        DeviceNames::Recording(&header.devices),
+    )?;
+    Ok((reader, wanted))
+}
+
 /// `--device` values as the tables name devices: a GPU index (`0`, `GPU0`) or
 /// UUID (`GPU-4f39...`, a unique prefix) becomes that GPU's bus id, any
 /// printed bus id is normalised, anything else stays a device name. A name

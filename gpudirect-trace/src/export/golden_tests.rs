@@ -237,6 +237,20 @@ fn golden_chrome_redacted() {
     same_bytes(Format::Chrome, true, "shapes-chrome-redact.json");
 }
 
+/// `export FILE --format jsonl -o OUT`, nothing else asked.
+fn jsonl_of(file: &Path, out: &Path) -> ExportOptions {
+    ExportOptions {
+        file: file.to_owned(),
+        format: Format::Jsonl,
+        output: Some(out.to_owned()),
+        redact: false,
+        out: Default::default(),
+        from: None,
+        to: None,
+        devices: Default::default(),
+    }
+}
+
 /// `--from 2s --to 3.2s`: exactly the lines of the whole export whose time
 /// is in [2 s, 3.2 s) of the recording (events, the loss, faults), and
 /// those without one (a fault without a time, the stacks); `--to` not
@@ -248,14 +262,9 @@ fn a_window_keeps_what_happened_inside_it() {
     recording(&f);
     let export = |from: Option<u64>, to: Option<u64>, out: &Path| {
         run(&ExportOptions {
-            file: f.clone(),
-            format: Format::Jsonl,
-            output: Some(out.to_owned()),
-            redact: false,
-            out: Default::default(),
             from: from.map(std::time::Duration::from_millis),
             to: to.map(std::time::Duration::from_millis),
-            devices: Default::default(),
+            ..jsonl_of(&f, out)
         })
     };
     let (all, part) = (dir.path().join("all"), dir.path().join("part"));
@@ -300,17 +309,11 @@ fn a_device_filter_keeps_that_devices_lines() {
     recording(&f);
     let export = |wanted: &[&str], out: &Path| {
         run(&ExportOptions {
-            file: f.clone(),
-            format: Format::Jsonl,
-            output: Some(out.to_owned()),
-            redact: false,
-            out: Default::default(),
-            from: None,
-            to: None,
             devices: super::DeviceFilter {
                 wanted: wanted.iter().map(|w| w.to_string()).collect(),
                 typed: Vec::new(),
             },
+            ..jsonl_of(&f, out)
         })
         .expect("export")
     };
