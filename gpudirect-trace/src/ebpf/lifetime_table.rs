@@ -93,12 +93,8 @@ pub fn describe(form: u32) -> &'static str {
 /// Rewrites every compare-and-exchange in the object's instruction
 /// sections into an atomic add; how many it rewrote.
 pub(super) fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
-    let ranges = super::object_code::instruction_ranges(bytes)?;
     let mut patched = 0;
-    for (at, len) in ranges {
-        let code = bytes
-            .get_mut(at..at.saturating_add(len))
-            .context("an instruction section past the object's end")?;
+    super::object_code::each_section(bytes, |code| {
         for ins in code.chunks_exact_mut(8) {
             let imm = i32::from_le_bytes([ins[4], ins[5], ins[6], ins[7]]);
             if (ins[0] == ATOMIC_DW || ins[0] == ATOMIC_W) && imm == CMPXCHG {
@@ -106,7 +102,7 @@ pub(super) fn without_cmpxchg(bytes: &mut [u8]) -> anyhow::Result<usize> {
                 patched += 1;
             }
         }
-    }
+    })?;
     Ok(patched)
 }
 

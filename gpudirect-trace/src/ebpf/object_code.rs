@@ -6,8 +6,22 @@
 use anyhow::Context as _;
 use object::{Object as _, ObjectSection as _};
 
+/// Hands each instruction section of the object in `bytes` to `patch`.
+pub(super) fn each_section(
+    bytes: &mut [u8],
+    mut patch: impl FnMut(&mut [u8]),
+) -> anyhow::Result<()> {
+    for (at, len) in instruction_ranges(bytes)? {
+        let code = bytes
+            .get_mut(at..at.saturating_add(len))
+            .context("an instruction section past the object's end")?;
+        patch(code);
+    }
+    Ok(())
+}
+
 /// Where the object's instruction sections lie in `bytes`: (start, length).
-pub(super) fn instruction_ranges(bytes: &[u8]) -> anyhow::Result<Vec<(usize, usize)>> {
+fn instruction_ranges(bytes: &[u8]) -> anyhow::Result<Vec<(usize, usize)>> {
     let file = object::File::parse(bytes).context("parsing the eBPF object")?;
     Ok(file
         .sections()

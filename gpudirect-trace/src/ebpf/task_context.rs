@@ -26,8 +26,6 @@
 
 use std::collections::HashMap;
 
-use anyhow::Context as _;
-
 use super::{ProbeStatus, Status};
 use crate::btf::Btf;
 
@@ -166,12 +164,8 @@ pub fn make_ksym(bytes: &mut [u8], btf_id: u32) -> anyhow::Result<usize> {
         (marker as u32).to_le_bytes(),
         ((marker >> 32) as u32).to_le_bytes(),
     );
-    let ranges = super::object_code::instruction_ranges(bytes)?;
     let mut made = 0;
-    for (at, len) in ranges {
-        let code = bytes
-            .get_mut(at..at.saturating_add(len))
-            .context("an instruction section past the object's end")?;
+    super::object_code::each_section(bytes, |code| {
         let mut i = 0;
         while i + 16 <= code.len() {
             let (first, second) = code[i..i + 16].split_at_mut(8);
@@ -185,7 +179,7 @@ pub fn make_ksym(bytes: &mut [u8], btf_id: u32) -> anyhow::Result<usize> {
             // An ld_imm64 takes two slots; any other instruction one.
             i += if first[0] == LD_IMM64 { 16 } else { 8 };
         }
-    }
+    })?;
     Ok(made)
 }
 
