@@ -231,6 +231,8 @@ impl Tracer {
         let offsets = offsets_from_btf(kernel.btf.as_ref());
         let hooks = hook_support::HookSupport::discover(&kernel);
         let task_context = task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref());
+        // The typed ksym of the preempt count, where it is read as one.
+        let ksym = task_context.as_ref().ok().and_then(|f| f.ksym);
         // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
         let ring_bytes = opts
             .ring_bytes
@@ -258,11 +260,7 @@ impl Tracer {
                 } else {
                     object_patch::COMPILED_STACK_DEPTH
                 },
-                preempt_count_ksym: task_context
-                    .as_ref()
-                    .ok()
-                    .and_then(|f| f.ksym)
-                    .map(|k| k.btf_id),
+                preempt_count_ksym: ksym.map(|k| k.btf_id),
             },
         )?;
         let config = Config {
@@ -282,12 +280,8 @@ impl Tracer {
             preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
             debug_log: u32::from(debug_log),
             lifetime_sample_mask: sample_mask,
-            preempt_count_ksym: u32::from(task_context.as_ref().is_ok_and(|f| f.ksym.is_some())),
-            preempt_count_member: task_context
-                .as_ref()
-                .ok()
-                .and_then(|f| f.ksym)
-                .map_or(0, |k| k.member),
+            preempt_count_ksym: u32::from(ksym.is_some()),
+            preempt_count_member: ksym.map_or(0, |k| k.member),
         };
         // The stack map costs ~1 KiB of kernel memory per entry: one entry
         // unless --stacks.
