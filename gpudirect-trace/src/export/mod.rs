@@ -100,7 +100,7 @@ fn keeps(span: &tracefile::Span, devices: &DeviceFilter, item: &Item) -> bool {
 
 /// The recording's devices an export names in the note on a `--device`
 /// that matched none: as many as a report keeps apart (a crafted file's
-/// table may hold 65536 names).
+/// table may hold 65536 names, which the reader keeps anyway).
 const MAX_SEEN: usize = crate::report::MAX_DEVICES;
 
 pub fn run(args: &ExportOptions) -> anyhow::Result<ExitCode> {
@@ -134,15 +134,7 @@ pub fn run_from(
     };
     let mut out = BufWriter::with_capacity(1 << 20, sink);
     let mut red = Redactor::for_header(args.redact, &header);
-    let mut seen = std::collections::BTreeSet::new();
     let mut items = std::iter::from_fn(|| reader.next_item().transpose())
-        .inspect(|i| {
-            if let Ok(Item::Event { device, .. }) = i {
-                if seen.len() < MAX_SEEN && !seen.contains(device.as_ref()) {
-                    seen.insert(device.to_string());
-                }
-            }
-        })
         .filter(|i| {
             i.as_ref()
                 .map_or(true, |item| keeps(&span, &args.devices, item))
@@ -165,7 +157,11 @@ pub fn run_from(
         f.commit()?;
     }
     if !args.devices.wanted.is_empty() {
-        let seen: Vec<String> = seen.into_iter().collect();
+        // The file's device table: the devices its events named.
+        let mut seen: Vec<String> = reader.devices().iter().map(|d| d.to_string()).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.truncate(MAX_SEEN);
         crate::output::warn_unmatched(&args.devices.wanted, &args.devices.typed, &seen);
     }
     let len = std::fs::metadata(&args.file).map(|m| m.len()).unwrap_or(0);
