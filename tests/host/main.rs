@@ -100,6 +100,46 @@ fn every_program_passes_the_verifier() {
     );
 }
 
+/// A kernel that refuses the typed ksym of the preempt count (forced here:
+/// BTF id 1 is a type, not a per-CPU variable; "pseudo btf_id 1 in ldimm64
+/// isn't KIND_VAR") still gets every DMA-API program: the loader loads the
+/// object again without it, and the interrupt-context row says why.
+#[test]
+fn a_refused_preempt_count_ksym_falls_back_forced_bad_btf_id() {
+    use gpudirect_trace::ebpf::task_context::{Ksym, KsymUse, NAME};
+    require_root();
+    let tracer = Tracer::load(&TracerOptions {
+        attach: false,
+        preempt_count_ksym: KsymUse::Forced(Ksym {
+            btf_id: 1,
+            member: 0,
+        }),
+        ..Default::default()
+    })
+    .expect("load the eBPF object");
+    let failed = tracer.failed();
+    assert!(
+        failed.is_empty(),
+        "probes failed after the fallback: {failed:?}"
+    );
+    let row = tracer
+        .probes
+        .iter()
+        .find(|p| p.name == NAME)
+        .expect("the interrupt-context row");
+    let refused = row
+        .reason
+        .split_once("the kernel refused the typed ksym (")
+        .and_then(|(_, r)| r.split_once(" probe(s) failed with it"))
+        .and_then(|(n, _)| n.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("the row tells no refusal: {}", row.reason));
+    assert!(
+        refused >= 10,
+        "the first load failed {refused} probe(s): {}",
+        row.reason
+    );
+}
+
 #[test]
 fn probe_table_matches_what_the_kernel_offers() {
     require_root();

@@ -146,6 +146,9 @@ pub struct TracerOptions {
     /// ask it. Some(false) on a kernel that has them loads what a kernel
     /// without them gets (the hash table, the patched object): for tests.
     pub bpf_atomics: Option<bool>,
+    /// Whether the programs may read the preempt count as a typed ksym
+    /// (where found, by default; `Forced` for tests of a kernel's refusal).
+    pub preempt_count_ksym: task_context::KsymUse,
 }
 
 impl Default for TracerOptions {
@@ -164,6 +167,7 @@ impl Default for TracerOptions {
             stack_depth: DEFAULT_STACK_DEPTH,
             program_log: ProgramLog::wanted(),
             bpf_atomics: None,
+            preempt_count_ksym: task_context::KsymUse::WhereFound,
         }
     }
 }
@@ -207,13 +211,17 @@ pub struct Tracer {
     removed: names::RemovedDevices,
     /// The reader of the programs' debug messages, while they are read.
     program_log: Option<program_log::Reader>,
+    /// The programs read the preempt count as a typed ksym.
+    typed_ksym: bool,
 }
 
 impl Tracer {
     /// Loads the programs and attaches them as the plan says, with their
     /// debug messages where `opts.program_log` asks and the kernel takes them.
     pub fn load(opts: &TracerOptions) -> anyhow::Result<Self> {
-        program_log::load(opts, Self::load_with)
+        program_log::load(opts, |opts, debug_log| {
+            task_context::load(opts, debug_log, Self::load_with)
+        })
     }
 
     /// Whether the programs' debug messages are being read.
@@ -221,7 +229,11 @@ impl Tracer {
         self.program_log.is_some()
     }
 
-    fn load_with(opts: &TracerOptions, debug_log: bool) -> anyhow::Result<Self> {
+    fn load_with(
+        opts: &TracerOptions,
+        debug_log: bool,
+        ksym_use: &task_context::KsymUse,
+    ) -> anyhow::Result<Self> {
         kernel::check_privileges()?;
         kernel::raise_memlock();
         let kernel = match &opts.module_standin {
@@ -230,7 +242,8 @@ impl Tracer {
         };
         let offsets = offsets_from_btf(kernel.btf.as_ref());
         let hooks = hook_support::HookSupport::discover(&kernel);
-        let task_context = task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref());
+        let task_context =
+            task_context::discover(&hooks.task_context_syms, kernel.btf.as_ref(), ksym_use);
         // The typed ksym of the preempt count, where it is read as one.
         let ksym = task_context.as_ref().ok().and_then(|f| f.ksym);
         // The largest power of two in u32 (2 GiB) bounds it (cli::MAX_RING_SIZE).
@@ -401,6 +414,7 @@ impl Tracer {
             last_name: Arc::from(crate::aggregate::UNATTRIBUTED),
             removed: names::RemovedDevices::default(),
             program_log: None,
+            typed_ksym: ksym.is_some(),
         })
     }
 

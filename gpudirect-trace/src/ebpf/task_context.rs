@@ -133,21 +133,89 @@ pub fn find(
     }
 }
 
-/// On this machine: the typed ksym where BTF has it (x86_64), else `find`.
-pub fn discover(syms: &HashMap<&'static str, u64>, btf: Option<&Btf>) -> Result<Found, String> {
+/// Whether the programs may read the count as a typed ksym.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum KsymUse {
+    /// Where `find_ksym` finds it on this machine.
+    #[default]
+    WhereFound,
+    /// Never: the kernel refused it in this session's first load (why).
+    Refused(String),
+    /// This one, whatever BTF says: for tests of a kernel that refuses it
+    /// (a BTF id that is no per-CPU variable).
+    Forced(Ksym),
+}
+
+/// On this machine: the typed ksym where BTF has it (x86_64) and `ksym`
+/// allows it, else `find`.
+pub fn discover(
+    syms: &HashMap<&'static str, u64>,
+    btf: Option<&Btf>,
+    ksym: &KsymUse,
+) -> Result<Found, String> {
     let arch = std::env::consts::ARCH;
-    if arch == "x86_64" {
-        if let Some((ksym, how)) = btf.and_then(|b| find_ksym(b, syms)) {
-            return Ok(Found {
-                per_cpu_offset: 0,
-                preempt_count: 0,
-                ksym: Some(ksym),
-                how,
-            });
-        }
+    let typed = match ksym {
+        KsymUse::Forced(k) => Some((
+            *k,
+            format!("typed per-CPU ksym, BTF id {} (forced)", k.btf_id),
+        )),
+        KsymUse::WhereFound if arch == "x86_64" => btf.and_then(|b| find_ksym(b, syms)),
+        _ => None,
+    };
+    if let Some((ksym, how)) = typed {
+        return Ok(Found {
+            per_cpu_offset: 0,
+            preempt_count: 0,
+            ksym: Some(ksym),
+            how,
+        });
     }
     let off = btf.and_then(|b| b.member_offset("pcpu_hot", "preempt_count"));
-    find(syms, off, arch)
+    let found = find(syms, off, arch);
+    match ksym {
+        KsymUse::Refused(why) => match found {
+            Ok(f) => Ok(Found {
+                how: format!("{}; {why}", f.how),
+                ..f
+            }),
+            Err(e) => Err(format!("{why}; {e}")),
+        },
+        _ => found,
+    }
+}
+
+/// Loads the programs reading the count as `opts` says; where they read it
+/// as a typed ksym and a probe then failed (a kernel whose verifier refuses
+/// the ksym in a way the two checks of `find_ksym` did not foresee), loads
+/// the whole object again without it: the count read from kallsyms where
+/// listed, or no flag, rather than no DMA-API probes. A warning says so,
+/// and the probe row tells why.
+pub(super) fn load(
+    opts: &super::TracerOptions,
+    debug_log: bool,
+    load_with: impl Fn(&super::TracerOptions, bool, &KsymUse) -> anyhow::Result<super::Tracer>,
+) -> anyhow::Result<super::Tracer> {
+    let tracer = load_with(opts, debug_log, &opts.preempt_count_ksym)?;
+    let refused = tracer.failed();
+    if !tracer.typed_ksym || refused.is_empty() {
+        return Ok(tracer);
+    }
+    // Detach first: the second load attaches the same probes.
+    drop(tracer);
+    let first: String = refused[0].chars().take(200).collect();
+    let why = format!(
+        "the kernel refused the typed ksym ({} probe(s) failed with it; {first})",
+        refused.len()
+    );
+    let tracer = load_with(opts, debug_log, &KsymUse::Refused(why))?;
+    log::warn!(
+        "the preempt count is not read as a typed per-CPU ksym: with it {} probe(s) failed \
+         ({}), without it {}",
+        refused.len(),
+        refused.join("; "),
+        tracer.failed().len()
+    );
+    Ok(tracer)
 }
 
 /// `ld_imm64` (BPF_LD | BPF_IMM | BPF_DW), and its source register for a
@@ -257,6 +325,41 @@ mod tests {
         assert_eq!(find_ksym(&btf, &syms(&[("__per_cpu_offset", 1)])), None);
         let empty = crate::btf::Btf::default();
         assert_eq!(find_ksym(&empty, &hidden), None);
+    }
+
+    /// After a refusal the typed ksym is never chosen, even where BTF and
+    /// kallsyms have it: the kallsyms read (or why none) says why.
+    #[test]
+    fn a_refused_ksym_falls_to_kallsyms_and_says_why() {
+        if std::env::consts::ARCH != "x86_64" {
+            return;
+        }
+        let btf = crate::btf::tests::sample_btf();
+        let listed = syms(&[
+            ("__per_cpu_offset", 0xffff_ffff_8260_4a80),
+            ("__preempt_count", 0x1f8c8),
+        ]);
+        let typed = discover(&listed, Some(&btf), &KsymUse::WhereFound).expect("typed");
+        assert!(typed.ksym.is_some(), "{}", typed.how);
+        let why = KsymUse::Refused("the kernel refused the typed ksym (3 ...)".into());
+        let f = discover(&listed, Some(&btf), &why).expect("kallsyms");
+        assert_eq!((f.ksym, f.preempt_count), (None, 0x1f8c8));
+        assert!(
+            f.how.ends_with("the kernel refused the typed ksym (3 ...)"),
+            "{}",
+            f.how
+        );
+        let e = discover(&syms(&[]), Some(&btf), &why).expect_err("no data symbols");
+        assert!(
+            e.starts_with("the kernel refused") && e.contains("KALLSYMS_ALL"),
+            "{e}"
+        );
+        let forced = Ksym {
+            btf_id: 1,
+            member: 0,
+        };
+        let f = discover(&syms(&[]), None, &KsymUse::Forced(forced)).expect("forced");
+        assert_eq!(f.ksym, Some(forced));
     }
 
     /// Every program that streams loads the marker (the compiler keeps it
