@@ -118,7 +118,8 @@ pub fn run() -> Result<()> {
     let section = format!(
         "{START}\n## Host kernel (`cargo xtask bench`, generated)\n\n\
          Machine: {} CPUs ({}); kernel {}; {}; commit {}; load average at the \
-         end {}.\n\
+         end {}; the kernel's call and return mitigations: {} (they tax the \
+         programs' helpers and the stack walk, not the reader).\n\
          Events are driven through the real programs with BPF_PROG_TEST_RUN;\n\
          per-hit cost is the kernel's accounting (kernel.bpf_stats_enabled).\n\
          Timing goals (issues 17 and 28) are measurements, never pass/fail tests; where \
@@ -130,6 +131,7 @@ pub fn run() -> Result<()> {
         bench_doc::date(),
         bench_doc::commit(),
         bench_doc::load_average(),
+        bench_doc::call_return_mitigations(),
         crate::bench_tables::render(&lines),
         lines.join("\n")
     );
