@@ -3,6 +3,7 @@
 
 mod dma_source;
 pub mod explain;
+mod feature_fallback;
 pub mod hook_support;
 mod jiffies;
 mod kprobe_events;

@@ -85,19 +85,12 @@ pub(super) fn load(
     if !opts.program_log.is_on() {
         return load_with(opts, false);
     }
-    let mut tracer = load_with(opts, true)?;
-    let refused = tracer.failed();
-    if !refused.is_empty() {
-        // Detach first: the second load attaches the same probes.
-        drop(tracer);
-        tracer = load_with(opts, false)?;
-        let without = tracer.failed().len();
-        log::warn!(
-            "the eBPF programs' debug messages are off: with them {} probe(s) failed \
-             ({}), without them {without}",
-            refused.len(),
-            refused.join("; ")
-        );
+    let (mut tracer, with_messages) = super::feature_fallback::without_where_refused(
+        load_with(opts, true)?,
+        "the eBPF programs' debug messages are off",
+        |_| load_with(opts, false),
+    )?;
+    if !with_messages {
         return Ok(tracer);
     }
     match start(&mut tracer.ebpf, &opts.program_log) {

@@ -196,25 +196,21 @@ pub(super) fn load(
     load_with: impl Fn(&super::TracerOptions, bool, &KsymUse) -> anyhow::Result<super::Tracer>,
 ) -> anyhow::Result<super::Tracer> {
     let tracer = load_with(opts, debug_log, &opts.preempt_count_ksym)?;
-    let refused = tracer.failed();
-    if !tracer.typed_ksym || refused.is_empty() {
+    if !tracer.typed_ksym {
         return Ok(tracer);
     }
-    // Detach first: the second load attaches the same probes.
-    drop(tracer);
-    let first: String = refused[0].chars().take(200).collect();
-    let why = format!(
-        "the kernel refused the typed ksym ({} probe(s) failed with it; {first})",
-        refused.len()
-    );
-    let tracer = load_with(opts, debug_log, &KsymUse::Refused(why))?;
-    log::warn!(
-        "the preempt count is not read as a typed per-CPU ksym: with it {} probe(s) failed \
-         ({}), without it {}",
-        refused.len(),
-        refused.join("; "),
-        tracer.failed().len()
-    );
+    let (tracer, _) = super::feature_fallback::without_where_refused(
+        tracer,
+        "the preempt count is not read as a typed per-CPU ksym",
+        |refused| {
+            let first: String = refused[0].chars().take(200).collect();
+            let why = format!(
+                "the kernel refused the typed ksym ({} probe(s) failed with it; {first})",
+                refused.len()
+            );
+            load_with(opts, debug_log, &KsymUse::Refused(why))
+        },
+    )?;
     Ok(tracer)
 }
 
