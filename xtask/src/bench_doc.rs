@@ -73,8 +73,9 @@ pub fn call_return_mitigations() -> String {
     )
 }
 
-/// `name: state` of each entry that mitigates something, its state up to
-/// the first `;` (spectre_v2 goes on with STIBP and RSB details).
+/// `name state` of each entry that mitigates something (`spectre_v2
+/// Mitigation: Retpolines`), its state up to the first `;` (spectre_v2 goes
+/// on with STIBP and RSB details).
 fn summarize_mitigations<'a>(entries: impl Iterator<Item = (&'a str, String)>) -> String {
     let kept: Vec<String> = entries
         .filter_map(|(name, state)| {
