@@ -35,17 +35,7 @@ fn export_keeps_open_spans_and_pseudonyms_within_and_loses_no_event() {
     w.finish(&End::default()).expect("finish");
     let out = dir.path().join("out.json");
     memory_budget::set_test_reader_limit(Some(2 << 20));
-    run(&ExportOptions {
-        file: f.clone(),
-        format: Format::Chrome,
-        output: Some(out.clone()),
-        redact: true,
-        out: Default::default(),
-        from: None,
-        to: None,
-        devices: Default::default(),
-    })
-    .expect("export");
+    run(&ExportOptions::whole(&f, Format::Chrome, &out, true)).expect("export");
     memory_budget::set_test_reader_limit(None);
     assert!(memory_budget::dropped_by(Keeper::Spans) > 0);
     assert!(memory_budget::dropped_by(Keeper::Pseudonyms) > 0);

@@ -172,17 +172,7 @@ fn same_bytes(format: Format, redact: bool, golden: &str) {
     let f = dir.path().join("shapes.gdt");
     recording(&f);
     let out = dir.path().join("out");
-    run(&ExportOptions {
-        file: f,
-        format,
-        output: Some(out.clone()),
-        redact,
-        out: Default::default(),
-        from: None,
-        to: None,
-        devices: Default::default(),
-    })
-    .expect("export");
+    run(&ExportOptions::whole(&f, format, &out, redact)).expect("export");
     let got = std::fs::read_to_string(&out).expect("output");
     keys_sorted(&got, format);
     let path = fixture(golden);
@@ -239,16 +229,7 @@ fn golden_chrome_redacted() {
 
 /// `export FILE --format jsonl -o OUT`, nothing else asked.
 fn jsonl_of(file: &Path, out: &Path) -> ExportOptions {
-    ExportOptions {
-        file: file.to_owned(),
-        format: Format::Jsonl,
-        output: Some(out.to_owned()),
-        redact: false,
-        out: Default::default(),
-        from: None,
-        to: None,
-        devices: Default::default(),
-    }
+    ExportOptions::whole(file, Format::Jsonl, out, false)
 }
 
 /// `--from 2s --to 3.2s`: exactly the lines of the whole export whose time

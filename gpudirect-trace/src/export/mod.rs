@@ -74,6 +74,29 @@ pub struct DeviceFilter {
     pub typed: Vec<String>,
 }
 
+#[cfg(test)]
+impl ExportOptions {
+    /// `export FILE --format FORMAT -o OUT [--redact]`, nothing else asked:
+    /// the tests' export of a whole recording.
+    pub(crate) fn whole(
+        file: &std::path::Path,
+        format: Format,
+        out: &std::path::Path,
+        redact: bool,
+    ) -> Self {
+        Self {
+            file: file.to_owned(),
+            format,
+            output: Some(out.to_owned()),
+            redact,
+            out: Default::default(),
+            from: None,
+            to: None,
+            devices: Default::default(),
+        }
+    }
+}
+
 impl DeviceFilter {
     fn keeps(&self, device: &str) -> bool {
         self.wanted.is_empty() || self.wanted.iter().any(|w| w == device)

@@ -147,17 +147,7 @@ fn report_replays_whole_file_and_windows() {
 
 fn export(f: &Path, format: Format, redact: bool) -> String {
     let out = f.with_extension(format!("{format:?}{redact}"));
-    export::run(&ExportOptions {
-        file: f.to_owned(),
-        format,
-        output: Some(out.clone()),
-        redact,
-        out: Default::default(),
-        from: None,
-        to: None,
-        devices: Default::default(),
-    })
-    .expect("export");
+    export::run(&ExportOptions::whole(f, format, &out, redact)).expect("export");
     std::fs::read_to_string(out).expect("output")
 }
 
