@@ -20,12 +20,18 @@ pub const KIND_ARRAY: u8 = 3;
 pub const KIND_STRUCT: u8 = 4;
 pub const KIND_UNION: u8 = 5;
 pub const KIND_ENUM: u8 = 6;
+pub const KIND_FWD: u8 = 7;
 pub const KIND_TYPEDEF: u8 = 8;
+pub const KIND_VOLATILE: u8 = 9;
+pub const KIND_CONST: u8 = 10;
+pub const KIND_RESTRICT: u8 = 11;
 pub const KIND_FUNC: u8 = 12;
 pub const KIND_FUNC_PROTO: u8 = 13;
 pub const KIND_VAR: u8 = 14;
 pub const KIND_DATASEC: u8 = 15;
+pub const KIND_FLOAT: u8 = 16;
 pub const KIND_DECL_TAG: u8 = 17;
+pub const KIND_TYPE_TAG: u8 = 18;
 pub const KIND_ENUM64: u8 = 19;
 
 #[derive(Clone, Debug)]
@@ -194,9 +200,9 @@ impl Btf {
                         o += 8;
                     }
                 }
-                // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT,
-                // TYPE_TAG: no trailing data.
-                2 | 7 | 8..=12 | 16 | 18 => {}
+                // No trailing data.
+                KIND_PTR | KIND_FWD | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT
+                | KIND_FUNC | KIND_FLOAT | KIND_TYPE_TAG => {}
                 other => bail!("unknown BTF kind {other}"),
             }
             self.types.push(Type {
@@ -261,9 +267,12 @@ impl Btf {
         let mut ty = self
             .types
             .get(self.types.get(id as usize)?.size_or_type as usize)?;
-        // Through typedefs and qualifiers (volatile, const, restrict, type tags).
+        // Through typedefs and qualifiers.
         for _ in 0..8 {
-            if !matches!(ty.kind, KIND_TYPEDEF | 9 | 10 | 11 | 18) {
+            if !matches!(
+                ty.kind,
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG
+            ) {
                 break;
             }
             ty = self.types.get(ty.size_or_type as usize)?;
