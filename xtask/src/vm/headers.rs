@@ -84,36 +84,40 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     if !apt.has_package(&top) {
         // The list may predate the kernel's upload: refresh once.
         host::run(apt.cmd("apt-get").arg("update"))?;
-        if !apt.has_package(&top) {
-            // trixie-backports keeps older signed images but only the newest
-            // kernel source's other packages, so an image can outlive its
-            // headers there (6.18.15 on 2026-12-02).
-            return Err(super::Missing(format!(
-                "{top} is not in Debian {suite}'s package lists: no test modules for {}",
+    }
+    if apt.has_package(&top) {
+        let show = host::output(
+            apt.cmd("apt-cache")
+                .args(["show", "--no-all-versions", &top]),
+        )
+        .with_context(|| format!("apt-cache show {top} (is the {suite} list current?)"))?;
+        // Pinned versions (`(= V)`) are downloaded as such: the -common tree
+        // must be the kernel's own, whatever else the suite (or the host) has.
+        let mut pkgs = vec![top.clone()];
+        pkgs.extend(
+            header_deps(&debian::depends_field(&show))
+                .iter()
+                .map(debian::download_spec),
+        );
+        eprintln!(
+            "xtask: downloading {} into {}",
+            pkgs.join(" "),
+            dir.display()
+        );
+        download(&apt, &pkgs, &dl)?;
+    } else {
+        // trixie-backports keeps older signed images but only the newest
+        // kernel source's other packages, so an image can outlive its
+        // headers in the lists (6.18.15 from 2026-12-02, backports at 7.3)
+        // while the archive's pool still holds them.
+        from_pool(&apt, k, &top, &dl).map_err(|e| {
+            super::Missing(format!(
+                "{top} is not in Debian {suite}'s package lists, nor in its pool \
+                 ({e:#}): no test modules for {}",
                 k.release
             ))
-            .into());
-        }
+        })?;
     }
-    let show = host::output(
-        apt.cmd("apt-cache")
-            .args(["show", "--no-all-versions", &top]),
-    )
-    .with_context(|| format!("apt-cache show {top} (is the {suite} list current?)"))?;
-    // Pinned versions (`(= V)`) are downloaded as such: the -common tree
-    // must be the kernel's own, whatever else the suite (or the host) has.
-    let mut pkgs = vec![top.clone()];
-    pkgs.extend(
-        header_deps(&debian::depends_field(&show))
-            .iter()
-            .map(debian::download_spec),
-    );
-    eprintln!(
-        "xtask: downloading {} into {}",
-        pkgs.join(" "),
-        dir.display()
-    );
-    download(&apt, &pkgs, &dl)?;
     for deb in debs(&dl)? {
         host::run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&root))?;
     }
@@ -123,7 +127,10 @@ fn unpack(k: &Kernel, dir: &Path) -> Result<()> {
     let text = fs::read_to_string(&mk).with_context(|| format!("{top} has no Makefile"))?;
     fs::write(&mk, rebase_makefile(&text, &root.join("usr/src")))?;
 
-    let mut notes = wrap_new_glibc_tools(&apt, dir, &root)?;
+    // A backports suite carries no libc6: its tools were built against the
+    // release's (trixie-backports: trixie's).
+    let base = suite.strip_suffix("-backports").unwrap_or(suite);
+    let mut notes = wrap_new_glibc_tools(&PrivateApt::new(base)?, dir, &root)?;
     let config = fs::read_to_string(build_dir.join(".config"))?;
     let (cc, cc_notes) = pick_cc(&config, &build_dir)?;
     notes.extend(cc_notes);
@@ -155,6 +162,59 @@ fn download(apt: &PrivateApt, pkgs: &[String], dl: &Path) -> Result<()> {
         // The suite's package list may be older than its archive: refresh once.
         host::run(apt.cmd("apt-get").arg("update"))?;
         get()?;
+    }
+    Ok(())
+}
+
+/// Where the archive keeps the `linux` source's binary packages, over
+/// HTTPS: these files are not checked against a signed package list (the
+/// lists no longer name them), so the transport is what vouches for them.
+const POOL: &str = "https://deb.debian.org/debian/pool/main/l/linux";
+
+/// Downloads `top` (the headers of `k`) and the header packages it pins
+/// from the archive's pool, at the version of the kernel's image in the
+/// lists: for an image the lists keep after its headers left them.
+fn from_pool(apt: &PrivateApt, k: &Kernel, top: &str, dl: &Path) -> Result<()> {
+    host::ensure_packages(&["curl"])?;
+    let image = format!("linux-image-{}", k.release);
+    let show = host::output(
+        apt.cmd("apt-cache")
+            .args(["show", "--no-all-versions", &image]),
+    )?;
+    let version = show
+        .lines()
+        .find_map(|l| l.strip_prefix("Version: "))
+        .with_context(|| format!("{image} has no Version"))?
+        .trim()
+        .to_string();
+    let get = |name: &str, version: &str| -> Result<PathBuf> {
+        // The pool names versions with the epoch's colon as %3a.
+        let v = version.replace(':', "%3a");
+        let mut tried = Vec::new();
+        for arch in ["amd64", "all"] {
+            let file = format!("{name}_{v}_{arch}.deb");
+            let path = dl.join(&file);
+            let url = format!("{POOL}/{file}");
+            let ok = Command::new("curl")
+                .args(["-fsL", "--proto", "=https", "--retry", "2", "-o"])
+                .arg(&path)
+                .arg(&url)
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return Ok(path);
+            }
+            let _ = fs::remove_file(&path);
+            tried.push(url);
+        }
+        anyhow::bail!("not found: {}", tried.join(", "))
+    };
+    eprintln!("xtask: {top} from the archive's pool, version {version}");
+    let deb = get(top, &version)?;
+    let control = host::output(Command::new("dpkg-deb").arg("-f").arg(&deb).arg("Depends"))?;
+    for dep in header_deps(&debian::depends_field(&format!("Depends: {control}"))) {
+        let v = dep.exact.as_deref().unwrap_or(&version);
+        get(&dep.name, v)?;
     }
     Ok(())
 }
