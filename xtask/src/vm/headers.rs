@@ -188,8 +188,8 @@ fn from_pool(apt: &PrivateApt, k: &Kernel, top: &str, dl: &Path) -> Result<()> {
         .trim()
         .to_string();
     let get = |name: &str, version: &str| -> Result<PathBuf> {
-        // The pool names versions with the epoch's colon as %3a.
-        let v = version.replace(':', "%3a");
+        // Pool file names leave out the epoch (`1:2.3-4` is `_2.3-4_`).
+        let v = version.split_once(':').map_or(version, |(_, v)| v);
         let mut tried = Vec::new();
         for arch in ["amd64", "all"] {
             let file = format!("{name}_{v}_{arch}.deb");
