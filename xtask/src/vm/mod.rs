@@ -13,6 +13,7 @@ pub mod demo;
 pub mod fleet;
 pub mod flight_checks;
 pub mod headers;
+pub mod headers_cc;
 pub mod initramfs;
 pub mod kernel;
 pub mod kmod;
