@@ -16,11 +16,12 @@ const QUOTED: usize = 3;
 /// Where `tracer` (loaded with the feature) has failed probes, drops it (its
 /// probes detach) and loads the whole object again with `again`, which is
 /// given the refused probes' messages; warns with both counts and the first
-/// messages. Returns the tracer to keep, and whether it still has the
-/// feature.
+/// messages. `feature` names it in that warning's sentence (`it`, `them`).
+/// Returns the tracer to keep, and whether it still has the feature.
 pub(super) fn without_where_refused(
     tracer: Tracer,
     headline: &str,
+    feature: &str,
     again: impl FnOnce(&[String]) -> anyhow::Result<Tracer>,
 ) -> anyhow::Result<(Tracer, bool)> {
     let refused = tracer.failed();
@@ -31,7 +32,7 @@ pub(super) fn without_where_refused(
     drop(tracer);
     let tracer = again(&refused)?;
     log::warn!(
-        "{headline}: {} probe(s) failed to load with it ({}), {} without",
+        "{headline}: {} probe(s) failed to load with {feature} ({}), {} without",
         refused.len(),
         quote(&refused),
         tracer.failed().len()

@@ -88,6 +88,7 @@ pub(super) fn load(
     let (mut tracer, with_messages) = super::feature_fallback::without_where_refused(
         load_with(opts, true)?,
         "the eBPF programs' debug messages are off",
+        "them",
         |_| load_with(opts, false),
     )?;
     if !with_messages {

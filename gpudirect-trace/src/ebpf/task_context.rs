@@ -202,6 +202,7 @@ pub(super) fn load(
     let (tracer, _) = super::feature_fallback::without_where_refused(
         tracer,
         "the preempt count is not read as a typed per-CPU ksym",
+        "it",
         |refused| {
             let first: String = refused[0].chars().take(200).collect();
             let why = format!(
