@@ -37,6 +37,12 @@ pub struct Window {
     pub devices: Vec<String>,
 }
 
+/// Whether `device` passes a `--device` list already resolved to the
+/// recording's names (empty: every device). report and export share it.
+pub fn device_wanted(wanted: &[String], device: &str) -> bool {
+    wanted.is_empty() || wanted.iter().any(|w| w == device)
+}
+
 /// Devices a report keeps apart; the rest are one row, `(other devices)`,
 /// with a warning. A GPU server's DMA-active devices (GPUs, NICs, NVMe,
 /// switches' functions) are a few dozen; each kept device costs up to
@@ -115,7 +121,7 @@ impl Replay {
     }
 
     pub fn wanted(&self, device: &str) -> bool {
-        self.window.devices.is_empty() || self.window.devices.iter().any(|f| f == device)
+        device_wanted(&self.window.devices, device)
     }
 
     /// The incidents of the window on the wanted devices, in order.

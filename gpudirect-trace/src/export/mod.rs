@@ -99,7 +99,7 @@ impl ExportOptions {
 
 impl DeviceFilter {
     fn keeps(&self, device: &str) -> bool {
-        self.wanted.is_empty() || self.wanted.iter().any(|w| w == device)
+        crate::report::device_wanted(&self.wanted, device)
     }
 }
 
