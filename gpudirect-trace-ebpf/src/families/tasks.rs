@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use gpudirect_trace_common::kind;
 
-use crate::emit::{base_event, cfg_stream, emit_rare};
+use crate::emit::{base_event, cfg_stream, emit_hot};
 
 /// sched:sched_process_exit(struct task_struct *p[, bool group_dead]):
 /// `p` is current; only the thread-group leader's exit names the process
@@ -43,6 +43,10 @@ pub fn sched_process_exit(_ctx: RawTracePointContext) -> i32 {
     // Its cgroup (v2 id: the directory's inode), for its container.
     // SAFETY: helper without preconditions (4.18+).
     ev.size = unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() };
-    emit_rare(&mut ev);
+    // Streamed as the DMA records are, without forcing a wake-up: the name
+    // can wait for the reader's next drain (its timer or the backlog), and
+    // a forced wake-up is an irq_work on the exiting CPU and a reader
+    // wake-up per process, thousands a second on a host that forks a lot.
+    emit_hot(&mut ev);
     0
 }
