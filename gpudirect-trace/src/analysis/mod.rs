@@ -15,7 +15,7 @@ use gpudirect_trace_common::kind;
 
 pub use self::ledger::{FaultCountKey, Ledger, Outcome, INCIDENTS_KEPT};
 use crate::{
-    aggregate::Aggregator,
+    aggregate::{Aggregator, ProcName},
     decode::{c_text, dir_name, Record},
     faults::tracepoint,
     gpu::Sample,
@@ -26,6 +26,14 @@ use crate::{
         task_of, Channel, Fault, MappingState, Process, Source, TraceClock,
     },
 };
+
+/// Fills in the name of a task's process from the names the session has
+/// (its exit record, or /proc), where the source gave none.
+fn fill_comm(names: &std::collections::HashMap<u32, ProcName>, p: &mut Option<Process>) {
+    if let Some(p) = p.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
+        p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
+    }
+}
 
 pub struct Analysis {
     pub agg: Aggregator,
@@ -105,36 +113,27 @@ impl Analysis {
                 // The names the tick just resolved (an exited insmod's from
                 // its exit record): the finding carries them everywhere.
                 for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
-                    if let Some(p) = call
-                        .process
-                        .as_mut()
-                        .filter(|p| p.comm.is_none() && p.pid != 0)
-                    {
-                        p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
-                    }
+                    fill_comm(names, &mut call.process);
                 }
                 Outcome::New(self.ledger.misuse(m))
             })
             .collect()
     }
 
-    /// Names the processes of findings made before their names were known
+    /// Names the processes of incidents made before their names were known
     /// (a short-lived writer whose exit record was drained after the loss
     /// check confirmed its finding: seen on a loaded host, two VMs side by
-    /// side). Called whenever names arrive, live and in replay alike.
+    /// side; an insmod whose map failed, drained with its exit record).
+    /// Called whenever names arrive, live and in replay alike.
     pub fn name_incidents(&mut self) {
         let names = &self.agg.names;
-        let name = |p: &mut Option<crate::model::Process>| {
-            if let Some(p) = p.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
-                p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
-            }
-        };
         for i in self.ledger.incidents_mut() {
-            let Some(m) = i.misuse.as_mut() else { continue };
-            for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
-                name(&mut call.process);
+            fill_comm(names, &mut i.process);
+            if let Some(m) = i.misuse.as_mut() {
+                for call in [m.map.as_mut(), Some(&mut m.call)].into_iter().flatten() {
+                    fill_comm(names, &mut call.process);
+                }
             }
-            name(&mut i.process);
         }
     }
 
@@ -283,8 +282,20 @@ impl Analysis {
 
     /// One decoded ring-buffer record, attributed to `device`: into the
     /// tables, and, for rare events, into the ledger. Returns the incident
-    /// it created or merged into.
+    /// it created or merged into. A new incident of a task the session has
+    /// named already (a long-running process, named on an earlier tick)
+    /// carries its name at once; later names come through `name_incidents`.
     pub fn record(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
+        let out = self.record_unnamed(record, device);
+        if let Some(Outcome::New(id)) = out {
+            if let Some(i) = self.ledger.get_mut(id) {
+                fill_comm(&self.agg.names, &mut i.process);
+            }
+        }
+        out
+    }
+
+    fn record_unnamed(&mut self, record: &Record, device: &Arc<str>) -> Option<Outcome> {
         // About a process, not a device: the session keeps its name.
         if record.event().kind == kind::PROC_EXIT {
             return None;
@@ -487,3 +498,6 @@ fn mapping_of(agg: &Aggregator, f: &Fault) -> Option<MappingState> {
     let (device, addr) = (f.device.as_deref()?, f.address?);
     Some(agg.mapping_state(device, addr, f.timestamp_ns))
 }
+
+#[cfg(test)]
+mod tests_names;
