@@ -120,6 +120,24 @@ impl Analysis {
             .collect()
     }
 
+    /// The pids whose names the session has yet to look up: the tables'
+    /// (a process row) and the incidents' (a failed map's task may have
+    /// mapped nothing, so no row names it).
+    pub fn unnamed_pids(&self) -> Vec<u32> {
+        let mut out = self.agg.unnamed_pids();
+        out.extend(
+            self.ledger
+                .incidents()
+                .iter()
+                .filter_map(|i| i.process.as_ref())
+                .filter(|p| p.comm.is_none() && p.pid != 0 && !self.agg.names.contains_key(&p.pid))
+                .map(|p| p.pid),
+        );
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Names the processes of incidents made before their names were known
     /// (a short-lived writer whose exit record was drained after the loss
     /// check confirmed its finding: seen on a loaded host, two VMs side by

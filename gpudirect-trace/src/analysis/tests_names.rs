@@ -46,8 +46,12 @@ fn a_failed_maps_process_is_named_now_or_when_its_name_arrives() {
     let later = a.record(&map_error(8), &dev).expect("an incident").id();
     assert_eq!(comm(&a, known).as_deref(), Some("modprobe"));
     assert_eq!(comm(&a, later), None);
+    // Its task mapped nothing, so no process row asks for its name.
+    assert!(a.agg.unnamed_pids().is_empty());
+    assert_eq!(a.unnamed_pids(), [8]);
     // The short-lived writer's exit record, drained after its failed map.
     name(&mut a, 8, "echo");
     a.name_incidents();
     assert_eq!(comm(&a, later).as_deref(), Some("echo"));
+    assert!(a.unnamed_pids().is_empty());
 }

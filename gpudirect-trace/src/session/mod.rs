@@ -372,7 +372,7 @@ impl Session {
         if let Some(s) = self.symbols.as_mut() {
             s.poll();
         }
-        let pids = self.analysis.agg.unnamed_pids();
+        let pids = self.analysis.unnamed_pids();
         if pids.is_empty() {
             return Ok(());
         }

@@ -274,6 +274,20 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
             failures == map_fail,
             "{failures} map failures counted on the edu, the driver made {map_fail}"
         );
+        // Each failed map is an incident that names its writer, as the
+        // findings do (it stayed `pid N [current task]` before 482e748).
+        let incidents: Vec<&serde_json::Value> = record["incidents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i["category"] == "map-error" && i["device"] == edu)
+            .collect();
+        ensure!(
+            incidents.len() as u64 == map_fail
+                && incidents.iter().all(|i| i["process"]["comm"] == "echo"),
+            "{tag}: {map_fail} map failures, want as many map-error incidents naming \"echo\": \
+             {incidents:#?}"
+        );
     }
     let extra: Vec<&Finding> = found
         .iter()
