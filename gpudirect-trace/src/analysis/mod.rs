@@ -27,10 +27,16 @@ use crate::{
     },
 };
 
+/// A task the session's names can still name: known by pid, no name given.
+/// What `unnamed_pids` asks for and what `fill_comm` fills are one set.
+fn nameable(p: &Process) -> bool {
+    p.comm.is_none() && p.pid != 0
+}
+
 /// Fills in the name of a task's process from the names the session has
 /// (its exit record, or /proc), where the source gave none.
 fn fill_comm(names: &std::collections::HashMap<u32, ProcName>, p: &mut Option<Process>) {
-    if let Some(p) = p.as_mut().filter(|p| p.comm.is_none() && p.pid != 0) {
+    if let Some(p) = p.as_mut().filter(|p| nameable(p)) {
         p.comm = names.get(&p.pid).and_then(|n| n.comm.clone());
     }
 }
@@ -130,7 +136,7 @@ impl Analysis {
                 .incidents()
                 .iter()
                 .filter_map(|i| i.process.as_ref())
-                .filter(|p| p.comm.is_none() && p.pid != 0 && !self.agg.names.contains_key(&p.pid))
+                .filter(|p| nameable(p) && !self.agg.names.contains_key(&p.pid))
                 .map(|p| p.pid),
         );
         out.sort_unstable();
