@@ -111,6 +111,16 @@ pub const COUNTER_CACHE: usize = 8;
 /// cached histograms to the hash's.
 pub const LIFETIME_CACHE: usize = 4;
 
+/// Rare events (faults, map failures, group changes, Xids) wake the reader
+/// at once, but a CPU forces at most one such wake-up per this many ns; the
+/// rest wait for the reader's next drain (its timer, or the next wake-up).
+/// Each forced wake-up costs the traced CPU an irq_work (~1.4-3.5 us
+/// measured) and the reader a trip through epoll: unbounded, a storm of
+/// map failures would cost more than the DMA it reports. One a millisecond
+/// bounds it to under 0.4% of a CPU while the first event of any burst
+/// still arrives at once.
+pub const RARE_WAKE_GAP_NS: u64 = 1_000_000;
+
 /// Value of `CPU_STATE` (one per CPU): the hot path's bookkeeping, looked
 /// up once per event.
 #[repr(C)]
@@ -131,6 +141,12 @@ pub struct CpuState {
     /// `bench_hot_path_parts`, a quarter of an untimed map; a race with a
     /// preempting program only repeats or mixes a draw.
     pub lifetime_rng: u64,
+    /// When this CPU's last rare event forced a reader wake-up
+    /// (CLOCK_MONOTONIC ns; 0: never): rare events force at most one per
+    /// `RARE_WAKE_GAP_NS` per CPU, so that a storm of them (map failures at
+    /// line rate when swiotlb runs out) does not cost the traced CPU an
+    /// irq_work and the reader a wake-up per event.
+    pub rare_woke_ns: u64,
     /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
     pub cache_keys: [CounterKey; COUNTER_CACHE],
     pub cache: [Counter; COUNTER_CACHE],
@@ -148,7 +164,7 @@ pub struct CpuState {
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
 const _: () = assert!(
     core::mem::size_of::<CpuState>()
-        == 40 + 36 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
+        == 48 + 36 * COUNTER_CACHE + (8 + core::mem::size_of::<LatHist>()) * LIFETIME_CACHE
 );
 const _: () = assert!(COUNTER_CACHE.is_power_of_two());
 const _: () = assert!(core::mem::size_of::<Counter>() == 16);

@@ -438,7 +438,7 @@ impl Config {
 mod counter;
 pub use counter::{
     Counter, CounterKey, CpuState, COUNTER_CACHE, COUNTER_FROM_HOOK, COUNTER_IOVA, COUNTER_SLOTS,
-    LIFETIME_CACHE,
+    LIFETIME_CACHE, RARE_WAKE_GAP_NS,
 };
 
 /// Per-CPU self-metrics kept by the programs (array map `STATS`, one slot per

@@ -12,7 +12,7 @@ use aya_ebpf::{
 };
 use gpudirect_trace_common::{
     flags, kind, maps, stat, Config, Counter, CounterKey, CpuState, Event, COUNTER_FROM_HOOK,
-    COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_COUNT_KSYM, PREEMPT_IRQ_MASK,
+    COUNTER_IOVA, COUNTER_SLOTS, PREEMPT_COUNT_KSYM, PREEMPT_IRQ_MASK, RARE_WAKE_GAP_NS,
 };
 
 use crate::{
@@ -229,17 +229,34 @@ const WAKE_CHECK_EVERY: u64 = 16;
 /// costs ~14 ns, a quarter of streaming's own work) and wakes the reader if
 /// the backlog crossed the threshold since that CPU's previous look; the
 /// reader also drains on its own timer, so nothing waits longer than that.
-/// Rare events always wake it.
+/// Rare events wake it at once (`rare_wake_flag`).
 #[inline(always)]
-pub fn wake_flag(rare: bool) -> u64 {
-    wake_flag_in(rare, cpu_state())
+pub fn wake_flag() -> u64 {
+    wake_flag_in(cpu_state())
+}
+
+/// The submit flag of a rare event stamped `ts`: a forced wake-up, unless
+/// this CPU forced one less than `RARE_WAKE_GAP_NS` before (then the record
+/// waits for the reader's next drain, as a hot one does). A preempting
+/// program that races the plain update only forces one wake-up more or
+/// one fewer; the reader's timer bounds the wait either way.
+#[inline(always)]
+pub fn rare_wake_flag(ts: u64) -> u64 {
+    let st = cpu_state();
+    if st.is_null() {
+        return BPF_RB_FORCE_WAKEUP as u64;
+    }
+    // SAFETY: this CPU's value (see above for why a plain update is enough).
+    let last = unsafe { &mut (*st).rare_woke_ns };
+    if *last != 0 && ts.wrapping_sub(*last) < RARE_WAKE_GAP_NS {
+        return BPF_RB_NO_WAKEUP as u64;
+    }
+    *last = ts;
+    BPF_RB_FORCE_WAKEUP as u64
 }
 
 #[inline(always)]
-fn wake_flag_in(rare: bool, st: *mut CpuState) -> u64 {
-    if rare {
-        return BPF_RB_FORCE_WAKEUP as u64;
-    }
+fn wake_flag_in(st: *mut CpuState) -> u64 {
     if st.is_null() {
         return BPF_RB_NO_WAKEUP as u64;
     }
@@ -496,12 +513,13 @@ pub fn stream_hot_any(ev: &mut Event) {
 fn stream_hot(ev: &mut Event, st: *mut CpuState) {
     if cfg_stream() {
         stamp(ev);
-        output_in(ev, false, st);
+        output_in(ev, wake_flag_in(st));
     }
 }
 
 /// A rare, important event (faults, group changes): always streamed, and it
-/// wakes the reader at once.
+/// wakes the reader at once (at most once a millisecond a CPU:
+/// `rare_wake_flag`).
 #[inline(always)]
 pub fn emit_rare(ev: &mut Event) {
     rare::<false>(ev);
@@ -525,20 +543,15 @@ fn rare<const ATOMIC: bool>(ev: &mut Event) {
         add_counter(ev);
     }
     stamp(ev);
-    output(ev, true);
+    output_in(ev, rare_wake_flag(ev.ts_ns));
 }
 
 #[inline(always)]
-fn output<T: 'static + Copy>(ev: &T, rare: bool) {
-    output_in(ev, rare, cpu_state());
-}
-
-#[inline(always)]
-fn output_in<T: 'static + Copy>(ev: &T, rare: bool, st: *mut CpuState) {
+fn output_in<T: 'static + Copy>(ev: &T, flag: u64) {
     match EVENTS.reserve::<T>(0) {
         Some(mut entry) => {
             entry.write(*ev);
-            entry.submit(wake_flag_in(rare, st));
+            entry.submit(flag);
         }
         None => lost(),
     }
@@ -548,7 +561,7 @@ fn output_in<T: 'static + Copy>(ev: &T, rare: bool, st: *mut CpuState) {
 /// bpf_ringbuf_output copies it without a trip through the stack.
 #[inline(always)]
 pub fn output_hot<T: 'static>(ev: &T) {
-    if EVENTS.output(ev, wake_flag(false)).is_err() {
+    if EVENTS.output(ev, wake_flag()).is_err() {
         lost();
     }
 }

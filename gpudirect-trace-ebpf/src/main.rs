@@ -420,7 +420,7 @@ pub fn nvidia_dev_xid(ctx: RawTracePointContext) -> i32 {
             }
         }
     }
-    entry.submit(emit::wake_flag(true));
+    entry.submit(emit::rare_wake_flag(ev.ts_ns));
     0
 }
 

@@ -38,6 +38,7 @@ mod lifetimes;
 mod misuse;
 mod pcie;
 mod program_log;
+mod rare_wakeups;
 mod record;
 mod serve;
 mod serve_rules;
