@@ -141,12 +141,6 @@ pub struct CpuState {
     /// `bench_hot_path_parts`, a quarter of an untimed map; a race with a
     /// preempting program only repeats or mixes a draw.
     pub lifetime_rng: u64,
-    /// When this CPU's last rare event forced a reader wake-up
-    /// (CLOCK_MONOTONIC ns; 0: never): rare events force at most one per
-    /// `RARE_WAKE_GAP_NS` per CPU, so that a storm of them (map failures at
-    /// line rate when swiotlb runs out) does not cost the traced CPU an
-    /// irq_work and the reader a wake-up per event.
-    pub rare_woke_ns: u64,
     /// The cached counters' keys (nesting slot 0; kind 0: empty) and counts.
     pub cache_keys: [CounterKey; COUNTER_CACHE],
     pub cache: [Counter; COUNTER_CACHE],
@@ -159,6 +153,13 @@ pub struct CpuState {
     /// histograms (`LIFETIME_CACHE`).
     pub lifetime_devs: [u64; LIFETIME_CACHE],
     pub lifetimes: [LatHist; LIFETIME_CACHE],
+    /// When this CPU's last rare event forced a reader wake-up
+    /// (CLOCK_MONOTONIC ns; 0: never): rare events force at most one per
+    /// `RARE_WAKE_GAP_NS` per CPU, so that a storm of them (map failures at
+    /// line rate when swiotlb runs out) does not cost the traced CPU an
+    /// irq_work and the reader a wake-up per event. Last, so that the hot
+    /// path's fields keep their offsets.
+    pub rare_woke_ns: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<CounterKey>() == 16);
