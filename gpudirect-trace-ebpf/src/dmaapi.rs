@@ -269,7 +269,17 @@ dma_hooks! {
 fn map_phys_exit<const BIT: u32, const EXTRA: u16>(a: Option<&[u64; 6]>, ret: u64, s: Src) {
     let Some(a) = a else { return };
     if reports(BIT) {
-        dmarec::map(a[0], a[1], ret, a[2], a[3] as u32, a[4], EXTRA, true, s.stack());
+        dmarec::map(
+            a[0],
+            a[1],
+            ret,
+            a[2],
+            a[3] as u32,
+            a[4],
+            EXTRA,
+            true,
+            s.stack(),
+        );
     }
 }
 
@@ -351,7 +361,17 @@ dma_hooks! {
 #[inline(always)]
 fn sync_entry<const FOR_DEVICE: bool>(a: &[u64; 6], s: Src) {
     if reports(hook_ops::SYNC) {
-        dmarec::sync(FOR_DEVICE, a[0], a[1], a[2], a[3] as u32, None, true, true, s.stack());
+        dmarec::sync(
+            FOR_DEVICE,
+            a[0],
+            a[1],
+            a[2],
+            a[3] as u32,
+            None,
+            true,
+            true,
+            s.stack(),
+        );
     }
 }
 

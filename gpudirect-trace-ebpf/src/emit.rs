@@ -4,8 +4,8 @@
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        gen::bpf_this_cpu_ptr,
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, gen::bpf_this_cpu_ptr,
     },
     macros::map,
     maps::{PerCpuArray, PerCpuHashMap, RingBuf},
@@ -363,11 +363,9 @@ fn cached_add(ev: &Event, st: *mut CpuState) {
         let keys = core::ptr::addr_of_mut!((*st).cache_keys);
         let slots = core::ptr::addr_of_mut!((*st).cache);
         let named = core::ptr::addr_of_mut!((*st).cache_named);
-        let (Some(k), Some(c), Some(n)) = (
-            (*keys).get_mut(i),
-            (*slots).get_mut(i),
-            (*named).get_mut(i),
-        ) else {
+        let (Some(k), Some(c), Some(n)) =
+            ((*keys).get_mut(i), (*slots).get_mut(i), (*named).get_mut(i))
+        else {
             return;
         };
         let epoch = devices_epoch();

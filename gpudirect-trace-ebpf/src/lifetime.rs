@@ -25,9 +25,7 @@
 use core::intrinsics::{atomic_cxchg, AtomicOrdering};
 
 use aya_ebpf::{
-    helpers::{
-        bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_ns,
-    },
+    helpers::{bpf_get_current_pid_tgid, bpf_get_prandom_u32, bpf_jiffies64, bpf_ktime_get_ns},
     macros::map,
     maps::{Array, HashMap},
 };
@@ -245,7 +243,9 @@ fn slot(first: u32, i: u32) -> Option<*mut MapSlot> {
 fn slot_put(dev: u64, addr: u64, value: &MapValue) -> bool {
     let first = slot_of(dev, addr);
     for i in 0..SLOT_PROBES {
-        let Some(s) = slot(first, i) else { return false };
+        let Some(s) = slot(first, i) else {
+            return false;
+        };
         // SAFETY: map value pointer. The exchange makes a free slot ours
         // (any CPU, and an interrupt's program on this one, may race for
         // it); its other fields are written after, and only an unmap of

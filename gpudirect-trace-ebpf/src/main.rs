@@ -263,7 +263,16 @@ pub fn dma_free(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
     let stack = stacks::take(ctx.as_ptr());
-    dmarec::coherent(k, arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3), 0, false, stack);
+    dmarec::coherent(
+        k,
+        arg(ctx, 0),
+        arg(ctx, 1),
+        arg(ctx, 2),
+        arg(ctx, 3),
+        0,
+        false,
+        stack,
+    );
     0
 }
 
@@ -273,7 +282,16 @@ fn coherent_event(ctx: &RawTracePointContext, k: u16) -> i32 {
 pub fn dma_alloc_sgt_err(ctx: RawTracePointContext) -> i32 {
     let stack = stacks::take(ctx.as_ptr());
     let (dev, size) = (arg(&ctx, 0), arg(&ctx, 3));
-    dmarec::coherent(kind::DMA_ALLOC, dev, 0, 0, size, flags::NONCONTIG, false, stack);
+    dmarec::coherent(
+        kind::DMA_ALLOC,
+        dev,
+        0,
+        0,
+        size,
+        flags::NONCONTIG,
+        false,
+        stack,
+    );
     0
 }
 

@@ -114,7 +114,15 @@ fn range_flags(offset: u64, size: u64, alloc: u64, swiotlb: bool) -> u16 {
 /// The record of a link/unlink/sync of `size` bytes at `offset` into the
 /// state at `base`, of `alloc` bytes.
 #[inline(always)]
-fn range_event(k: u16, dev: u64, base: u64, offset: u64, size: u64, alloc: u64, swiotlb: bool) -> Event {
+fn range_event(
+    k: u16,
+    dev: u64,
+    base: u64,
+    offset: u64,
+    size: u64,
+    alloc: u64,
+    swiotlb: bool,
+) -> Event {
     let mut ev = base_event(k, dev, range_flags(offset, size, alloc, swiotlb));
     ev.addr = base.wrapping_add(offset);
     ev.size = size;
@@ -174,7 +182,13 @@ pub fn t_iova_alloc_in(ctx: FEntryContext) -> i32 {
 pub fn t_iova_alloc_out(ctx: FExitContext) -> i32 {
     exit_dma_timing(op::DMA_IOVA_ALLOC);
     let a = btf_args::<4>(ctx.as_ptr());
-    alloc_exit(a[0], a[1], a[2], btf_ret::<4>(ctx.as_ptr()), Src::btf(ctx.as_ptr()));
+    alloc_exit(
+        a[0],
+        a[1],
+        a[2],
+        btf_ret::<4>(ctx.as_ptr()),
+        Src::btf(ctx.as_ptr()),
+    );
     0
 }
 
@@ -231,7 +245,11 @@ fn link_exit(dev: u64, k: &[u64; DMA_ARGS], ret: u64, s: Src) {
         unsafe { (*st).linking = 0 };
     }
     let err = ret as u32 as i32;
-    let k = if err != 0 { kind::DMA_MAP_ERR } else { kind::DMA_MAP };
+    let k = if err != 0 {
+        kind::DMA_MAP_ERR
+    } else {
+        kind::DMA_MAP
+    };
     let mut ev = range_event(k, dev, base, offset, size, alloc, swiotlb);
     ev.phys = phys;
     ev.dir = dir;
@@ -324,7 +342,10 @@ fn unlink_entry(a: &[u64; 6], s: Src) {
     ev.dir = a[4] as u32;
     ev.aux = (a[5] & 0xffff_ffff) | s.stack();
     emit_hot_any(&mut ev);
-    if let (Some(t), true) = (lifetime, cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF) {
+    if let (Some(t), true) = (
+        lifetime,
+        cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF,
+    ) {
         record_latency_n(dev, op::LIFETIME, now().saturating_sub(t), 1);
     }
 }
@@ -366,7 +387,10 @@ fn destroy_entry(a: &[u64; 6], s: Src) {
     stream_hot_any(&mut ev);
     let mut free = free_event(dev, state, base, alloc, flags::IOVA_DESTROY, stack);
     emit_hot_any(&mut free);
-    if let (Some(v), true) = (st, cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF) {
+    if let (Some(v), true) = (
+        st,
+        cfg_track_lifetimes() != gpudirect_trace_common::lifetime::OFF,
+    ) {
         if links > 0 {
             record_latency_n(dev, op::LIFETIME, now().saturating_sub(v.ts_ns), links);
         }

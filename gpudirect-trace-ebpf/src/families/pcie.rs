@@ -3,7 +3,9 @@
 //! (pci:pci_hp_event, 7.x). Each fires a few times per change, never on a
 //! hot path: every record is emitted whole (`emit_rare`).
 
-use aya_ebpf::{helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel, macros::raw_tracepoint, programs::RawTracePointContext,
+};
 use gpudirect_trace_common::{flags, kind, pcie, Event};
 
 use crate::{
