@@ -55,6 +55,20 @@ pub const DMA_IOVA_USE_SWIOTLB: u64 = 1 << 63;
 /// stack).
 pub const AUX_STACK_SHIFT: u32 = 32;
 
+/// `Config::stacks`: which DMA-API calls take a kernel stack.
+pub mod stack_mode {
+    /// None (no `--stacks`).
+    pub const OFF: u32 = 0;
+    /// Every call (`--stacks --stacks-every-call`).
+    pub const EVERY_CALL: u32 = 1;
+    /// Every map, and an unmap or a single sync only where the mapping
+    /// table (`lifetime`, kept in streaming mode for this alone) does not
+    /// hold its mapping with the same API, size and direction: only such a
+    /// call can be a finding, and a stack costs 1-2 us on a driver's path
+    /// (`--stacks`).
+    pub const SUSPECT: u32 = 2;
+}
+
 /// The stack id a DMA-API record's `aux` carries, if any.
 pub const fn aux_stack(aux: u64) -> Option<u32> {
     match (aux >> AUX_STACK_SHIFT) as u32 {
@@ -374,8 +388,8 @@ pub struct Config {
     /// kallsyms), for page_to_phys() in the dma_map_page_attrs hooks; 0 when
     /// unknown (the hooks then report physical address 0).
     pub vmemmap_base_ptr: u64,
-    /// 1: take the kernel stack of each DMA-API call (`--stacks`) into
-    /// `STACKS`, its id in the record's `aux` (`AUX_STACK_SHIFT`).
+    /// Which DMA-API calls take their kernel stack into `STACKS`, its id in
+    /// the record's `aux` (`AUX_STACK_SHIFT`): a `stack_mode`.
     pub stacks: u32,
     /// log2 of the CPU page size (12 on x86_64).
     pub page_shift: u32,

@@ -1,5 +1,8 @@
 //! The in-kernel tables of outstanding DMA-API mappings, for lifetimes in
-//! aggregate-only mode (streaming pairs maps with unmaps in userspace).
+//! aggregate-only mode (streaming pairs maps with unmaps in userspace), and
+//! in streaming mode with `--stacks` for `stack_mode::SUSPECT` alone (an
+//! unmap or sync takes a stack only where its mapping is not in the table
+//! as it should be; no clock is read, nothing is timed).
 //!
 //! Two forms, one per kernel capability, chosen by the loader
 //! (`Config::track_lifetimes`):
@@ -33,6 +36,14 @@ pub const SLOTS: u32 = 2;
 /// the lifetime histogram is a sample (1 in `--lifetime-sample`, random at
 /// map time, so no address, size or device is favoured).
 pub const TIMED: u32 = 1 << 31;
+
+/// `MapValue::kind` bits 16-17: the mapping's direction; bit 18: a
+/// resource (MMIO) mapping (`flags::RESOURCE`). What `stack_mode::SUSPECT`
+/// compares an unmap or a sync with; userspace reads neither.
+pub const DIR_SHIFT: u32 = 16;
+pub const RESOURCE_BIT: u32 = 1 << 18;
+/// The event kind's bits of `MapValue::kind`.
+pub const KIND_MASK: u32 = 0xffff;
 
 /// One mapping in this many is timed unless `--lifetime-sample` says
 /// otherwise: at a million unmaps a second, 62 500 lifetimes a second
@@ -87,14 +98,15 @@ pub struct MapValue {
     pub size: u64,
     pub pid: u32,
     /// `kind::DMA_MAP` or `kind::DMA_MAP_SG`, with `TIMED` where the
-    /// mapping's lifetime is timed.
+    /// mapping's lifetime is timed, its direction at `DIR_SHIFT` and
+    /// `RESOURCE_BIT`.
     pub kind: u32,
 }
 
 impl MapValue {
-    /// The event kind, without the `TIMED` bit.
+    /// The event kind, without the `TIMED` bit and the shape.
     pub const fn event_kind(&self) -> u32 {
-        self.kind & !TIMED
+        self.kind & KIND_MASK
     }
 
     /// Whether the start is the fine clock's and the unmap times it.

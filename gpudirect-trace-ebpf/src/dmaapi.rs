@@ -294,7 +294,9 @@ dma_hooks! {
 #[inline(always)]
 fn unmap_entry<const BIT: u32, const EXTRA: u16>(a: &[u64; 6], s: Src) {
     if reports(BIT) {
-        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], EXTRA, true, s.stack());
+        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], EXTRA, true, || {
+            s.stack()
+        });
     }
 }
 
@@ -370,7 +372,7 @@ fn sync_entry<const FOR_DEVICE: bool>(a: &[u64; 6], s: Src) {
             None,
             true,
             true,
-            s.stack(),
+            || s.stack(),
         );
     }
 }

@@ -11,7 +11,7 @@
 use gpudirect_trace_common::{flags, kind, CpuState, Event, DMA_ATTR_MMIO, DMA_MAPPING_ERROR};
 
 use crate::{
-    emit::{base_event, emit_hot, emit_hot_any, emit_rare, emit_rare_any},
+    emit::{base_event, cfg_stack_filter, emit_hot, emit_hot_any, emit_rare, emit_rare_any},
     lifetime,
 };
 
@@ -93,10 +93,12 @@ pub fn map(
         return;
     }
     let st = hot(&mut ev, hook);
-    lifetime::mapped(&ev, st);
+    lifetime::mapped(&ev, st, 0);
 }
 
-/// dma_unmap_page / dma_unmap_phys / dma_unmap_resource.
+/// dma_unmap_page / dma_unmap_phys / dma_unmap_resource. `stack` takes
+/// the call's kernel stack (`stacks::take`): not called for an unmap of a
+/// mapping the table holds as it should be (`stack_mode::SUSPECT`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn unmap(
@@ -107,14 +109,16 @@ pub fn unmap(
     attrs: u64,
     extra: u16,
     hook: bool,
-    stack: u64,
+    stack: impl FnOnce() -> u64,
 ) {
-    let mut ev = dma_event(kind::DMA_UNMAP, dev, attrs, extra, hook, stack);
+    let mut ev = dma_event(kind::DMA_UNMAP, dev, attrs, extra, hook, 0);
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
+    if !lifetime::unmapped(&ev, hook, 0) || !cfg_stack_filter() {
+        ev.aux |= stack();
+    }
     hot(&mut ev, hook);
-    lifetime::unmapped(&ev, hook);
 }
 
 /// A failed scatter-gather map: `nents` entries, `err` the negative errno
@@ -172,7 +176,7 @@ pub fn sync(
     sg: Option<u32>,
     complete: bool,
     hook: bool,
-    stack: u64,
+    stack: impl FnOnce() -> u64,
 ) {
     let k = if for_device {
         kind::DMA_SYNC_DEVICE
@@ -187,6 +191,11 @@ pub fn sync(
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
-    ev.aux = sg.unwrap_or(0) as u64 | stack;
+    ev.aux = sg.unwrap_or(0) as u64;
+    // A single sync of a mapping the table holds as it should be takes no
+    // stack (`stack_mode::SUSPECT`); an sg sync is not looked up.
+    if sg.is_some() || !cfg_stack_filter() || !lifetime::sync_fits(&ev) {
+        ev.aux |= stack();
+    }
     hot(&mut ev, hook);
 }

@@ -73,6 +73,17 @@ pub fn cfg_stacks() -> bool {
     unsafe { core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.stacks)) != 0 }
 }
 
+/// `stack_mode::SUSPECT`: an unmap or single sync whose mapping the table
+/// holds as it should takes no stack.
+#[inline(always)]
+pub fn cfg_stack_filter() -> bool {
+    // SAFETY: as in `config`.
+    unsafe {
+        core::ptr::read_volatile(core::ptr::addr_of!(CONFIG.stacks))
+            == gpudirect_trace_common::stack_mode::SUSPECT
+    }
+}
+
 #[inline(always)]
 pub fn cfg_debug_log() -> bool {
     // SAFETY: as in `config`.

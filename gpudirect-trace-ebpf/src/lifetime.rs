@@ -30,12 +30,13 @@ use aya_ebpf::{
     maps::{Array, HashMap},
 };
 use gpudirect_trace_common::{
+    flags, kind,
     lifetime::{self, slot_of, SLOT_COUNT, SLOT_PROBES},
     maps, op, stat, CpuState, Event, MapKey, MapSlot, MapValue, LIFETIME_CACHE,
 };
 
 use crate::{
-    emit::{cfg_lifetime_sample_mask, cfg_track_lifetimes, with_cpu_to_itself},
+    emit::{cfg_lifetime_sample_mask, cfg_stack_filter, cfg_track_lifetimes, with_cpu_to_itself},
     stats::stat_inc,
     timing::{lat_bucket, record_latency},
 };
@@ -82,19 +83,27 @@ fn unmap_not_needed(dev: u64) -> bool {
     any && NO_UNMAP_DEVS.get_ptr(&dev).is_some()
 }
 
-/// `st`: this CPU's state where the caller looked it up already, else null.
+/// `st`: this CPU's state where the caller looked it up already, else null;
+/// `nents`: a scatterlist's entries handed in (0 for a single map).
 #[inline(always)]
-pub fn mapped(ev: &Event, st: *mut CpuState) {
+pub fn mapped(ev: &Event, st: *mut CpuState, nents: u32) {
     let form = cfg_track_lifetimes();
     if form == lifetime::OFF || ev.dev == 0 || unmap_not_needed(ev.dev) {
         return;
     }
-    let (ts_ns, timed) = start_clock(st);
+    // The stack filter (streaming) wants the mapping's shape, not its age
+    // or its task: `MapValue::pid` holds a scatterlist's entry count.
+    let (ts_ns, timed, pid) = if cfg_stack_filter() {
+        (0, 0, nents)
+    } else {
+        let (ts_ns, timed) = start_clock(st);
+        (ts_ns, timed, (bpf_get_current_pid_tgid() >> 32) as u32)
+    };
     let value = MapValue {
         ts_ns,
         size: ev.size,
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-        kind: ev.kind as u32 | timed,
+        pid,
+        kind: shape(ev) | timed,
     };
     let tracked = if form == lifetime::SLOTS {
         slot_put(ev.dev, ev.addr, &value)
@@ -155,32 +164,90 @@ fn draw(st: *mut CpuState) -> u64 {
     }
 }
 
+/// A mapping's kind, direction and API as the table keeps them
+/// (`MapValue::kind` without `TIMED`).
+#[inline(always)]
+fn shape(ev: &Event) -> u32 {
+    let resource = if ev.flags & flags::RESOURCE != 0 {
+        lifetime::RESOURCE_BIT
+    } else {
+        0
+    };
+    u32::from(ev.kind) | (ev.dir & 3) << lifetime::DIR_SHIFT | resource
+}
+
+/// Takes the unmapped mapping out of the table (timing its lifetime where
+/// it was timed); true where the table held it as the unmap says it was
+/// mapped (its API, direction, and a single map's size or a scatterlist's
+/// `nents`): an unmap no check can fault (`stack_mode::SUSPECT`).
 /// `hook`: the program may be preempted (fentry/fexit, kprobes), so it
 /// cannot use the CPU's lifetime cache.
 #[inline(always)]
-pub fn unmapped(ev: &Event, hook: bool) {
+pub fn unmapped(ev: &Event, hook: bool, nents: u32) -> bool {
     let form = cfg_track_lifetimes();
     if form == lifetime::OFF || ev.dev == 0 {
-        return;
+        return false;
     }
     let start = if form == lifetime::SLOTS {
         slot_take(ev.dev, ev.addr)
     } else {
         hash_take(ev.dev, ev.addr)
     };
-    let Some((start, kind)) = start else {
+    let Some(v) = start else {
         stat_inc(stat::LIFETIME_UNMATCHED);
-        return;
+        return false;
     };
-    if kind & lifetime::TIMED == 0 {
-        return;
+    // The unmap's shape, as its map would have it.
+    let sg = ev.kind == kind::DMA_UNMAP_SG;
+    let map_kind = if sg { kind::DMA_MAP_SG } else { kind::DMA_MAP };
+    let map_shape = shape(ev) & !lifetime::KIND_MASK | u32::from(map_kind);
+    let as_mapped = v.kind & !lifetime::TIMED == map_shape
+        && if sg {
+            v.pid == nents
+        } else {
+            v.size == ev.size
+        };
+    if v.kind & lifetime::TIMED == 0 {
+        return as_mapped;
     }
+    let start = v.ts_ns;
     // SAFETY: helper without preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let ns = now.saturating_sub(start);
     if hook || !with_cpu_to_itself(|st| cache_lifetime(st, ev.dev, ns)) {
         record_latency(ev.dev, op::LIFETIME, ns);
     }
+    as_mapped
+}
+
+/// Whether the table holds a page map at exactly `ev`'s (a single sync's)
+/// address that it fits in, in a direction it may sync in: a sync no
+/// check can fault. The table is read, not changed. (Userspace's check
+/// takes the first live mapping that contains the address; only where
+/// mappings overlap, without an IOMMU, could that be another one.)
+#[inline(always)]
+pub fn sync_fits(ev: &Event) -> bool {
+    let form = cfg_track_lifetimes();
+    if form == lifetime::OFF || ev.dev == 0 {
+        return false;
+    }
+    let found = if form == lifetime::SLOTS {
+        slot_find(ev.dev, ev.addr)
+    } else {
+        let key = MapKey {
+            dev: ev.dev,
+            addr: ev.addr,
+        };
+        // SAFETY: the value is copied out at once.
+        unsafe { MAPPINGS.get(&key) }.copied()
+    };
+    let Some(MapValue { kind, size, .. }) = found else {
+        return false;
+    };
+    let map_dir = kind >> lifetime::DIR_SHIFT & 3;
+    kind & lifetime::KIND_MASK == u32::from(kind::DMA_MAP)
+        && ev.size <= size
+        && (map_dir == gpudirect_trace_common::dir::BIDIRECTIONAL || map_dir == ev.dir)
 }
 
 /// Adds a lifetime of `ns` to `dev`'s histogram in this CPU's cache
@@ -216,12 +283,12 @@ fn cache_lifetime(st: &mut CpuState, dev: u64, ns: u64) -> bool {
     false
 }
 
-/// The hash form's unmap: the mapping's start and kind, removed.
+/// The hash form's unmap: the mapping, removed.
 #[inline(always)]
-fn hash_take(dev: u64, addr: u64) -> Option<(u64, u32)> {
+fn hash_take(dev: u64, addr: u64) -> Option<MapValue> {
     let key = MapKey { dev, addr };
     // SAFETY: the value is copied out before the entry is removed.
-    let start = unsafe { MAPPINGS.get(&key) }.map(|v| (v.ts_ns, v.kind))?;
+    let start = unsafe { MAPPINGS.get(&key) }.copied()?;
     let _ = MAPPINGS.remove(&key);
     Some(start)
 }
@@ -275,18 +342,35 @@ fn slot_put(dev: u64, addr: u64, value: &MapValue) -> bool {
     false
 }
 
-/// Takes (dev, addr) out of its probe run: its start time and kind, and the slot
-/// freed (its address first, so that a concurrent look for the same
-/// address never matches a slot being freed; then the claim word).
+/// (dev, addr)'s mapping, left in its probe run.
 #[inline(always)]
-fn slot_take(dev: u64, addr: u64) -> Option<(u64, u32)> {
+fn slot_find(dev: u64, addr: u64) -> Option<MapValue> {
+    let first = slot_of(dev, addr);
+    for i in 0..SLOT_PROBES {
+        let s = slot(first, i)?;
+        // SAFETY: map value pointer; see slot_put for who writes it. A
+        // slot rewritten under us reads as another mapping: a stack taken.
+        unsafe {
+            if (*s).dev == dev && (*s).addr == addr {
+                return Some((*s).value);
+            }
+        }
+    }
+    None
+}
+
+/// Takes (dev, addr) out of its probe run: its mapping, and the slot freed
+/// (its address first, so that a concurrent look for the same address
+/// never matches a slot being freed; then the claim word).
+#[inline(always)]
+fn slot_take(dev: u64, addr: u64) -> Option<MapValue> {
     let first = slot_of(dev, addr);
     for i in 0..SLOT_PROBES {
         let s = slot(first, i)?;
         // SAFETY: map value pointer; see slot_put for who writes it.
         unsafe {
             if (*s).dev == dev && (*s).addr == addr {
-                let start = ((*s).value.ts_ns, (*s).value.kind);
+                let start = (*s).value;
                 core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), 0);
                 core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).dev), 0);
                 return Some(start);

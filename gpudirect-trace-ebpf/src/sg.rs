@@ -27,7 +27,10 @@ use crate::{
     ctx::AnyCtx,
     debug_log::odd,
     dmarec,
-    emit::{add_counter, add_counter_atomic, base_event, cfg_stream, config, output_hot, stamp},
+    emit::{
+        add_counter, add_counter_atomic, base_event, cfg_stack_filter, cfg_stream, config,
+        output_hot, stamp,
+    },
     lifetime,
     timing::enter_dma,
 };
@@ -153,6 +156,7 @@ fn finish(ctx: *mut c_void, sc: &mut Scratch) {
                 sc.cur.total
             );
         }
+        let stack = sc.fin.stack;
         dmarec::sync(
             sc.fin.what == FINISH_SYNC_DEV,
             sc.fin.dev,
@@ -162,7 +166,8 @@ fn finish(ctx: *mut c_void, sc: &mut Scratch) {
             Some(sc.fin.nents as u32),
             sc.cur.ended != 0,
             hook,
-            sc.fin.stack,
+            // Taken at the sync's start (`fin`), for an sg sync always.
+            || stack,
         );
     }
     if sc.fin.then_enter != 0 {
@@ -204,7 +209,13 @@ pub fn sg_event<const LOOP: bool>(
     ev.ents = ents;
     ev.n_lens = 0;
     ev.event.dir = dir;
-    ev.event.aux = (attrs & 0xffff_ffff) | crate::stacks::take(ctx);
+    // An unmap's stack waits for the mapping table's word (`sg_record`).
+    let stack = if k == kind::DMA_UNMAP_SG && cfg_stack_filter() {
+        0
+    } else {
+        crate::stacks::take(ctx)
+    };
+    ev.event.aux = (attrs & 0xffff_ffff) | stack;
     if let Some(a) = read_u64(sgl + off.sg_dma_address as u64) {
         ev.event.addr = a;
     }
@@ -252,9 +263,11 @@ fn sg_record(ctx: *mut c_void, ev: &mut SgEvent, cur: &Cursor, hook: bool) {
         ev.event.kind = k;
     }
     if k == kind::DMA_MAP_SG {
-        lifetime::mapped(&ev.event, core::ptr::null_mut());
-    } else {
-        lifetime::unmapped(&ev.event, hook);
+        lifetime::mapped(&ev.event, core::ptr::null_mut(), ev.nents);
+    } else if !lifetime::unmapped(&ev.event, hook, ev.nents) && cfg_stack_filter() {
+        // Not unmapped as it was mapped: it may be a finding (`sg_event`
+        // left its stack to here).
+        ev.event.aux |= crate::stacks::take(ctx);
     }
     if cfg_stream() {
         stamp(&mut ev.event);

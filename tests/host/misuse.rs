@@ -15,10 +15,18 @@ use gpudirect_trace_common::aux_stack;
 use crate::{inject::Injector, sg_walk::Arena};
 
 fn checked(stacks: bool) -> Injector {
+    checked_with(stacks, false, None)
+}
+
+/// `bpf_atomics`: Some(false) loads what a kernel without BPF atomics gets
+/// (the hash form of the mapping table).
+fn checked_with(stacks: bool, stacks_every_call: bool, bpf_atomics: Option<bool>) -> Injector {
     let tracer = Tracer::load(&TracerOptions {
         attach: false,
         ring_bytes: 1 << 20,
         stacks,
+        stacks_every_call,
+        bpf_atomics,
         ..Default::default()
     })
     .expect("load the eBPF object");
@@ -149,6 +157,126 @@ fn the_real_programs_take_kernel_stacks_with_stacks_on_only() {
     let m = inc.misuse.as_ref().expect("misuse");
     assert_eq!(m.check, Check::UnmapSize);
     assert!(!m.call.stack.is_empty() && !m.map.as_ref().expect("map").stack.is_empty());
+}
+
+/// `--stacks` takes every map's stack, but an unmap's or a single sync's
+/// only where the kernel's mapping table does not hold its mapping with the
+/// same API, size and direction: exactly the calls that can be findings,
+/// each of which still shows the code that misused. `--stacks-every-call`
+/// takes every one. Both forms of the table (the slot table, and the hash of
+/// kernels without BPF atomics). (Fails on a filter that drops a finding's
+/// stack, and on one that lets every unmap through.)
+#[test]
+fn unmaps_and_syncs_that_cannot_be_findings_take_no_stack() {
+    crate::require_root();
+    const MMIO: u64 = gpudirect_trace_common::DMA_ATTR_MMIO;
+    let (h1, h2, h3, h4, h5) = (
+        0xa000_0000u64,
+        0xb000_0000,
+        0xc000_0000,
+        0xd000_0000,
+        0xe000_0000,
+    );
+    for (every_call, atomics) in [(false, None), (false, Some(false)), (true, None)] {
+        let mut inj = checked_with(true, every_call, atomics);
+        let dev = inj.device.addr;
+        let mut arena = Arena::new(inj.tracer.offsets);
+        let (sgl, _) = arena.chained(&[4096, 4096, 4096, 4096, 4096], 128, 0);
+        // (program, arguments, whether it can be a finding)
+        #[rustfmt::skip]
+        let calls: [(&str, Vec<u64>, bool); 22] = [
+            ("dma_map", vec![dev, 0x1000, h1, 4096, 1, 0], true),
+            ("dma_sync_single_for_cpu", vec![dev, h1, 4096, 1], false),
+            ("dma_sync_single_for_device", vec![dev, h1, 2048, 1], false),
+            ("dma_unmap", vec![dev, h1, 4096, 1, 0], false),
+            ("dma_unmap", vec![dev, h1, 4096, 1, 0], true), // double unmap
+            ("dma_sync_single_for_cpu", vec![dev, h1, 4096, 1], true), // after unmap
+            ("dma_map", vec![dev, 0x2000, h2, 4096, 2, 0], true),
+            ("dma_sync_single_for_device", vec![dev, h2, 8192, 2], true), // outside
+            ("dma_sync_single_for_cpu", vec![dev, h2, 4096, 1], true), // direction
+            ("dma_unmap", vec![dev, h2, 2048, 2, 0], true), // size
+            ("dma_map", vec![dev, 0x3000, h3, 4096, 0, 0], true),
+            ("dma_sync_single_for_cpu", vec![dev, h3, 4096, 1], false), // bidirectional
+            ("dma_unmap", vec![dev, h3, 4096, 1, 0], true), // direction
+            ("dma_map", vec![dev, 0x4000, h4, 4096, 1, MMIO], true),
+            ("dma_unmap", vec![dev, h4, 4096, 1, 0], true), // API (resource vs page)
+            ("dma_map", vec![dev, 0x5000, h5, 4096, 1, MMIO], true),
+            ("dma_unmap", vec![dev, h5, 4096, 1, MMIO], false),
+            ("dma_unmap", vec![dev, 0xf000_0000, 4096, 1, 0], true), // mapped before tracing
+            ("dma_map_sg", vec![dev, sgl, 5, 3, 2, 0], true),
+            ("dma_unmap_sg", vec![dev, sgl, 5, 2, 0], false),
+            ("dma_map_sg", vec![dev, sgl, 5, 3, 2, 0], true),
+            ("dma_unmap_sg", vec![dev, sgl, 3, 2, 0], true), // the merged count
+        ];
+        for (program, args, _) in &calls {
+            inj.run(program, args);
+        }
+        let mut recs = Vec::new();
+        inj.tracer
+            .drain(|b| recs.push(gpudirect_trace::decode::decode(b).expect("record")));
+        assert_eq!(recs.len(), calls.len());
+        for ((program, args, suspect), r) in calls.iter().zip(&recs) {
+            let has = aux_stack(r.event().aux).is_some();
+            assert_eq!(
+                has,
+                *suspect || every_call,
+                "{program} {args:x?} (every call: {every_call}, atomics: {atomics:?})"
+            );
+        }
+        for r in &recs {
+            let name = inj.tracer.device_name(r.event().dev);
+            inj.analysis.record(r, &name);
+        }
+        let ids = inj.analysis.confirm(0);
+        let mut checks: Vec<Check> = ids
+            .iter()
+            .filter_map(|o| inj.analysis.ledger.get(o.id()))
+            .filter_map(|i| i.misuse.as_ref().map(|m| m.check))
+            .collect();
+        checks.sort();
+        assert_eq!(
+            checks,
+            [
+                Check::DoubleUnmap,
+                Check::UnmapSize,
+                Check::UnmapDirection,
+                Check::UnmapClass,
+                Check::SgUnmapCount,
+                Check::SyncUnmapped,
+                Check::SyncOutside,
+                Check::SyncDirection,
+            ]
+        );
+        // Every finding names the misusing call's stack and its map's.
+        let missing = inj.analysis.missing_stacks();
+        let list: Vec<_> = missing
+            .iter()
+            .map(|&id| gpudirect_trace::model::misuse::StackFrames {
+                id,
+                frames: vec![format!("frame of stack {id}")],
+            })
+            .collect();
+        inj.analysis.add_stacks(&list);
+        inj.analysis.fill_stacks();
+        for o in &ids {
+            let m = inj
+                .analysis
+                .ledger
+                .get(o.id())
+                .and_then(|i| i.misuse.as_ref())
+                .expect("misuse");
+            assert!(
+                !m.call.stack.is_empty(),
+                "{:?} without its call's stack",
+                m.check
+            );
+            assert!(
+                m.map.as_ref().is_some_and(|c| !c.stack.is_empty()),
+                "{:?} without its map's stack",
+                m.check
+            );
+        }
+    }
 }
 
 /// The cost of `--stacks` per hit: dma_map and dma_unmap through the real

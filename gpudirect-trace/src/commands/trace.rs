@@ -77,10 +77,18 @@ pub struct TraceArgs {
     /// started are counted as unknown.
     #[arg(long, conflicts_with = "aggregate_only")]
     pub check: bool,
-    /// With --check: take the kernel stack of each DMA-API call, so each
-    /// finding shows the code that mapped and the code that misused.
+    /// With --check: take kernel stacks of DMA-API calls, so each finding
+    /// shows the code that mapped and the code that misused. Every map
+    /// takes one; an unmap or a single sync only where it may be a finding
+    /// (its mapping is not in the kernel's table with the same API, size
+    /// and direction), since a stack costs 1-2 us on a driver's path.
     #[arg(long, requires = "check")]
     pub stacks: bool,
+    /// With --stacks: every unmap and sync takes its stack too, so that
+    /// `export` shows each call's (about twice the cost of --stacks on a
+    /// map-unmap pair).
+    #[arg(long, requires = "stacks")]
+    pub stacks_every_call: bool,
     /// With --stacks: frames kept per stack, 1 to 127. Fewer take less
     /// kernel memory (8 MiB at 127, 1 MiB at 16) and, where the driver's
     /// stacks are deep, less time: 16 took ~40% off a GPU's scatterlist
@@ -145,6 +153,7 @@ impl TraceArgs {
             follow_kmsg: true,
             check: self.check,
             stacks: self.stacks,
+            stacks_every_call: self.stacks_every_call,
             stack_depth: self.stack_depth,
             dma_source: self.dma_source.into(),
             sg_walk_max: self.sg_walk_max,

@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use aya::maps::MapData;
 use gpudirect_trace_common::{
     lifetime::{self, SLOT_COUNT},
-    MapKey, MapSlot, MapValue,
+    stack_mode, MapKey, MapSlot, MapValue,
 };
 
 use super::sys::{self, insn, MapView};
@@ -72,13 +72,41 @@ pub fn describe_sample(form: u32, mask: u32, jiffies: bool) -> String {
     }
 }
 
-/// The table form for a session: none when streaming or without lifetimes.
-pub fn form(stream: bool, lifetimes: bool, atomics: bool) -> u32 {
-    match (!stream && lifetimes, atomics) {
+/// The table form for a session that `wants` one (aggregate-only with
+/// lifetimes, or streaming's stack filter): the slot table where the kernel
+/// has BPF atomics.
+pub fn form(wanted: bool, atomics: bool) -> u32 {
+    match (wanted, atomics) {
         (false, _) => lifetime::OFF,
         (true, true) => lifetime::SLOTS,
         (true, false) => lifetime::HASH,
     }
+}
+
+/// `Config::stacks` for `--stacks` (`every_call`: `--stacks-every-call`).
+pub fn stack_mode(stacks: bool, every_call: bool) -> u32 {
+    match (stacks, every_call) {
+        (false, _) => stack_mode::OFF,
+        (true, true) => stack_mode::EVERY_CALL,
+        (true, false) => stack_mode::SUSPECT,
+    }
+}
+
+/// What a user is told the table is for: lifetimes (`timed`: the form,
+/// aggregate-only), else the stack filter where a table is kept at all.
+pub fn describe_use(form: u32, timed: u32, sample_mask: u32, jiffies: bool) -> String {
+    if form != lifetime::OFF && timed == lifetime::OFF {
+        return format!(
+            "in-kernel mapping table for --stacks (an unmap or sync takes a stack only where \
+             its mapping is not there as it should be): {}",
+            describe(form)
+        );
+    }
+    format!(
+        "in-kernel mapping lifetimes: {}; {}",
+        describe(timed),
+        describe_sample(timed, sample_mask, jiffies)
+    )
 }
 
 /// What a user is told about the form in use.
@@ -164,8 +192,8 @@ mod tests {
         let patched = without_cmpxchg(&mut bytes).expect("patches");
         assert!(patched > 0, "no compare-and-exchange in the object");
         assert_eq!(without_cmpxchg(&mut bytes).expect("patches"), 0);
-        assert_eq!(form(true, true, true), lifetime::OFF);
-        assert_eq!(form(false, true, false), lifetime::HASH);
-        assert_eq!(form(false, true, true), lifetime::SLOTS);
+        assert_eq!(form(false, true), lifetime::OFF);
+        assert_eq!(form(true, false), lifetime::HASH);
+        assert_eq!(form(true, true), lifetime::SLOTS);
     }
 }

@@ -37,7 +37,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use gpudirect_trace_common::{
-    lifetime, maps as maps_names, runtime, stat, Config, KernelOffsets, LatHist, MapKey, MapValue,
+    lifetime, maps as maps_names, runtime, stack_mode, stat, Config, KernelOffsets, LatHist,
+    MapKey, MapValue,
 };
 use serde::Serialize;
 
@@ -136,8 +137,12 @@ pub struct TracerOptions {
     pub dma_source: DmaSource,
     /// Scatterlist entries walked per map at most (`--sg-walk-max`).
     pub sg_walk_max: u32,
-    /// Take the kernel stack of each DMA-API call (`--stacks`).
+    /// Take the kernel stacks of DMA-API calls (`--stacks`): every map's,
+    /// and an unmap's or a sync's where it may be a finding
+    /// (`stack_mode::SUSPECT`).
     pub stacks: bool,
+    /// With `stacks`: every unmap's and sync's too (`--stacks-every-call`).
+    pub stacks_every_call: bool,
     /// Frames kept per stack (`--stack-depth`), 1 to 127.
     pub stack_depth: u32,
     /// The programs' debug messages (aya-log): by default, asked for where
@@ -165,6 +170,7 @@ impl Default for TracerOptions {
             dma_source: DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
             stacks: false,
+            stacks_every_call: false,
             stack_depth: DEFAULT_STACK_DEPTH,
             program_log: ProgramLog::wanted(),
             bpf_atomics: None,
@@ -256,14 +262,22 @@ impl Tracer {
         let atomics = opts
             .bpf_atomics
             .unwrap_or_else(lifetime_table::kernel_has_bpf_atomics);
-        let lifetimes = lifetime_table::form(opts.stream, opts.lifetimes, atomics);
+        let stack_mode = lifetime_table::stack_mode(opts.stacks, opts.stacks_every_call);
+        // Streaming keeps the mapping table for the stack filter alone.
+        let stack_filter = opts.stream && stack_mode == stack_mode::SUSPECT;
+        let lifetimes =
+            lifetime_table::form((!opts.stream && opts.lifetimes) || stack_filter, atomics);
         let jiffy_clock = jiffies::JiffyClock::calibrate();
+        let timed = if opts.stream {
+            lifetime::OFF
+        } else {
+            lifetimes
+        };
         let sample_mask =
-            lifetime_table::sample_mask(lifetimes, opts.lifetime_sample, jiffy_clock.is_some());
+            lifetime_table::sample_mask(timed, opts.lifetime_sample, jiffy_clock.is_some());
         log::info!(
-            "in-kernel mapping lifetimes: {}; {}",
-            lifetime_table::describe(lifetimes),
-            lifetime_table::describe_sample(lifetimes, sample_mask, jiffy_clock.is_some())
+            "{}",
+            lifetime_table::describe_use(lifetimes, timed, sample_mask, jiffy_clock.is_some())
         );
         let object = object_patch::object_for(
             EBPF_OBJECT,
@@ -288,7 +302,7 @@ impl Tracer {
             // Streaming pairs maps with unmaps in userspace, exactly.
             track_lifetimes: lifetimes,
             vmemmap_base_ptr: hooks.vmemmap_base.unwrap_or(0),
-            stacks: u32::from(opts.stacks),
+            stacks: stack_mode,
             page_shift: 12,
             per_cpu_offset_ptr: task_context.as_ref().map_or(0, |f| f.per_cpu_offset),
             preempt_count_ptr: task_context.as_ref().map_or(0, |f| f.preempt_count),
@@ -385,7 +399,7 @@ impl Tracer {
         let maps = maps::Maps::take(&mut ebpf, lifetimes == lifetime::SLOTS)?;
         // What aggregate-only would get here, whatever this session's mode
         // (`probes` tells it).
-        let aggregate_form = lifetime_table::form(false, true, atomics);
+        let aggregate_form = lifetime_table::form(true, atomics);
         let jiffies = jiffy_clock.is_some();
         Ok(Self {
             ebpf,

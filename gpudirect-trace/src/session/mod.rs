@@ -174,6 +174,7 @@ impl Session {
             dma_source: opts.dma_source,
             sg_walk_max: opts.sg_walk_max,
             stacks: opts.check && opts.stacks,
+            stacks_every_call: opts.stacks_every_call,
             stack_depth: opts.stack_depth,
             ..Default::default()
         })?;

@@ -20,6 +20,9 @@ pub struct SessionOptions {
     pub check: bool,
     /// Take kernel stacks of DMA-API calls for the findings.
     pub stacks: bool,
+    /// With `stacks`: also every unmap's and sync's that cannot be a
+    /// finding.
+    pub stacks_every_call: bool,
     /// Frames kept per stack.
     pub stack_depth: u32,
     /// Which programs report DMA-API calls.
@@ -39,6 +42,7 @@ impl Default for SessionOptions {
             follow_kmsg: true,
             check: false,
             stacks: false,
+            stacks_every_call: false,
             stack_depth: crate::ebpf::DEFAULT_STACK_DEPTH,
             dma_source: crate::ebpf::DmaSource::Auto,
             sg_walk_max: gpudirect_trace_common::SG_WALK_DEFAULT,
