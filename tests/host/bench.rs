@@ -181,16 +181,20 @@ fn bench_program_cost() {
 #[ignore = "benchmark: cargo xtask bench"]
 fn bench_stack_cost() {
     let dev = known_kernel_object().addr;
-    for (mode, stacks, stack_depth) in [
-        ("no-stacks", false, 127),
-        ("depth-127", true, 127),
-        ("depth-16", true, 16),
-        ("depth-4", true, 4),
+    // `--stacks` leaves out the stacks of unmaps that match their map (all
+    // but the first 64 here); every-call is `--stacks-every-call`.
+    for (mode, stacks, stack_depth, stacks_every_call) in [
+        ("no-stacks", false, 127, false),
+        ("depth-127", true, 127, false),
+        ("every-call", true, 127, true),
+        ("depth-16", true, 16, false),
+        ("depth-4", true, 4, false),
     ] {
         let mut tracer = Tracer::load(&TracerOptions {
             attach: false,
             stream: true,
             stacks,
+            stacks_every_call,
             stack_depth,
             ..Default::default()
         })
