@@ -7,8 +7,8 @@
 # aggregate times one lifetime in 16 (the default sampling), aggregate-every
 # times each (--lifetime-sample 1), aggregate-nolife is aggregate-only
 # without the in-kernel mapping table; check and
-# stacks: streaming with --check, and with --check --stacks; stacks-N:
-# with --stack-depth N).
+# stacks: streaming with --check, and with --check --stacks; stacks-every:
+# with --stacks-every-call too; stacks-N: with --stack-depth N).
 set -u
 USAGE="progcost.sh BIN [ITERS]"
 . "$(dirname "$0")/prelude.sh"
@@ -23,6 +23,7 @@ for mode in $MODES; do
     aggregate-nolife) flag="--aggregate-only --no-lifetimes" ;;
     check) flag="--check" ;;
     stacks) flag="--check --stacks" ;;
+    stacks-every) flag="--check --stacks --stacks-every-call" ;;
     stacks-*) flag="--check --stacks --stack-depth ${mode#stacks-}" ;;
   esac
   start_live /tmp/pc.jsonl /tmp/pc.err $flag --interval 30s
