@@ -210,6 +210,12 @@ impl Src {
         crate::stacks::take(self.ctx)
     }
 
+    /// The call's kernel stack, taken only if the record needs one.
+    #[inline(always)]
+    fn lazy_stack(&self) -> crate::stacks::Stack {
+        crate::stacks::Stack::From(self.ctx)
+    }
+
     fn btf(ctx: *mut c_void) -> Self {
         Self { kprobe: false, ctx }
     }
@@ -294,9 +300,8 @@ dma_hooks! {
 #[inline(always)]
 fn unmap_entry<const BIT: u32, const EXTRA: u16>(a: &[u64; 6], s: Src) {
     if reports(BIT) {
-        dmarec::unmap(a[0], a[1], a[2], a[3] as u32, a[4], EXTRA, true, || {
-            s.stack()
-        });
+        let (dev, addr, size, dir, attrs) = (a[0], a[1], a[2], a[3] as u32, a[4]);
+        dmarec::unmap(dev, addr, size, dir, attrs, EXTRA, true, s.lazy_stack());
     }
 }
 
@@ -372,7 +377,7 @@ fn sync_entry<const FOR_DEVICE: bool>(a: &[u64; 6], s: Src) {
             None,
             true,
             true,
-            || s.stack(),
+            s.lazy_stack(),
         );
     }
 }

@@ -13,6 +13,7 @@ use gpudirect_trace_common::{flags, kind, CpuState, Event, DMA_ATTR_MMIO, DMA_MA
 use crate::{
     emit::{base_event, cfg_stack_filter, emit_hot, emit_hot_any, emit_rare, emit_rare_any},
     lifetime,
+    stacks::Stack,
 };
 
 #[inline(always)]
@@ -96,9 +97,9 @@ pub fn map(
     lifetime::mapped(&ev, st, 0);
 }
 
-/// dma_unmap_page / dma_unmap_phys / dma_unmap_resource. `stack` takes
-/// the call's kernel stack (`stacks::take`): not called for an unmap of a
-/// mapping the table holds as it should be (`stack_mode::SUSPECT`).
+/// dma_unmap_page / dma_unmap_phys / dma_unmap_resource. `stack`: the
+/// call's kernel stack, not taken for an unmap of a mapping the table holds
+/// as it should be (`stack_mode::SUSPECT`).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn unmap(
@@ -109,14 +110,14 @@ pub fn unmap(
     attrs: u64,
     extra: u16,
     hook: bool,
-    stack: impl FnOnce() -> u64,
+    stack: Stack,
 ) {
     let mut ev = dma_event(kind::DMA_UNMAP, dev, attrs, extra, hook, 0);
     ev.addr = addr;
     ev.size = size;
     ev.dir = dir;
     if !lifetime::unmapped(&ev, hook, 0) || !cfg_stack_filter() {
-        ev.aux |= stack();
+        ev.aux |= stack.get();
     }
     hot(&mut ev, hook);
 }
@@ -176,7 +177,7 @@ pub fn sync(
     sg: Option<u32>,
     complete: bool,
     hook: bool,
-    stack: impl FnOnce() -> u64,
+    stack: Stack,
 ) {
     let k = if for_device {
         kind::DMA_SYNC_DEVICE
@@ -195,7 +196,7 @@ pub fn sync(
     // A single sync of a mapping the table holds as it should be takes no
     // stack (`stack_mode::SUSPECT`); an sg sync is not looked up.
     if sg.is_some() || !cfg_stack_filter() || !lifetime::sync_fits(&ev) {
-        ev.aux |= stack();
+        ev.aux |= stack.get();
     }
     hot(&mut ev, hook);
 }

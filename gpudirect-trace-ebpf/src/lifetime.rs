@@ -342,21 +342,26 @@ fn slot_put(dev: u64, addr: u64, value: &MapValue) -> bool {
     false
 }
 
-/// (dev, addr)'s mapping, left in its probe run.
+/// The slot of (dev, addr)'s probe run that holds it.
 #[inline(always)]
-fn slot_find(dev: u64, addr: u64) -> Option<MapValue> {
+fn slot_holding(dev: u64, addr: u64) -> Option<*mut MapSlot> {
     let first = slot_of(dev, addr);
     for i in 0..SLOT_PROBES {
         let s = slot(first, i)?;
-        // SAFETY: map value pointer; see slot_put for who writes it. A
-        // slot rewritten under us reads as another mapping: a stack taken.
-        unsafe {
-            if (*s).dev == dev && (*s).addr == addr {
-                return Some((*s).value);
-            }
+        // SAFETY: map value pointer; see slot_put for who writes it.
+        if unsafe { (*s).dev == dev && (*s).addr == addr } {
+            return Some(s);
         }
     }
     None
+}
+
+/// (dev, addr)'s mapping, left in its probe run.
+#[inline(always)]
+fn slot_find(dev: u64, addr: u64) -> Option<MapValue> {
+    // SAFETY: map value pointer. A slot rewritten under us reads as
+    // another mapping: a stack taken.
+    slot_holding(dev, addr).map(|s| unsafe { (*s).value })
 }
 
 /// Takes (dev, addr) out of its probe run: its mapping, and the slot freed
@@ -364,18 +369,12 @@ fn slot_find(dev: u64, addr: u64) -> Option<MapValue> {
 /// never matches a slot being freed; then the claim word).
 #[inline(always)]
 fn slot_take(dev: u64, addr: u64) -> Option<MapValue> {
-    let first = slot_of(dev, addr);
-    for i in 0..SLOT_PROBES {
-        let s = slot(first, i)?;
-        // SAFETY: map value pointer; see slot_put for who writes it.
-        unsafe {
-            if (*s).dev == dev && (*s).addr == addr {
-                let start = (*s).value;
-                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), 0);
-                core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).dev), 0);
-                return Some(start);
-            }
-        }
+    let s = slot_holding(dev, addr)?;
+    // SAFETY: map value pointer; see slot_put for who writes it.
+    unsafe {
+        let start = (*s).value;
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).addr), 0);
+        core::ptr::write_volatile(core::ptr::addr_of_mut!((*s).dev), 0);
+        Some(start)
     }
-    None
 }

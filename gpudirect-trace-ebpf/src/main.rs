@@ -176,7 +176,7 @@ fn dma_unmap_common(ctx: &RawTracePointContext, extra: u16) -> i32 {
         arg(ctx, 4),
         extra,
         false,
-        || stacks::take(ctx.as_ptr()),
+        stacks::Stack::From(ctx.as_ptr()),
     );
     0
 }
@@ -344,7 +344,7 @@ pub fn dma_sync_single_for_device(ctx: RawTracePointContext) -> i32 {
 #[inline(always)]
 fn sync_single(ctx: &RawTracePointContext, for_device: bool) -> i32 {
     let (dev, addr, size, dir) = (arg(ctx, 0), arg(ctx, 1), arg(ctx, 2), arg(ctx, 3) as u32);
-    let stack = || stacks::take(ctx.as_ptr());
+    let stack = stacks::Stack::From(ctx.as_ptr());
     dmarec::sync(for_device, dev, addr, size, dir, None, true, false, stack);
     0
 }

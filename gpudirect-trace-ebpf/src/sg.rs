@@ -156,7 +156,6 @@ fn finish(ctx: *mut c_void, sc: &mut Scratch) {
                 sc.cur.total
             );
         }
-        let stack = sc.fin.stack;
         dmarec::sync(
             sc.fin.what == FINISH_SYNC_DEV,
             sc.fin.dev,
@@ -167,7 +166,7 @@ fn finish(ctx: *mut c_void, sc: &mut Scratch) {
             sc.cur.ended != 0,
             hook,
             // Taken at the sync's start (`fin`), for an sg sync always.
-            || stack,
+            crate::stacks::Stack::Taken(sc.fin.stack),
         );
     }
     if sc.fin.then_enter != 0 {

@@ -48,5 +48,28 @@ pub fn take(ctx: *mut c_void) -> u64 {
     0
 }
 
+/// Where a record's stack comes from, for the calls whose stack waits for
+/// the mapping table's word (`stack_mode::SUSPECT`): taken already, or to
+/// be taken from the program's context if needed. Not a closure: rustc
+/// kept closures as BPF-to-BPF calls (a subprogram each), which cost
+/// aggregate-only's unmap ~6-15 ns a hit (bench_program_cost) even where
+/// no stack is ever taken.
+#[derive(Clone, Copy)]
+pub enum Stack {
+    Taken(u64),
+    From(*mut c_void),
+}
+
+impl Stack {
+    /// The stack id for the record's `aux` (`take`).
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        match self {
+            Stack::Taken(s) => s,
+            Stack::From(ctx) => take(ctx),
+        }
+    }
+}
+
 /// errno EEXIST: the bucket holds a different stack.
 const EEXIST: i32 = 17;
