@@ -19,7 +19,8 @@ pub struct SelfStats {
     /// Timed calls not timed: both nesting slots of their level were busy.
     pub timing_nest_full: u64,
     /// Unmaps whose mapping the in-kernel table did not hold (aggregate-only
-    /// lifetimes: mapped before the trace, or the table was full).
+    /// lifetimes, or `--stacks`' filter: mapped before the trace, or the
+    /// table was full).
     pub lifetime_unmatched: u64,
     /// DMA-API mappings the in-kernel table had no room for.
     pub mappings_untracked: u64,

@@ -71,17 +71,19 @@ pub const TIMINGS_SKIPPED_TOTAL: Metric = Metric::counter(
 pub const MAPPINGS_UNTRACKED_TOTAL: Metric = Metric::counter(
     "gpudirect_mappings_untracked",
     &[],
-    "Aggregate-only: DMA-API mappings the in-kernel mapping table had no room for.",
-    "aggregate-only: DMA-API mappings the in-kernel mapping table had no room for (no \
-     lifetime, not listed as outstanding)",
+    "DMA-API mappings the in-kernel mapping table (aggregate-only, or --stacks) had no room for.",
+    "DMA-API mappings the in-kernel mapping table had no room for: in aggregate-only mode \
+     no lifetime and not listed as outstanding; with `--stacks` (streaming) their unmaps \
+     take a stack",
 );
 
 pub const UNMAPS_UNMATCHED_TOTAL: Metric = Metric::counter(
     "gpudirect_unmaps_unmatched",
     &[],
-    "Aggregate-only: unmaps whose mapping the in-kernel table did not hold.",
-    "aggregate-only: unmaps whose mapping the in-kernel table did not hold (mapped before \
-     the trace, or untracked)",
+    "Unmaps whose mapping the in-kernel table (aggregate-only, or --stacks) did not hold.",
+    "unmaps whose mapping the in-kernel table (aggregate-only, or `--stacks` in streaming \
+     mode) did not hold: mapped before the trace, or untracked; with `--stacks` each took \
+     a stack",
 );
 
 pub const DEVICES_FOLDED_TOTAL: Metric = Metric::counter(
