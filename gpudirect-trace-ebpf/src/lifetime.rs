@@ -234,12 +234,7 @@ pub fn sync_fits(ev: &Event) -> bool {
     let found = if form == lifetime::SLOTS {
         slot_find(ev.dev, ev.addr)
     } else {
-        let key = MapKey {
-            dev: ev.dev,
-            addr: ev.addr,
-        };
-        // SAFETY: the value is copied out at once.
-        unsafe { MAPPINGS.get(&key) }.copied()
+        hash_find(ev.dev, ev.addr)
     };
     let Some(MapValue { kind, size, .. }) = found else {
         return false;
@@ -283,13 +278,18 @@ fn cache_lifetime(st: &mut CpuState, dev: u64, ns: u64) -> bool {
     false
 }
 
-/// The hash form's unmap: the mapping, removed.
+/// (dev, addr)'s mapping in the hash form, left there.
+#[inline(always)]
+fn hash_find(dev: u64, addr: u64) -> Option<MapValue> {
+    // SAFETY: the value is copied out at once.
+    unsafe { MAPPINGS.get(&MapKey { dev, addr }) }.copied()
+}
+
+/// The hash form's unmap: the mapping, removed (copied out first).
 #[inline(always)]
 fn hash_take(dev: u64, addr: u64) -> Option<MapValue> {
-    let key = MapKey { dev, addr };
-    // SAFETY: the value is copied out before the entry is removed.
-    let start = unsafe { MAPPINGS.get(&key) }.copied()?;
-    let _ = MAPPINGS.remove(&key);
+    let start = hash_find(dev, addr)?;
+    let _ = MAPPINGS.remove(&MapKey { dev, addr });
     Some(start)
 }
 
