@@ -84,8 +84,10 @@ pub fn form(wanted: bool, atomics: bool) -> u32 {
 }
 
 /// `Config::stacks` for `--stacks` (`every_call`: `--stacks-every-call`).
-pub fn stack_mode(stacks: bool, every_call: bool) -> u32 {
-    match (stacks, every_call) {
+/// The filter (`SUSPECT`) is streaming's alone: in aggregate-only mode the
+/// table times lifetimes, and a filter there would leave them untimed.
+pub fn stack_mode(stacks: bool, every_call: bool, stream: bool) -> u32 {
+    match (stacks, every_call || !stream) {
         (false, _) => stack_mode::OFF,
         (true, true) => stack_mode::EVERY_CALL,
         (true, false) => stack_mode::SUSPECT,
@@ -195,5 +197,16 @@ mod tests {
         assert_eq!(form(false, true), lifetime::OFF);
         assert_eq!(form(true, false), lifetime::HASH);
         assert_eq!(form(true, true), lifetime::SLOTS);
+    }
+
+    /// The stack filter only where streaming keeps a table for it alone;
+    /// aggregate-only's table times lifetimes, so its stacks are every
+    /// call's (a filter would skip the clock there).
+    #[test]
+    fn the_stack_filter_is_streaming_s_alone() {
+        assert_eq!(stack_mode(false, false, true), stack_mode::OFF);
+        assert_eq!(stack_mode(true, false, true), stack_mode::SUSPECT);
+        assert_eq!(stack_mode(true, true, true), stack_mode::EVERY_CALL);
+        assert_eq!(stack_mode(true, false, false), stack_mode::EVERY_CALL);
     }
 }

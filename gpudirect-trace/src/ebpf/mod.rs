@@ -262,9 +262,10 @@ impl Tracer {
         let atomics = opts
             .bpf_atomics
             .unwrap_or_else(lifetime_table::kernel_has_bpf_atomics);
-        let stack_mode = lifetime_table::stack_mode(opts.stacks, opts.stacks_every_call);
+        let stack_mode =
+            lifetime_table::stack_mode(opts.stacks, opts.stacks_every_call, opts.stream);
         // Streaming keeps the mapping table for the stack filter alone.
-        let stack_filter = opts.stream && stack_mode == stack_mode::SUSPECT;
+        let stack_filter = stack_mode == stack_mode::SUSPECT;
         let lifetimes =
             lifetime_table::form((!opts.stream && opts.lifetimes) || stack_filter, atomics);
         let jiffy_clock = jiffies::JiffyClock::calibrate();
