@@ -16,7 +16,7 @@ use crate::{
     ebpf::SelfStats,
     kernel, outfile, output,
     output::bytes,
-    session::{Ending, Observed, Session, Sink},
+    session::{Ending, Observed, Session, Sink, StacksToWrite},
     summary,
     tracefile::{self, Checkpoint, CounterRow, End, Loss, TraceWriter},
 };
@@ -53,6 +53,8 @@ pub struct RecordSink {
     /// takes the old file's name only then (a command that cannot start,
     /// or a disk too full for the header, leaves the old file as it was).
     pending: Option<crate::outfile::Output>,
+    /// Each stack the records name, written once with its frames.
+    stacks: StacksToWrite,
 }
 
 impl RecordSink {
@@ -99,7 +101,20 @@ impl RecordSink {
             lost_seen: 0,
             tty: std::io::stderr().is_terminal(),
             pending: None,
+            stacks: StacksToWrite::of(session),
         })
+    }
+}
+
+impl RecordSink {
+    /// The stacks the records since the last call named, with their
+    /// frames, unless the file has them.
+    fn write_stacks(&mut self, s: &mut Session) -> anyhow::Result<()> {
+        let list = self.stacks.take(s);
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.observe(Observed::Stacks(&list))
     }
 }
 
@@ -115,6 +130,7 @@ impl Sink for RecordSink {
     }
 
     fn observe(&mut self, o: Observed<'_>) -> anyhow::Result<()> {
+        self.stacks.note(&o);
         let r = match o {
             Observed::Record { record, device } => self.writer.push_shared(record, device),
             Observed::LogFault(f) => self.writer.log_fault(f),
@@ -137,6 +153,7 @@ impl Sink for RecordSink {
             .with_context(|| format!("writing {}", self.path))?;
         // After the checkpoint, as a replay of the file does it.
         s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
+        self.write_stacks(s)?;
         self.writer
             .flush()
             .with_context(|| format!("writing {}", self.path))?;
@@ -158,6 +175,7 @@ impl Sink for RecordSink {
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)
             .with_context(|| format!("writing {}", self.path))?;
         s.confirm_findings(self.lost_seen, &mut |o| self.observe(o))?;
+        self.write_stacks(s)?;
         let events = self.writer.events_written();
         let block = End {
             ts_ns: kernel::monotonic_ns(),

@@ -9,17 +9,19 @@ use std::{
 use gpudirect_trace::{
     aggregate::Aggregator,
     decode::{decode, Record},
-    ebpf::testrun::run_raw_tracepoint,
+    ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
     families::tracepoints,
+    model::misuse::CheckSetup,
     record,
-    session::{Observed, Session},
+    session::{Ending, Observed, Session, Sink as _, StopReason},
     tracefile::{self, End, Item, TraceReader, TraceWriter},
 };
 use gpudirect_trace_common::kind;
 
 use crate::{
+    bench_reader::record_sink,
     hostile::{bin, run_ok},
-    inject::{load_unattached, Injector},
+    inject::{known_kernel_object, load_unattached, Injector},
     require_root,
 };
 
@@ -284,5 +286,83 @@ fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
     assert_eq!(
         maps, 1000,
         "the kernel counters in the checkpoint saw every event"
+    );
+}
+
+/// `record --check --stacks`: each stack a DMA-API record names is in the
+/// file with its frames, once, finding or not. (Only the findings' stacks
+/// were written before: a recording of the GPU driver's real calls
+/// exported stack ids that no `"kind":"stacks"` line named, session 21.)
+#[test]
+fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
+    require_root();
+    let tracer = Tracer::load(&TracerOptions {
+        attach: false,
+        ring_bytes: 1 << 20,
+        stacks: true,
+        ..Default::default()
+    })
+    .expect("load the eBPF object");
+    let dev = known_kernel_object().addr;
+    let mut session = Session::from_tracer(tracer, true);
+    session.check = Some(CheckSetup {
+        stacks: true,
+        ..Default::default()
+    });
+    let run = |s: &Session, program: &str, args: &[u64]| {
+        let fd = s.tracer.program_fd(program).expect(program);
+        assert_eq!(run_raw_tracepoint(fd, args, None).expect("test run"), 0);
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("stacks.gdt");
+    let mut sink = record_sink(&session, &path);
+    // A map and its unmap (which takes no stack: its map is in the table),
+    // in two seconds' blocks: the stack is named again after it was written.
+    for round in 0..2u64 {
+        let iova = 0xfff0_0000 + round * 0x1000;
+        run(&session, "dma_map", &[dev, 0x10_0000, iova, 64, 1, 0]);
+        run(&session, "dma_unmap", &[dev, iova, 64, 1, 0]);
+        session.pump(&mut |o| sink.observe(o)).expect("pump");
+        sink.tick(&mut session).expect("tick");
+    }
+    let end = Ending {
+        reason: StopReason::Stopped,
+        command_status: None,
+    };
+    sink.finish(&mut session, &end).expect("finish");
+
+    let (header, items, _) = read_items(&path);
+    assert!(header.checks.is_some_and(|c| c.stacks));
+    let mut named = std::collections::BTreeSet::new();
+    let mut written = Vec::new();
+    for item in &items {
+        match item {
+            Item::Event { record, .. } => {
+                let e = record.event();
+                if kind::info(e.kind).stack {
+                    named.extend(gpudirect_trace_common::aux_stack(e.aux));
+                }
+            }
+            Item::Stacks(list) => {
+                for s in list {
+                    assert!(
+                        s.frames
+                            .iter()
+                            .any(|f| f.contains("bpf_prog_test_run") || f.contains("__sys_bpf")),
+                        "stack {} symbolized: {:#?}",
+                        s.id,
+                        s.frames
+                    );
+                    written.push(s.id);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(!named.is_empty(), "the maps carry a stack id");
+    assert_eq!(
+        written,
+        named.into_iter().collect::<Vec<_>>(),
+        "each named stack written once"
     );
 }

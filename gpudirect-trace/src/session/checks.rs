@@ -159,12 +159,20 @@ impl Session {
         if ids.is_empty() {
             return Ok(());
         }
+        let list = self.stack_frames(ids);
+        f(Observed::Stacks(&list))?;
+        self.analysis.add_stacks(&list);
+        self.analysis.fill_stacks();
+        Ok(())
+    }
+
+    /// The kernel's stacks of `ids`, symbolized.
+    pub fn stack_frames(&mut self, ids: Vec<u32>) -> Vec<StackFrames> {
         let stacks: Vec<Option<Vec<u64>>> = ids.iter().map(|&id| self.tracer.stack(id)).collect();
         let found: Vec<&[u64]> = stacks.iter().flatten().map(Vec::as_slice).collect();
         let syms = self.symbols.get_or_insert_with(Symbolizer::live);
         let mut named = syms.stacks(&found).into_iter();
-        let list: Vec<StackFrames> = ids
-            .into_iter()
+        ids.into_iter()
             .zip(&stacks)
             .map(|(id, s)| StackFrames {
                 id,
@@ -173,10 +181,6 @@ impl Session {
                     None => vec!["(stack no longer in the kernel's map)".into()],
                 },
             })
-            .collect();
-        f(Observed::Stacks(&list))?;
-        self.analysis.add_stacks(&list);
-        self.analysis.fill_stacks();
-        Ok(())
+            .collect()
     }
 }

@@ -6,6 +6,7 @@
 mod checks;
 pub mod driver;
 mod options;
+mod stacks_to_write;
 pub mod stop_signals;
 pub mod uevent;
 
@@ -17,6 +18,7 @@ use tokio::io::{unix::AsyncFd, Interest};
 pub use self::{
     driver::{Ending, Job, RunOptions, Sink, StopReason},
     options::{SessionOptions, StrictFailure, STRICT_EXIT},
+    stacks_to_write::StacksToWrite,
 };
 use crate::{
     aggregate::ProcName,
@@ -52,7 +54,8 @@ pub enum Observed<'a> {
     /// A driver bound to or let go of a PCI device (`--check`), after
     /// everything before it in the ring.
     Driver(&'a DriverChange),
-    /// Kernel stacks the findings name, symbolized (`--stacks`).
+    /// Kernel stacks, symbolized (`--stacks`): those the findings name,
+    /// and for a trace file those its records name (`StacksToWrite`).
     Stacks(&'a [crate::model::misuse::StackFrames]),
 }
 

@@ -1,0 +1,71 @@
+//! The kernel stacks a trace file's records name (`--check --stacks`), each
+//! written with its frames once. The session symbolizes only the stacks its
+//! findings name (`take_stacks`): enough for a report, but `export` prints
+//! every DMA-API record's `stack_id`, and an id whose frames the file lacks
+//! tells its reader nothing (seen on the GPU host, session 21: a recording
+//! of the driver's real calls with `--stacks-every-call` and no finding
+//! exported stack ids and not one `"kind":"stacks"` line).
+
+use std::collections::{BTreeSet, HashSet};
+
+use gpudirect_trace_common::{aux_stack, kind};
+
+use super::{Observed, Session};
+use crate::model::misuse::StackFrames;
+
+/// Stack ids seen in records and not yet written. Bounded by the kernel's
+/// stack map: its ids are its buckets (`maps::STACKS_CAP`), never reused in
+/// a session (no entry is deleted).
+#[derive(Default)]
+pub struct StacksToWrite {
+    /// Records carry stack ids (`--stacks`).
+    on: bool,
+    written: HashSet<u32>,
+    pending: BTreeSet<u32>,
+}
+
+impl StacksToWrite {
+    /// For a file written from `session`: on where its records carry stacks.
+    pub fn of(session: &Session) -> Self {
+        Self {
+            on: session.check.as_ref().is_some_and(|c| c.stacks),
+            ..Self::default()
+        }
+    }
+
+    /// Notes what goes into the file: a DMA-API record's stack id, or
+    /// stacks written (the findings').
+    pub fn note(&mut self, o: &Observed<'_>) {
+        if !self.on {
+            return;
+        }
+        match o {
+            Observed::Record { record, .. } => {
+                let e = record.event();
+                if let Some(id) = aux_stack(e.aux).filter(|_| kind::info(e.kind).stack) {
+                    if !self.written.contains(&id) {
+                        self.pending.insert(id);
+                    }
+                }
+            }
+            Observed::Stacks(list) => {
+                for s in *list {
+                    self.written.insert(s.id);
+                    self.pending.remove(&s.id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The frames of the stacks noted since the last call and not written,
+    /// to be written now (empty when there are none).
+    pub fn take(&mut self, session: &mut Session) -> Vec<StackFrames> {
+        if self.pending.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<u32> = std::mem::take(&mut self.pending).into_iter().collect();
+        self.written.extend(&ids);
+        session.stack_frames(ids)
+    }
+}
