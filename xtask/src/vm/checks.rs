@@ -403,21 +403,33 @@ fn embedded_between(lines: &[String], begin: &str, end: &str) -> Result<Vec<u8>>
 /// `gpudirect-trace report --json` of a guest's trace file, run on this
 /// host (another machine than the one that recorded it).
 pub fn host_report(file: &[u8], name: &str) -> Result<Value> {
+    let out = host_run(file, name, &["report", "--json"])?;
+    serde_json::from_slice(&out).context("host report --json")
+}
+
+/// This host's gpudirect-trace run on `file` (a guest's trace file, written
+/// to a temporary folder as NAME.gdt): `args`, then the file's path; its
+/// standard output.
+pub fn host_run(file: &[u8], name: &str, args: &[&str]) -> Result<Vec<u8>> {
     let dir = std::env::temp_dir().join(format!("gdt-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.gdt"));
     std::fs::write(&path, file)?;
     let bin = crate::host::target_dir().join("release/gpudirect-trace");
     let out = std::process::Command::new(&bin)
-        .arg("report")
+        .args(args)
         .arg(&path)
-        .arg("--json")
         .output()
         .with_context(|| format!("running {}", bin.display()));
     let _ = std::fs::remove_dir_all(&dir);
     let out = out?;
-    ensure!(out.status.success(), "report on the host: {}", out.status);
-    serde_json::from_slice(&out.stdout).context("host report --json")
+    ensure!(
+        out.status.success(),
+        "{} on the host: {}",
+        args[0],
+        out.status
+    );
+    Ok(out.stdout)
 }
 
 fn decode_base64(s: &str) -> Result<Vec<u8>> {

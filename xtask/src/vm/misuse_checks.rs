@@ -314,6 +314,11 @@ fn phase(series: &str, lines: &[String], tag: &str) -> Result<bool> {
              did live"
         );
         eprintln!("xtask: {series}: {tag}: the host's report of the guest's file agrees");
+        let (ids, calls) = exported_stacks_named(&file, tag)?;
+        eprintln!(
+            "xtask: {series}: {tag}: export names {ids} stacks over {calls} calls, each with \
+             its frames"
+        );
     } else {
         ensure!(
             tag != "MISUSE",
@@ -335,6 +340,42 @@ pub fn dma_misuse(series: &str, lines: &[String]) -> Result<()> {
         eprintln!("xtask: {series}: no force_sync phase (kernel without dma:* tracepoints)");
     }
     Ok(())
+}
+
+/// The guest's file exported here (`--format jsonl`): every `stack_id` a
+/// record carries (`record --check --stacks`: each map's, and each call
+/// that may be a finding's) is named by a `"kind":"stacks"` line with
+/// frames, finding or not. Returns (stacks named, records naming one).
+fn exported_stacks_named(file: &[u8], tag: &str) -> Result<(usize, usize)> {
+    let out = super::checks::host_run(
+        file,
+        &format!("misuse-{tag}-export"),
+        &["export", "--format", "jsonl"],
+    )?;
+    let mut named = std::collections::BTreeSet::new();
+    let mut framed = std::collections::BTreeSet::new();
+    let mut calls = 0;
+    for line in String::from_utf8_lossy(&out).lines() {
+        let v: Value = serde_json::from_str(line).context("export --format jsonl")?;
+        if let Some(id) = v["stack_id"].as_u64() {
+            named.insert(id);
+            calls += 1;
+        }
+        if v["kind"] == "stacks" {
+            for s in v["stacks"].as_array().into_iter().flatten() {
+                if s["frames"].as_array().is_some_and(|f| !f.is_empty()) {
+                    framed.extend(s["id"].as_u64());
+                }
+            }
+        }
+    }
+    let missing: Vec<&u64> = named.difference(&framed).collect();
+    ensure!(
+        calls > 0 && missing.is_empty(),
+        "{tag}: export names stacks without frames: {missing:?} ({calls} records with a \
+         stack id)"
+    );
+    Ok((named.len(), calls))
 }
 
 #[cfg(test)]
