@@ -90,12 +90,11 @@ pub struct TraceArgs {
     #[arg(long, requires = "stacks")]
     pub stacks_every_call: bool,
     /// With --stacks: frames kept per stack, 1 to 127. Fewer take less
-    /// kernel memory (8 MiB at 127, 1 MiB at 16) and, where the driver's
-    /// stacks are deep, less time: 16 took ~40% off a GPU's scatterlist
-    /// maps' median (4.0 to 2.4 us each; docs/benchmarks.md, "Kernel
-    /// stacks"). The
-    /// innermost few are the tracer's own and the DMA-API's, the
-    /// driver's follow.
+    /// kernel memory (8 MiB at 127, 1 MiB at 16); the time they save
+    /// depends on the driver's stacks and varied between runs on a GPU's
+    /// real calls, from ~40% of a scatterlist map to nothing
+    /// (docs/benchmarks.md, "Kernel stacks"). The innermost few are the
+    /// tracer's own and the DMA-API's, the driver's follow.
     #[arg(long, requires = "stacks", value_name = "FRAMES",
           default_value_t = crate::ebpf::DEFAULT_STACK_DEPTH,
           value_parser = clap::value_parser!(u32).range(1..=127))]
