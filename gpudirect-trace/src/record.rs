@@ -104,9 +104,7 @@ impl RecordSink {
             stacks: StacksToWrite::of(session),
         })
     }
-}
 
-impl RecordSink {
     /// The stacks the records since the last call named, with their
     /// frames, unless the file has them.
     fn write_stacks(&mut self, s: &mut Session) -> anyhow::Result<()> {

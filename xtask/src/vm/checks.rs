@@ -426,7 +426,7 @@ pub fn host_run(file: &[u8], name: &str, args: &[&str]) -> Result<Vec<u8>> {
     ensure!(
         out.status.success(),
         "{} on the host: {}",
-        args[0],
+        args.join(" "),
         out.status
     );
     Ok(out.stdout)
