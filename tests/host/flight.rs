@@ -15,7 +15,7 @@ use gpudirect_trace::{
 
 use crate::{
     hostile::{bin, run_ok},
-    inject::{known_kernel_object, load_unattached},
+    inject::{known_kernel_object, load_unattached, run_program},
     require_root,
 };
 
@@ -60,11 +60,7 @@ fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
         &[],
     )
     .expect("recorder");
-    let run = |s: &Session, prog: &str, args: &[u64]| {
-        let fd = s.tracer.program_fd(prog).expect("program");
-        let r = gpudirect_trace::ebpf::testrun::run_raw_tracepoint(fd, args, None).expect("run");
-        assert_eq!(r, 0);
-    };
+    let run = |s: &Session, prog: &str, args: &[u64]| run_program(&s.tracer, prog, args);
     let pump = |s: &mut Session, rec: &mut Recorder| {
         s.pump(&mut |o| rec.observe(&o)).expect("pump");
     };

@@ -83,6 +83,17 @@ pub fn known_kernel_object() -> KnownObject {
     panic!("no usable __tracepoint_str entry in printk_formats");
 }
 
+/// Runs `tracer`'s `program` once with `args` as its raw tracepoint
+/// arguments (BPF_PROG_TEST_RUN); it must return 0.
+pub fn run_program(tracer: &Tracer, program: &str, args: &[u64]) {
+    let fd = tracer
+        .program_fd(program)
+        .unwrap_or_else(|e| panic!("program {program}: {e:#}"));
+    let ret = run_raw_tracepoint(fd, args, None)
+        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN {program}: {e}"));
+    assert_eq!(ret, 0, "{program} returned {ret}");
+}
+
 pub struct Injector {
     pub tracer: Tracer,
     /// The tables and the ledger, as a session keeps them.
@@ -113,13 +124,7 @@ impl Injector {
 
     /// Runs `program` once with `args` as its raw tracepoint arguments.
     pub fn run(&self, program: &str, args: &[u64]) {
-        let fd = self
-            .tracer
-            .program_fd(program)
-            .unwrap_or_else(|e| panic!("program {program}: {e:#}"));
-        let ret = run_raw_tracepoint(fd, args, None)
-            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN {program}: {e}"));
-        assert_eq!(ret, 0, "{program} returned {ret}");
+        run_program(&self.tracer, program, args);
     }
 
     /// Drains the ring buffer into the analysis; returns records received.

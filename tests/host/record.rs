@@ -21,7 +21,7 @@ use gpudirect_trace_common::kind;
 use crate::{
     bench_reader::record_sink,
     hostile::{bin, run_ok},
-    inject::{known_kernel_object, load_unattached, Injector},
+    inject::{known_kernel_object, load_unattached, run_program, Injector},
     require_root,
 };
 
@@ -309,10 +309,6 @@ fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
         stacks: true,
         ..Default::default()
     });
-    let run = |s: &Session, program: &str, args: &[u64]| {
-        let fd = s.tracer.program_fd(program).expect(program);
-        assert_eq!(run_raw_tracepoint(fd, args, None).expect("test run"), 0);
-    };
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stacks.gdt");
     let mut sink = record_sink(&session, &path);
@@ -320,8 +316,12 @@ fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
     // in two seconds' blocks: the stack is named again after it was written.
     for round in 0..2u64 {
         let iova = 0xfff0_0000 + round * 0x1000;
-        run(&session, "dma_map", &[dev, 0x10_0000, iova, 64, 1, 0]);
-        run(&session, "dma_unmap", &[dev, iova, 64, 1, 0]);
+        run_program(
+            &session.tracer,
+            "dma_map",
+            &[dev, 0x10_0000, iova, 64, 1, 0],
+        );
+        run_program(&session.tracer, "dma_unmap", &[dev, iova, 64, 1, 0]);
         session.pump(&mut |o| sink.observe(o)).expect("pump");
         sink.tick(&mut session).expect("tick");
     }

@@ -19,7 +19,7 @@ use gpudirect_trace::{
 };
 
 use crate::{
-    inject::{known_kernel_object, load_aggregate_only, load_unattached},
+    inject::{known_kernel_object, load_aggregate_only, load_unattached, run_program},
     require_root,
 };
 
@@ -229,11 +229,7 @@ fn prometheus_scrapes_events_injected_through_the_real_programs() {
     assert!(probes >= tracepoints().len());
     let run = |program: &str, args: &[u64]| {
         let (program, args) = (program.to_owned(), args.to_vec());
-        server.with_session(move |s| {
-            let fd = s.tracer.program_fd(&program).expect("program");
-            let ret = run_raw_tracepoint(fd, &args, None).expect("BPF_PROG_TEST_RUN");
-            assert_eq!(ret, 0, "{program}");
-        })
+        server.with_session(move |s| run_program(&s.tracer, &program, &args))
     };
     let dev = device.addr;
     for i in 0..3u64 {
