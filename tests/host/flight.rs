@@ -3,7 +3,8 @@
 //! injected iommu:io_page_fault fires the `fault` trigger; the snapshot is
 //! an ordinary trace file holding the ring and the fault. And a recorder
 //! killed while writing a snapshot leaves no file under a final name that
-//! is not complete.
+//! is not complete. With `--check --stacks`, a snapshot carries the frames
+//! of every stack its records name.
 
 use std::{path::Path, time::Duration};
 
@@ -15,7 +16,8 @@ use gpudirect_trace::{
 
 use crate::{
     hostile::{bin, run_ok},
-    inject::{known_kernel_object, load_unattached, run_program},
+    inject::{known_kernel_object, load_unattached, run_program, stacks_session},
+    record::{read_items, stacks_named_and_written},
     require_root,
 };
 
@@ -36,19 +38,14 @@ fn snapshots(dir: &Path) -> Vec<std::path::PathBuf> {
     v
 }
 
-#[test]
-fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
-    require_root();
-    let tracer = load_unattached(8 << 20);
-    let dev = known_kernel_object();
-    let mut session = Session::from_tracer(tracer, true);
-    let dir = tempfile::tempdir().expect("tempdir");
-    // A ring of 8 KiB (a burst compresses to ~1 KiB): the first bursts are
-    // dropped by the time of the fault.
-    let mut rec = Recorder::new(
-        &session,
+/// A recorder of `session` into `dir` whose ring keeps 8 KiB (a burst of
+/// the tests' maps compresses to ~1 KiB: the first bursts are dropped by
+/// the time of the fault), fired by a fault, closing at the next tick.
+fn small_ring_recorder(session: &Session, dir: &Path) -> Recorder {
+    Recorder::new(
+        session,
         FlightOptions {
-            dir: dir.path().to_owned(),
+            dir: dir.to_owned(),
             max_age: None,
             max_bytes: Some(8 << 10),
             triggers: vec![Trigger::Fault],
@@ -59,7 +56,17 @@ fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
         },
         &[],
     )
-    .expect("recorder");
+    .expect("recorder")
+}
+
+#[test]
+fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
+    require_root();
+    let tracer = load_unattached(8 << 20);
+    let dev = known_kernel_object();
+    let mut session = Session::from_tracer(tracer, true);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rec = small_ring_recorder(&session, dir.path());
     let run = |s: &Session, prog: &str, args: &[u64]| run_program(&s.tracer, prog, args);
     let pump = |s: &mut Session, rec: &mut Recorder| {
         s.pump(&mut |o| rec.observe(&o)).expect("pump");
@@ -117,6 +124,47 @@ fn a_fault_writes_a_snapshot_of_the_ring_before_it() {
     );
     let stats = rec.stats();
     assert_eq!(stats.written.get("fault"), Some(&1));
+}
+
+/// `--flight-recorder` with `--check --stacks`: a snapshot holds the frames
+/// of every stack its records name, though the ring dropped the block that
+/// first carried them (each flush writes the stacks of its own records; a
+/// stack written once, as a recording does, would be gone with its block).
+#[test]
+fn a_snapshot_keeps_the_frames_of_every_stack_its_records_name() {
+    require_root();
+    let mut session = stacks_session(8 << 20);
+    let dev = known_kernel_object().addr;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rec = small_ring_recorder(&session, dir.path());
+    // Every second the same call path maps (one stack) and unmaps.
+    for burst in 0..20u64 {
+        for i in 0..200u64 {
+            let a = (burst * 200 + i) << 12;
+            run_program(&session.tracer, "dma_map", &[dev, a, a, 4096, 2, 0]);
+            run_program(&session.tracer, "dma_unmap", &[dev, a, 4096, 2, 0]);
+        }
+        session.pump(&mut |o| rec.observe(&o)).expect("pump");
+        rec.tick(&mut session).expect("tick");
+    }
+    run_program(&session.tracer, "iommu_io_page_fault", &[dev, 0x123000, 1]);
+    session.pump(&mut |o| rec.observe(&o)).expect("pump");
+    rec.tick(&mut session).expect("tick");
+    let files = snapshots(dir.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (header, items, _) = read_items(&files[0]);
+    let info = header.snapshot.expect("snapshot info");
+    assert!(
+        info.discarded_blocks > 0,
+        "the 8 KiB ring dropped the first seconds' blocks"
+    );
+    let (named, written) = stacks_named_and_written(&items);
+    assert!(!named.is_empty(), "the maps carry a stack id");
+    let missing: Vec<_> = named.iter().filter(|id| !written.contains(id)).collect();
+    assert!(
+        missing.is_empty(),
+        "stacks named without their frames: {missing:?} (written: {written:?})"
+    );
 }
 
 /// SIGKILL at any moment of a snapshot's writing leaves no file under a

@@ -9,7 +9,8 @@ use gpudirect_trace::{
     decode::decode,
     ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
     kernel,
-    model::TraceClock,
+    model::{misuse::CheckSetup, TraceClock},
+    session::Session,
 };
 
 pub fn load_unattached(ring_bytes: u32) -> Tracer {
@@ -19,6 +20,24 @@ pub fn load_unattached(ring_bytes: u32) -> Tracer {
         ..Default::default()
     })
     .expect("load the eBPF object")
+}
+
+/// A streaming session of `--check --stacks` (every map takes its stack),
+/// unattached, with a ring of `ring_bytes`.
+pub fn stacks_session(ring_bytes: u32) -> Session {
+    let tracer = Tracer::load(&TracerOptions {
+        attach: false,
+        ring_bytes,
+        stacks: true,
+        ..Default::default()
+    })
+    .expect("load the eBPF object");
+    let mut session = Session::from_tracer(tracer, true);
+    session.check = Some(CheckSetup {
+        stacks: true,
+        ..Default::default()
+    });
+    session
 }
 
 /// Aggregate-only (`--aggregate-only`: counted in the kernel, nothing

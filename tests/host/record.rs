@@ -3,15 +3,15 @@
 //! processes (attached for real, including a recorder killed with SIGKILL).
 
 use std::{
-    os::unix::fs::PermissionsExt as _, path::Path, process::Stdio, sync::Arc, time::Duration,
+    collections::BTreeSet, os::unix::fs::PermissionsExt as _, path::Path, process::Stdio,
+    sync::Arc, time::Duration,
 };
 
 use gpudirect_trace::{
     aggregate::Aggregator,
     decode::{decode, Record},
-    ebpf::{testrun::run_raw_tracepoint, Tracer, TracerOptions},
+    ebpf::testrun::run_raw_tracepoint,
     families::tracepoints,
-    model::misuse::CheckSetup,
     record,
     session::{Ending, Observed, Session, Sink as _, StopReason},
     tracefile::{self, End, Item, TraceReader, TraceWriter},
@@ -21,11 +21,11 @@ use gpudirect_trace_common::kind;
 use crate::{
     bench_reader::record_sink,
     hostile::{bin, run_ok},
-    inject::{known_kernel_object, load_unattached, run_program, Injector},
+    inject::{known_kernel_object, load_unattached, run_program, stacks_session, Injector},
     require_root,
 };
 
-fn read_items(path: &Path) -> (tracefile::Header, Vec<Item>, tracefile::ReadStats) {
+pub(crate) fn read_items(path: &Path) -> (tracefile::Header, Vec<Item>, tracefile::ReadStats) {
     let mut r = tracefile::open(path).expect("readable trace");
     let mut items = Vec::new();
     while let Some(i) = r.next_item().expect("read") {
@@ -296,19 +296,8 @@ fn ring_overflow_becomes_loss_records_and_checkpoints_in_the_file() {
 #[test]
 fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
     require_root();
-    let tracer = Tracer::load(&TracerOptions {
-        attach: false,
-        ring_bytes: 1 << 20,
-        stacks: true,
-        ..Default::default()
-    })
-    .expect("load the eBPF object");
+    let mut session = stacks_session(1 << 20);
     let dev = known_kernel_object().addr;
-    let mut session = Session::from_tracer(tracer, true);
-    session.check = Some(CheckSetup {
-        stacks: true,
-        ..Default::default()
-    });
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stacks.gdt");
     let mut sink = record_sink(&session, &path);
@@ -333,9 +322,22 @@ fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
 
     let (header, items, _) = read_items(&path);
     assert!(header.checks.is_some_and(|c| c.stacks));
-    let mut named = std::collections::BTreeSet::new();
+    let (named, written) = stacks_named_and_written(&items);
+    assert!(!named.is_empty(), "the maps carry a stack id");
+    assert_eq!(
+        written,
+        named.into_iter().collect::<Vec<_>>(),
+        "each named stack written once"
+    );
+}
+
+/// The stack ids a trace file's DMA-API records name, and the ids of its
+/// stacks items in file order, each checked to hold the test run's frames
+/// (the programs run through BPF_PROG_TEST_RUN).
+pub(crate) fn stacks_named_and_written(items: &[Item]) -> (BTreeSet<u32>, Vec<u32>) {
+    let mut named = BTreeSet::new();
     let mut written = Vec::new();
-    for item in &items {
+    for item in items {
         match item {
             Item::Event { record, .. } => {
                 let e = record.event();
@@ -359,10 +361,5 @@ fn a_recording_keeps_the_frames_of_every_stack_its_records_name() {
             _ => {}
         }
     }
-    assert!(!named.is_empty(), "the maps carry a stack id");
-    assert_eq!(
-        written,
-        named.into_iter().collect::<Vec<_>>(),
-        "each named stack written once"
-    );
+    (named, written)
 }

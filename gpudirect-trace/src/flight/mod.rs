@@ -29,7 +29,7 @@ use crate::{
     ebpf::SelfStats,
     kernel, output,
     record::checkpoint,
-    session::{Observed, Session},
+    session::{Observed, Session, StacksToWrite},
     tracefile::{
         self,
         format::{self, block},
@@ -100,6 +100,8 @@ pub struct Recorder {
     snapshots: u64,
     /// When the retention bounds were last applied (monotonic ns).
     retention_checked_ns: u64,
+    /// The stacks this flush's records name (`--check --stacks`).
+    stacks: StacksToWrite,
 }
 
 impl Recorder {
@@ -115,7 +117,9 @@ impl Recorder {
         header.start_unix_ns = clock.start_unix_ns;
         header.gpus = session.gpus.identities.clone();
         header.checks = session.check.clone();
-        Self::with_header(header, opts)
+        let mut recorder = Self::with_header(header, opts)?;
+        recorder.stacks = StacksToWrite::every_flush(session);
+        Ok(recorder)
     }
 
     /// A recorder whose snapshots carry `header` (the session's, or a
@@ -147,6 +151,7 @@ impl Recorder {
             last_fired_ns: None,
             snapshots: 0,
             retention_checked_ns: 0,
+            stacks: StacksToWrite::default(),
         })
     }
 
@@ -163,6 +168,7 @@ impl Recorder {
 
     /// Takes an observation into the ring; an incident may fire a trigger.
     pub fn observe(&mut self, o: &Observed<'_>) -> anyhow::Result<()> {
+        self.stacks.note(o);
         match o {
             Observed::Record { record, device } => self.writer.push_shared(record, device)?,
             Observed::LogFault(f) => self.writer.log_fault(f)?,
@@ -187,6 +193,16 @@ impl Recorder {
         }
         self.tee();
         Ok(())
+    }
+
+    /// The frames of the stacks this flush's records name, into the ring
+    /// after them: a snapshot holds them wherever the ring was cut.
+    fn write_stacks(&mut self, s: &mut Session) -> anyhow::Result<()> {
+        let list = self.stacks.take(s);
+        if list.is_empty() {
+            return Ok(());
+        }
+        self.observe(&Observed::Stacks(&list))
     }
 
     /// SIGUSR1, if `signal` is a trigger.
@@ -241,6 +257,7 @@ impl Recorder {
         s.resolve_names(&mut |o| self.observe(&o))?;
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
         s.confirm_findings(self.lost_seen, &mut |o| self.observe(&o))?;
+        self.write_stacks(s)?;
         self.writer.flush()?;
         self.tee();
         if self
@@ -267,6 +284,7 @@ impl Recorder {
         }
         let stats = checkpoint(s, &mut self.writer, &mut self.lost_seen)?;
         s.confirm_findings(self.lost_seen, &mut |o| self.observe(&o))?;
+        self.write_stacks(s)?;
         self.writer.flush()?;
         self.tee();
         if self.open.is_some() {

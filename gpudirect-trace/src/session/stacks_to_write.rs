@@ -5,6 +5,11 @@
 //! tells its reader nothing (seen on the GPU host, session 21: a recording
 //! of the driver's real calls with `--stacks-every-call` and no finding
 //! exported stack ids and not one `"kind":"stacks"` line).
+//!
+//! A recording writes each stack once. The flight recorder's ring drops its
+//! oldest blocks, a stack's among them, while later records may name it
+//! again: there each flush writes the stacks of its own records, so that
+//! whatever stretch the ring still holds carries the frames it names.
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -20,6 +25,9 @@ use crate::model::misuse::StackFrames;
 pub struct StacksToWrite {
     /// Records carry stack ids (`--stacks`).
     on: bool,
+    /// Each flush writes its records' stacks, written before or not (a
+    /// ring that drops old blocks); else each stack is written once.
+    every_flush: bool,
     written: HashSet<u32>,
     pending: BTreeSet<u32>,
 }
@@ -30,6 +38,15 @@ impl StacksToWrite {
         Self {
             on: session.check.as_ref().is_some_and(|c| c.stacks),
             ..Self::default()
+        }
+    }
+
+    /// For a ring of blocks written from `session` (the flight recorder):
+    /// as `of`, but each flush writes the stacks its own records name.
+    pub fn every_flush(session: &Session) -> Self {
+        Self {
+            every_flush: true,
+            ..Self::of(session)
         }
     }
 
@@ -50,7 +67,9 @@ impl StacksToWrite {
             }
             Observed::Stacks(list) => {
                 for s in *list {
-                    self.written.insert(s.id);
+                    if !self.every_flush {
+                        self.written.insert(s.id);
+                    }
                     self.pending.remove(&s.id);
                 }
             }
@@ -65,7 +84,9 @@ impl StacksToWrite {
             return Vec::new();
         }
         let ids: Vec<u32> = std::mem::take(&mut self.pending).into_iter().collect();
-        self.written.extend(&ids);
+        if !self.every_flush {
+            self.written.extend(&ids);
+        }
         session.stack_frames(ids)
     }
 }
