@@ -52,6 +52,7 @@ calls_of() {
 # frames must name its functions, not the BPF trampolines below them
 # (issue 26).
 misuse_tracer_start MISUSE
+misuse_flight_start FLIGHT
 misuse_load || exit 1
 tracing=no
 tracefs_on && tracing=yes
@@ -241,6 +242,7 @@ echo control > $MISUSE_RUN 2>/dev/null && fail "a command ran without a device"
 
 # The leak finding comes from this unbind.
 misuse_tracer_stop
+misuse_flight_stop
 
 run_cmd release-leaks
 expect release-leaks 2 0

@@ -339,6 +339,16 @@ pub fn dma_misuse(series: &str, lines: &[String]) -> Result<()> {
     if !phase(series, lines, "SYNCS")? {
         eprintln!("xtask: {series}: no force_sync phase (kernel without dma:* tracepoints)");
     }
+    // The flight recorder beside MISUSE: its misuse trigger's snapshot, cut
+    // from a ring, names the module's, NVMe's and e1000e's stacks; no
+    // finding named most of them, and each must come with its frames.
+    let snapshot = super::checks::embedded_file_named(lines, "FLIGHT")
+        .context("FLIGHT: the scenario printed no flight-recorder snapshot")?;
+    let (ids, calls) = exported_stacks_named(&snapshot, "FLIGHT")?;
+    eprintln!(
+        "xtask: {series}: FLIGHT: the misuse trigger's snapshot names {ids} stacks over {calls} \
+         calls, each with its frames"
+    );
     Ok(())
 }
 
