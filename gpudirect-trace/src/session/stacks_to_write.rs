@@ -11,7 +11,7 @@
 //! again: there each flush writes the stacks of its own records, so that
 //! whatever stretch the ring still holds carries the frames it names.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use gpudirect_trace_common::{aux_stack, kind};
 
@@ -30,6 +30,12 @@ pub struct StacksToWrite {
     every_flush: bool,
     written: HashSet<u32>,
     pending: BTreeSet<u32>,
+    /// With `every_flush`: the frames named so far, by stack id (an id's
+    /// frames do not change within a session). Each second writes them
+    /// again without a map lookup or a symbolization, whose frames no
+    /// symbol covers would otherwise read /proc/kallsyms again every 10 s
+    /// (`Symbolizer::stacks`), for as long as the recorder runs.
+    named: HashMap<u32, Vec<String>>,
 }
 
 impl StacksToWrite {
@@ -67,7 +73,9 @@ impl StacksToWrite {
             }
             Observed::Stacks(list) => {
                 for s in *list {
-                    if !self.every_flush {
+                    if self.every_flush {
+                        self.named.entry(s.id).or_insert_with(|| s.frames.clone());
+                    } else {
                         self.written.insert(s.id);
                     }
                     self.pending.remove(&s.id);
@@ -86,7 +94,23 @@ impl StacksToWrite {
         let ids: Vec<u32> = std::mem::take(&mut self.pending).into_iter().collect();
         if !self.every_flush {
             self.written.extend(&ids);
+            return session.stack_frames(ids);
         }
-        session.stack_frames(ids)
+        let new: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.named.contains_key(id))
+            .collect();
+        if !new.is_empty() {
+            for s in session.stack_frames(new) {
+                self.named.insert(s.id, s.frames);
+            }
+        }
+        ids.into_iter()
+            .map(|id| StackFrames {
+                id,
+                frames: self.named.get(&id).cloned().unwrap_or_default(),
+            })
+            .collect()
     }
 }
