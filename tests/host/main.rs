@@ -40,6 +40,7 @@ mod pcie;
 mod program_log;
 mod rare_wakeups;
 mod record;
+mod ring;
 mod serve;
 mod serve_rules;
 mod serve_tls;

@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use aya::{
-    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuHashMap, StackTraceMap},
     Ebpf,
 };
 use gpudirect_trace_common::{
@@ -12,11 +12,11 @@ use gpudirect_trace_common::{
     MapKey, MapValue, TaskState,
 };
 
-use super::lifetime_table::SlotTable;
+use super::{lifetime_table::SlotTable, ring::EventRing};
 
 pub struct Maps {
     /// The event stream, until a session driver takes it.
-    pub ring: Option<RingBuf<MapData>>,
+    pub ring: Option<EventRing>,
     pub devices: HashMap<MapData, u64, DeviceName>,
     pub stats: PerCpuArray<MapData, u64>,
     pub hits: PerCpuArray<MapData, u64>,
@@ -52,6 +52,17 @@ where
     T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
 }
 
+/// The event stream, read by our own reader (`super::ring`).
+fn take_ring(ebpf: &mut Ebpf) -> anyhow::Result<EventRing> {
+    let map = ebpf
+        .take_map(names::EVENTS)
+        .with_context(|| format!("the eBPF object has no map {}", names::EVENTS))?;
+    let Map::RingBuf(data) = map else {
+        anyhow::bail!("map {} is not a ring buffer", names::EVENTS);
+    };
+    EventRing::new(data)
+}
+
 impl Maps {
     /// The maps; `slots`: the slot table is in use and gets read.
     pub fn take(ebpf: &mut Ebpf, slots: bool) -> anyhow::Result<Self> {
@@ -67,7 +78,7 @@ impl Maps {
             None
         };
         Ok(Self {
-            ring: Some(take(ebpf, names::EVENTS)?),
+            ring: Some(take_ring(ebpf)?),
             devices: take(ebpf, names::DEVICES)?,
             stats: take(ebpf, names::STATS)?,
             hits: take(ebpf, names::HITS)?,

@@ -17,6 +17,7 @@ mod readback;
 pub use readback::ProgramStat;
 pub mod plan;
 pub mod program_log;
+pub mod ring;
 mod self_stats;
 mod sg_cont;
 pub mod sys;
@@ -32,10 +33,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use aya::{
-    maps::{MapData, RingBuf},
-    Ebpf, EbpfLoader,
-};
+use aya::{Ebpf, EbpfLoader};
 use gpudirect_trace_common::{
     lifetime, maps as maps_names, runtime, stack_mode, stat, Config, KernelOffsets, LatHist,
     MapKey, MapValue,
@@ -46,6 +44,7 @@ use self::{dma_source::dma_plan, tracepoints::load_program};
 pub use self::{
     dma_source::{DmaOpSource, DmaSource},
     program_log::ProgramLog,
+    ring::EventRing,
     self_stats::SelfStats,
     tracepoints::offsets_from_btf,
 };
@@ -463,7 +462,7 @@ impl Tracer {
 
     /// Hands the event stream to its owner (the session driver's async fd,
     /// which wakes on it); `drain` then finds nothing.
-    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+    pub fn take_ring(&mut self) -> Option<EventRing> {
         self.maps.ring.take()
     }
 
@@ -477,10 +476,10 @@ impl Tracer {
 }
 
 /// Hands every record waiting in `ring` to `f`; returns how many there were.
-pub fn drain_ring(ring: &mut RingBuf<MapData>, mut f: impl FnMut(&[u8])) -> usize {
+pub fn drain_ring(ring: &mut EventRing, mut f: impl FnMut(&[u8])) -> usize {
     let mut n = 0;
-    while let Some(item) = ring.next() {
-        f(&item);
+    while let Some(item) = ring.next_record() {
+        f(item);
         n += 1;
     }
     n

@@ -12,7 +12,6 @@ pub mod uevent;
 
 use std::{sync::Arc, time::Instant};
 
-use aya::maps::{MapData, RingBuf};
 use tokio::io::{unix::AsyncFd, Interest};
 
 pub use self::{
@@ -24,7 +23,7 @@ use crate::{
     aggregate::ProcName,
     analysis::{Analysis, Outcome},
     decode::{decode_into, Record},
-    ebpf::{SelfStats, Status, Tracer, TracerOptions},
+    ebpf::{EventRing, SelfStats, Status, Tracer, TracerOptions},
     faults::KmsgFollower,
     gpu::{process::ProcCache, FactsSource as _, GpuIdentity, NvmlSource, NvmlStatus, Sample},
     model::{misuse::CheckSetup, pci::DriverChange, Fault, Incident, TraceClock},
@@ -120,14 +119,14 @@ impl GpuState {
 /// in the tracer, so a drain can read records in place while the tracer
 /// names their devices (`pump`).
 enum Ring {
-    Sync(RingBuf<MapData>),
-    Async(AsyncFd<RingBuf<MapData>>),
+    Sync(EventRing),
+    Async(AsyncFd<EventRing>),
     /// The tracer had none (already taken).
     None,
 }
 
 impl Ring {
-    fn get_mut(&mut self) -> Option<&mut RingBuf<MapData>> {
+    fn get_mut(&mut self) -> Option<&mut EventRing> {
         match self {
             Ring::Sync(r) => Some(r),
             Ring::Async(fd) => Some(fd.get_mut()),
@@ -454,14 +453,13 @@ impl Session {
         // Prefetching the ring 512 bytes ahead changed nothing (live 44.0-45.2
         // against 44.9 ns per event, CI host, three rounds).
         let mut record = Record::Event(Default::default());
-        while let Some(item) = ring.next() {
+        while let Some(item) = ring.next_record() {
             n += 1;
-            if let Err(e) = decode_into(&item, &mut record) {
+            if let Err(e) = decode_into(item, &mut record) {
                 self.analysis.agg.decode_errors += 1;
                 log::debug!("undecodable record: {e}");
                 continue;
             }
-            drop(item);
             if let Some((pid, comm)) = crate::decode::process_exit(&record) {
                 let cgroup = self.cgroups.path(record.event().size);
                 self.procs.note_exit(pid, comm, cgroup);

@@ -30,7 +30,7 @@ pub use bpf::{
 };
 #[cfg(test)]
 pub use bpf::{IdAttr, ObjInfoAttr};
-pub use mmap::MapView;
+pub use mmap::{MapView, Mapping};
 
 /// One system call as the kernel receives it.
 #[derive(Debug)]
