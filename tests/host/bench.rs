@@ -25,7 +25,7 @@ use crate::{
     test_support,
 };
 
-fn set_bpf_stats(on: bool) {
+pub(crate) fn set_bpf_stats(on: bool) {
     std::fs::write(
         "/proc/sys/kernel/bpf_stats_enabled",
         if on { "1" } else { "0" },
@@ -36,20 +36,20 @@ fn set_bpf_stats(on: bool) {
 /// The accounting floor: `bench_floor` of the test-support object (not the
 /// tool's), an empty program whose cost per run is what the kernel's
 /// accounting adds to every program.
-struct Floor(Ebpf);
+pub(crate) struct Floor(Ebpf);
 
 impl Floor {
-    fn load() -> Self {
+    pub(crate) fn load() -> Self {
         Self(test_support::load(&["bench_floor"]))
     }
 
-    fn fd(&self) -> RawFd {
+    pub(crate) fn fd(&self) -> RawFd {
         let p = test_support::program(&self.0, "bench_floor");
         p.fd().expect("fd").as_fd().as_raw_fd()
     }
 
     /// ns per run so far (0 before any run).
-    fn ns_per_run(&self) -> f64 {
+    pub(crate) fn ns_per_run(&self) -> f64 {
         self.0
             .program("bench_floor")
             .and_then(|p| p.info().ok())
@@ -101,12 +101,12 @@ fn report_program_costs(bench: &str, mode: &str, tracer: &Tracer, support: &Floo
 
 /// dma_map's arguments for run `i`: 64 mappings in flight at distinct
 /// addresses, as a driver's ring would keep them.
-fn map_args(dev: u64, i: u64) -> Vec<u64> {
+pub(crate) fn map_args(dev: u64, i: u64) -> Vec<u64> {
     vec![dev, 0x1000, 0x1000_0000 + (i % 65_536) * 4096, 4096, 1, 0]
 }
 
 /// dma_unmap's arguments for run `i`: the mapping of run `i - 64`.
-fn unmap_args(dev: u64, i: u64) -> Vec<u64> {
+pub(crate) fn unmap_args(dev: u64, i: u64) -> Vec<u64> {
     let addr = 0x1000_0000 + (i.wrapping_sub(64) % 65_536) * 4096;
     vec![dev, addr, 4096, 1, 0]
 }

@@ -11,6 +11,7 @@
 //! exactly that string.
 
 mod bench;
+mod bench_concurrent;
 mod bench_lossless;
 mod bench_parts;
 mod bench_reader;

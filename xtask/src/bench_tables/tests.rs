@@ -86,3 +86,21 @@ fn lossless_rate_says_where_it_lost_or_that_it_could_not() {
         "{t}"
     );
 }
+
+#[test]
+fn streaming_with_a_reader_is_each_readers_range_over_rounds() {
+    let t = render(&[
+        "BENCH streaming_with_reader reader=aya program=dma_map net_of_floor=102.6 lost=0",
+        "BENCH streaming_with_reader reader=aya program=dma_unmap net_of_floor=117.2 lost=0",
+        "BENCH streaming_with_reader reader=own program=dma_map net_of_floor=76.1 lost=0",
+        "BENCH streaming_with_reader reader=own program=dma_unmap net_of_floor=87.7 lost=0",
+        "BENCH streaming_with_reader reader=aya program=dma_map net_of_floor=83.3 lost=0",
+        "BENCH streaming_with_reader reader=aya program=dma_unmap net_of_floor=91.8 lost=2",
+        "BENCH streaming_with_reader reader=own program=dma_map net_of_floor=77.5 lost=0",
+        "BENCH streaming_with_reader reader=own program=dma_unmap net_of_floor=88.8 lost=0",
+    ]);
+    assert!(t.contains("| dma_map | 83.3-102.6 | 76.1-77.5 |"), "{t}");
+    assert!(t.contains("| dma_unmap | 91.8-117.2 | 87.7-88.8 |"), "{t}");
+    assert!(t.contains("over 2 interleaved rounds"), "{t}");
+    assert!(t.contains("Records lost in all rounds: 2."), "{t}");
+}
