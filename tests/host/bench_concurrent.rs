@@ -80,9 +80,10 @@ fn wait_readable(fd: RawFd) {
     unsafe { libc::poll(&mut p, 1, 10) };
 }
 
-/// One round: the reader on CPU 1, map/unmap pairs (and the floor) run on
-/// CPU 0. Prints a BENCH line per program.
-fn round(own: bool, floor: &Floor, dev: u64) {
+/// One round: the reader on the last CPU (on a host with SMT siblings
+/// numbered apart, not CPU 0's sibling), map/unmap pairs (and the floor)
+/// on CPU 0. Prints a BENCH line per program.
+fn round(own: bool, floor: &Floor, dev: u64, reader_cpu: usize) {
     let mut tracer: Tracer = load_unattached(gpudirect_trace::ebpf::DEFAULT_RING_BYTES);
     let ring = tracer.take_ring().expect("the ring");
     let mut reader = if own {
@@ -94,7 +95,7 @@ fn round(own: bool, floor: &Floor, dev: u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = stop.clone();
     let drained = thread::spawn(move || {
-        pin_to(1);
+        pin_to(reader_cpu);
         let mut n = 0;
         loop {
             let last = stopping.load(Ordering::Acquire);
@@ -154,15 +155,17 @@ fn bench_streaming_with_reader() {
     crate::require_root();
     let dev = known_kernel_object().addr;
     // SAFETY: sysconf has no preconditions.
-    if unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) } < 2 {
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if cpus < 2 {
         println!("SKIPPED bench_streaming_with_reader: needs two CPUs");
         return;
     }
+    let reader_cpu = cpus as usize - 1;
     for _ in 0..ROUNDS {
         for own in [false, true] {
             // A fresh floor each round: its average is this round's.
             let floor = Floor::load();
-            round(own, &floor, dev);
+            round(own, &floor, dev, reader_cpu);
         }
     }
 }
