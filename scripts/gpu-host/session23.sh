@@ -24,5 +24,7 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
 done
 bench bench_ring::bench_ring_sizing 150 1
 bench bench_reader::bench_reader_cpu 90 1
-grep -h "^BENCH" "$OUT"/*.txt > "$OUT/bench-lines.txt"
+# -o: with --nocapture the first BENCH line of a run follows the harness's
+# "test NAME ... " on the same line.
+grep -ho "BENCH .*" "$OUT"/*.txt > "$OUT/bench-lines.txt"
 cd "$OUT" && tar czf session23.tgz host.txt ./*.txt 2> /dev/null
